@@ -1,0 +1,137 @@
+/*
+ * internal.h - what the library's modules say to each other.  Nothing here is
+ * installed.  Internal non-static functions are named pdshm__<module>_<verb>.
+ */
+#ifndef PDSHM_INTERNAL_H
+#define PDSHM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "pdshm.h"
+#include "layout.h"
+
+#define PDSHM_NOSLOT UINT32_MAX
+
+/* A lane as this process sees it: a process-local mutex over one shared lane. */
+struct pdshm_lane_ctx {
+  pthread_mutex_t mu;          /* one thread at a time uses the lane           */
+  struct pdshm_lane *rec;      /* in the segment                               */
+  uint32_t index;
+};
+
+/* This process's attachment (private memory, from jemalloc). */
+struct pdshm_seg {
+  uint8_t *base;               /* the mapping                                  */
+  struct pdshm_hdr *hdr;       /* == base                                      */
+  size_t size;                 /* bytes mapped (== hdr->size)                  */
+  int fd;                      /* the segment file; owns our slot's OFD lock   */
+  unsigned flags;              /* PDSHM_RDONLY, PDSHM_SHARED_USERS             */
+  uint32_t slot;               /* our slot, PDSHM_NOSLOT when read-only        */
+  uint16_t owner_tag;          /* slot + 1, what our blocks carry in `owner`   */
+  uint64_t forkgen;            /* pdshm__forkgen at attach                     */
+  pthread_mutex_t reap_mu;     /* one reaper per attachment (OFD locks are     */
+                               /* per descriptor, not per thread)              */
+  struct pdshm_lane_ctx lanes[PDSHM_LANES];
+  struct pdshm_seg *next;      /* the process's list of attachments (fork)     */
+  char name[PDSHM_SEG_NAME_MAX + 1];
+};
+
+static inline struct pdshm_slot *pdshm__slot(const pdshm_seg *seg, uint32_t i) {
+  return PDSHM_AT(seg->base, seg->hdr->slots_off, struct pdshm_slot) + i;
+}
+static inline struct pdshm_lock *pdshm__lockent(const pdshm_seg *seg, uint32_t i) {
+  return PDSHM_AT(seg->base, seg->hdr->locks_off, struct pdshm_lock) + i;
+}
+static inline struct pdshm_blk *pdshm__blk(const pdshm_seg *seg, pdshm_off_t payload) {
+  return PDSHM_AT(seg->base, payload - PDSHM_BLK_HDR, struct pdshm_blk);
+}
+
+/* ---- seg.c ---------------------------------------------------------------- */
+extern _Atomic uint64_t pdshm__forkgen; /* bumped in every fork child           */
+/* 0, or PDSHM_EFORKED in a child of the process that attached, or EINVAL. */
+int pdshm__seg_usable(const pdshm_seg *seg);
+/* 0, or EROFS / EFORKED / ENOTRECOVERABLE: may this handle mutate the segment? */
+int pdshm__seg_writable(const pdshm_seg *seg);
+uint64_t pdshm__layout_fingerprint(void);
+uint64_t pdshm__now_ns(int clock);
+
+/* ---- lock.c --------------------------------------------------------------- */
+void pdshm__lock_init_table(pdshm_seg *seg); /* create only */
+/* Takes lock i, counting contention.  When its holder died, repairs what the
+ * lock guards first (pdshm__lock_repair); 0 or ENOTRECOVERABLE (the segment is
+ * then poisoned and the lock released). */
+int pdshm__lock(pdshm_seg *seg, uint32_t i);
+int pdshm__trylock(pdshm_seg *seg, uint32_t i); /* 0, EBUSY, ENOTRECOVERABLE */
+void pdshm__unlock(pdshm_seg *seg, uint32_t i);
+/* Claims a free lock-table entry for an object being built (alloc = slot+1). */
+int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_t *out);
+void pdshm__poison(pdshm_seg *seg, const char *why);
+
+/* ---- journal.c ------------------------------------------------------------ */
+/* Repairs every journal that ran under lock i (we hold i; its holder died). */
+int pdshm__journal_repair_lock(pdshm_seg *seg, uint32_t i);
+
+/* ---- lane.c ---------------------------------------------------------------- */
+struct pdshm_lane_ctx *pdshm__lane_get(pdshm_seg *seg);
+void pdshm__lane_put(struct pdshm_lane_ctx *ln);
+
+/* ---- proc.c ---------------------------------------------------------------- */
+int pdshm__slot_claim_own(pdshm_seg *seg);   /* attach: reaps, claims a slot   */
+void pdshm__slot_release_own(pdshm_seg *seg);/* detach                          */
+/* Is slot i held by a live attachment?  Never true for our own slot's index
+ * unless it is ours.  -1 when it cannot tell (I/O error). */
+int pdshm__slot_alive(pdshm_seg *seg, uint32_t i);
+int pdshm__reap_dead(pdshm_seg *seg, unsigned *reaped);
+
+/* ---- alloc.c --------------------------------------------------------------- */
+/* Lays out the arena as FREE blocks (create only). */
+void pdshm__heap_init(pdshm_seg *seg);
+/* A USED block of at least `bytes` payload bytes, 16-aligned, of `type`,
+ * owned by our slot (owner = slot+1) until a journal publishes it.  The lane
+ * must be held by the caller.  ENOMEM when nothing fits even after flushing
+ * our caches and reaping dead processes; ENOSPC when /dev/shm cannot back
+ * pages that had been given back; EOVERFLOW for absurd sizes. */
+int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes,
+                 unsigned type, pdshm_off_t *payload);
+/* Frees a USED block (any process's) into the lane's cache or the heap. */
+void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload);
+/* Returns every block cached by the lane to the heap. */
+void pdshm__cache_flush(pdshm_seg *seg, struct pdshm_lane_ctx *ln);
+/* Usable payload bytes of a USED block. */
+size_t pdshm__alloc_usable(const pdshm_seg *seg, pdshm_off_t payload);
+/* Heap lock held, its previous holder dead: rebuild the bins from the chain.
+ * 0, or EBADSEG when the chain itself is broken. */
+int pdshm__heap_rebuild(pdshm_seg *seg);
+/* Reaper: frees the CACHED and USED blocks owned by slot `slot` (owner ==
+ * slot+1) and clears that slot's lane caches; blocks whose type bit is set in
+ * keep_mask are left alone and returned in *kept (malloc'd payload offsets,
+ * *nkept of them) for the caller to release first. */
+int pdshm__heap_sweep_slot(pdshm_seg *seg, uint32_t slot, unsigned keep_mask,
+                           pdshm_off_t **kept, size_t *nkept);
+
+struct pdshm_heap_class_stats {
+  uint32_t block_size;         /* bytes, header included                       */
+  uint64_t used, cached;       /* blocks of that size USED, CACHED             */
+};
+struct pdshm_heap_stats {
+  uint64_t arena, used, free, cached;  /* bytes; free includes cached          */
+  uint64_t blocks_used, blocks_free, blocks_cached;
+  uint64_t largest_free;               /* bytes of the largest FREE block      */
+  uint64_t large_used, large_blocks;   /* above PDSHM_CLASS_MAX                */
+  uint64_t by_type[PDSHM_T_COUNT];     /* USED bytes of each type              */
+  uint64_t rebuilds, punched;
+  struct pdshm_heap_class_stats cls[PDSHM_NCLASSES];
+};
+/* Walks the chain under the heap lock (a snapshot). */
+int pdshm__heap_stats(pdshm_seg *seg, struct pdshm_heap_stats *st);
+/* Walks the chain and the bins and verifies invariants 2-4 of layout.h; writes
+ * one line per problem to report (may be NULL); returns the problem count, or
+ * a negative code when it could not look. */
+int pdshm__heap_check(pdshm_seg *seg, FILE *report);
+/* Size class helpers (exposed for the tests). */
+unsigned pdshm__class_of(size_t block_bytes); /* PDSHM_NCLASSES when large */
+uint32_t pdshm__class_size(unsigned cls);
+
+#endif /* PDSHM_INTERNAL_H */
