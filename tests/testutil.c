@@ -1,0 +1,75 @@
+/* testutil.c - helpers shared by the Check suites. */
+#include "testutil.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define TU_MAX_SEGS 64
+
+static char tu_made[TU_MAX_SEGS][PDSHM_SEG_NAME_MAX + 1];
+static int tu_nmade;
+
+const char *tu_name(const char *tag) {
+  static char buf[8][PDSHM_SEG_NAME_MAX + 1];
+  static unsigned n;
+  char *b = buf[n % 8];
+  snprintf(b, sizeof buf[0], "t-%s-%d-%u", tag, (int)getpid(), n++);
+  return b;
+}
+
+const char *tu_path(const char *name) {
+  static char buf[PDSHM_SEG_NAME_MAX + 32];
+  snprintf(buf, sizeof buf, "/dev/shm/pdshm.%s", name);
+  return buf;
+}
+
+pdshm_seg *tu_create(const char *tag, size_t size, unsigned procs) {
+  const char *name = tu_name(tag);
+  pdshm_options o = {.size = size ? size : (8u << 20), .max_procs = procs};
+  pdshm_seg *seg = NULL;
+  pdshm_unlink(name);
+  int rc = pdshm_create(name, &o, &seg);
+  ck_assert_msg(rc == 0, "create %s: %s", name, pdshm_strerror(rc));
+  if (tu_nmade < TU_MAX_SEGS) snprintf(tu_made[tu_nmade++], sizeof tu_made[0], "%s", name);
+  return seg;
+}
+
+pdshm_seg *tu_attach(const char *name) {
+  pdshm_seg *seg = NULL;
+  int rc = pdshm_attach(name, NULL, &seg);
+  ck_assert_msg(rc == 0, "attach %s: %s", name, pdshm_strerror(rc));
+  return seg;
+}
+
+void tu_cleanup(void) {
+  for (int i = 0; i < tu_nmade; i++) pdshm_unlink(tu_made[i]);
+  tu_nmade = 0;
+}
+
+pid_t tu_fork(int (*fn)(void *), void *arg) {
+  fflush(NULL);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) _exit(fn(arg));
+  return pid;
+}
+
+int tu_wait(pid_t pid) {
+  int st;
+  while (waitpid(pid, &st, 0) < 0) continue;
+  if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+  return WEXITSTATUS(st);
+}
+
+int tu_run(Suite *s) {
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_FORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed;
+}
