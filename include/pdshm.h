@@ -83,6 +83,10 @@ typedef enum {
 PDSHM_API const char *pdshm_strerror(int err);
 /* "PDSHM_EINVAL" and so on, or "PDSHM_E?" for an unknown code. */
 PDSHM_API const char *pdshm_err_name(int err);
+/* What the last failing call of this thread said beyond its code, e.g. for
+ * ENOSPC how big /dev/shm is and how much is free, or for EBADSEG which check
+ * failed; "" when it said nothing.  Valid until this thread's next call. */
+PDSHM_API const char *pdshm_last_error(void);
 
 /* ---- Segments ----------------------------------------------------------- */
 typedef struct pdshm_seg pdshm_seg; /* this process's attachment */

@@ -9,6 +9,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include <jemalloc/jemalloc.h>
+
 #include "pdshm.h"
 #include "layout.h"
 
@@ -38,6 +40,11 @@ struct pdshm_seg {
   char name[PDSHM_SEG_NAME_MAX + 1];
 };
 
+/* Process-private memory comes from jemalloc (mallocx/dallocx exist only there,
+ * so these calls reach it whatever malloc the program links). */
+static inline void *pdshm__zalloc(size_t n) { return mallocx(n ? n : 1, MALLOCX_ZERO); }
+static inline void pdshm__xfree(void *p) { if (p) dallocx(p, 0); }
+
 static inline struct pdshm_slot *pdshm__slot(const pdshm_seg *seg, uint32_t i) {
   return PDSHM_AT(seg->base, seg->hdr->slots_off, struct pdshm_slot) + i;
 }
@@ -47,6 +54,11 @@ static inline struct pdshm_lock *pdshm__lockent(const pdshm_seg *seg, uint32_t i
 static inline struct pdshm_blk *pdshm__blk(const pdshm_seg *seg, pdshm_off_t payload) {
   return PDSHM_AT(seg->base, payload - PDSHM_BLK_HDR, struct pdshm_blk);
 }
+
+/* ---- errors.c ------------------------------------------------------------- */
+/* Records the detail pdshm_last_error() returns, and returns err. */
+int pdshm__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void pdshm__fail_clear(void);
 
 /* ---- seg.c ---------------------------------------------------------------- */
 extern _Atomic uint64_t pdshm__forkgen; /* bumped in every fork child           */
@@ -67,9 +79,24 @@ int pdshm__trylock(pdshm_seg *seg, uint32_t i); /* 0, EBUSY, ENOTRECOVERABLE */
 void pdshm__unlock(pdshm_seg *seg, uint32_t i);
 /* Claims a free lock-table entry for an object being built (alloc = slot+1). */
 int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_t *out);
+/* Reaper: returns the entries slot `slot` claimed but never published. */
+void pdshm__lock_sweep_slot(pdshm_seg *seg, uint32_t slot);
 void pdshm__poison(pdshm_seg *seg, const char *why);
 
 /* ---- journal.c ------------------------------------------------------------ */
+/* One mutation under lock `lock`, on the caller's lane (see layout.h). */
+int pdshm__j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op);
+/* pdshm__alloc, recorded so that a rollback frees the block. */
+int pdshm__j_alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsigned type,
+                   pdshm_off_t *payload);
+/* A word store applied at commit (absolute value: redo is idempotent). */
+void pdshm__j_set(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uint64_t val);
+/* A block freed at commit. */
+void pdshm__j_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload);
+/* The seqlock word this op makes odd while it applies its stores. */
+void pdshm__j_seq(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t seq);
+void pdshm__j_commit(pdshm_seg *seg, struct pdshm_lane_ctx *ln);
+void pdshm__j_abort(pdshm_seg *seg, struct pdshm_lane_ctx *ln);
 /* Repairs every journal that ran under lock i (we hold i; its holder died). */
 int pdshm__journal_repair_lock(pdshm_seg *seg, uint32_t i);
 
@@ -95,7 +122,8 @@ void pdshm__heap_init(pdshm_seg *seg);
  * pages that had been given back; EOVERFLOW for absurd sizes. */
 int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes,
                  unsigned type, pdshm_off_t *payload);
-/* Frees a USED block (any process's) into the lane's cache or the heap. */
+/* Frees a USED block (any process's) into the lane's cache or the heap; with
+ * ln == NULL (repairs, reapers) straight to the heap. */
 void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload);
 /* Returns every block cached by the lane to the heap. */
 void pdshm__cache_flush(pdshm_seg *seg, struct pdshm_lane_ctx *ln);

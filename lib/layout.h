@@ -116,8 +116,8 @@ struct pdshm_heap {
 #define PDSHM_LOCK_HEAP 0u  /* the heap's bins and every block size          */
 #define PDSHM_LOCK_FIXED 1u /* entries below this index are not allocatable  */
 
-#define PDSHM_LOCK_AVAILABLE 0u          /* alloc: nobody has this entry       */
-#define PDSHM_LOCK_PUBLISHED 0xffffffffu /* alloc: borrowed by a live object   */
+#define PDSHM_LOCK_AVAILABLE 0ull    /* alloc: nobody has this entry           */
+#define PDSHM_LOCK_PUBLISHED (~0ull) /* alloc: borrowed by a live object       */
                                          /* any other value: slot+1 creating   */
 
 enum pdshm_lock_kind { PDSHM_LK_NONE, PDSHM_LK_HEAP, PDSHM_LK_SCOPE, PDSHM_LK_VAR };
@@ -128,13 +128,16 @@ struct pdshm_lock {
   uint64_t contended;    /* acquisitions that had to wait; under mutex          */
   uint64_t wait_ns;      /* total time those waited; under mutex                */
   /* second cache line: who borrows it, who holds it */
-  alignas(PDSHM_CACHELINE) _Atomic uint32_t alloc; /* PDSHM_LOCK_* or slot+1:
-                            CAS AVAILABLE -> slot+1 claims it; a journal commit
-                            publishes it; freed by the journal that frees its
-                            object; the reaper returns entries its slot claimed */
-  uint16_t kind;         /* enum pdshm_lock_kind; set by the claimer            */
-  uint16_t rank;         /* acquisition order (debug builds check it)           */
-  pdshm_off_t guards;    /* offset of the object it guards, 0 for fixed locks   */
+  alignas(PDSHM_CACHELINE) _Atomic uint64_t alloc; /* PDSHM_LOCK_* or slot+1:
+                            CAS AVAILABLE -> slot+1 claims it for an object
+                            being built; that object's journal publishes it
+                            (PUBLISHED) and, when the object dies, frees it
+                            (AVAILABLE); a reaper returns what a dead slot had
+                            claimed but not published                          */
+  pdshm_off_t guards;    /* offset of the object it guards, 0 for fixed locks;
+                            written by the claimer before publication          */
+  uint32_t kind;         /* enum pdshm_lock_kind; written by the claimer        */
+  uint32_t rank;         /* acquisition order (debug builds check it)           */
   _Atomic uint32_t holder_pid;  /* best effort, for the inspector: set after    */
   _Atomic uint32_t holder_slot; /* acquiring, cleared before releasing          */
   uint64_t owner_died;   /* EOWNERDEAD recoveries; under mutex                  */
@@ -196,6 +199,8 @@ struct pdshm_journal {
   uint32_t op;            /* what the op is, for reports                     */
   uint32_t nredo, nnew, nold;
   pdshm_off_t cont;       /* work that must follow the commit (cascades)     */
+  pdshm_off_t seq;        /* a seqlock word the op made odd: repair makes it
+                             even again so that lock-free readers go on       */
   pdshm_off_t newb[PDSHM_J_BLOCKS];
   pdshm_off_t oldb[PDSHM_J_BLOCKS];
   struct pdshm_redo redo[PDSHM_J_REDO];

@@ -1,0 +1,193 @@
+/*
+ * journal.c - crash-atomic mutations: a per-lane redo log.
+ *
+ * Owns: struct pdshm_journal (layout.h).  Every mutation of shared structures
+ * other than the heap's own bins runs as one journal under one lock L:
+ *
+ *   IDLE --begin: lock:=L, take L--> ARMED --commit point--> COMMIT
+ *        <--------------- release L, state:=IDLE <------------ apply
+ *
+ * Invariants:
+ *  1. state != IDLE only while the journal's owner holds `lock`; so whoever
+ *     next holds L after the owner died finds every such journal and nobody
+ *     else touches them meanwhile.
+ *  2. Before COMMIT nothing shared outside newb has been written: rolling back
+ *     frees newb (still owned, unpublished) and un-marks oldb.
+ *  3. From COMMIT on, the redo list says everything: each entry is an absolute
+ *     value for a word guarded by L, so applying the list twice is applying
+ *     it once.  Publishing newb (owner := 0) and freeing oldb (only blocks
+ *     still USED and marked with this slot, so never a block reused since)
+ *     are idempotent too.
+ *  4. A seqlock word the op made odd is made even by whoever finishes the op,
+ *     so lock-free readers never wait on a dead writer.
+ *
+ * Crash windows (each one is finished by pdshm__journal_repair_lock):
+ *  - after alloc, before newb is recorded: the block stays owned by the dead
+ *    slot and its reaper's sweep frees it;
+ *  - after oldb is recorded, before its owner mark: rollback keeps it anyway;
+ *  - anywhere in ARMED: rolled back; anywhere in COMMIT: redone.
+ */
+#include "config.h"
+
+#include <assert.h>
+
+#include "internal.h"
+
+static struct pdshm_journal *jrn(struct pdshm_lane_ctx *ln) { return &ln->rec->j; }
+
+int pdshm__j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op) {
+  struct pdshm_journal *j = jrn(ln);
+  assert(atomic_load(&j->state) == PDSHM_J_IDLE);
+  atomic_store_explicit(&j->lock, lock, memory_order_relaxed);
+  int rc = pdshm__lock(seg, lock);
+  if (rc) return rc;
+  j->op = op;
+  j->nredo = j->nnew = j->nold = 0;
+  j->cont = 0;
+  j->seq = 0;
+  atomic_store_explicit(&j->state, PDSHM_J_ARMED, memory_order_release);
+  return 0;
+}
+
+int pdshm__j_alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsigned type,
+                   pdshm_off_t *payload) {
+  struct pdshm_journal *j = jrn(ln);
+  assert(j->nnew < PDSHM_J_BLOCKS);
+  int rc = pdshm__alloc(seg, ln, bytes, type, payload);
+  if (rc) return rc;
+  j->newb[j->nnew] = *payload;
+  atomic_thread_fence(memory_order_release); /* entry before count */
+  j->nnew++;
+  return 0;
+}
+
+void pdshm__j_set(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uint64_t val) {
+  struct pdshm_journal *j = jrn(ln);
+  assert(j->nredo < PDSHM_J_REDO && at % 8 == 0 && at < seg->size);
+  j->redo[j->nredo] = (struct pdshm_redo){.at = at, .val = val};
+  atomic_thread_fence(memory_order_release);
+  j->nredo++;
+}
+
+void pdshm__j_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload) {
+  struct pdshm_journal *j = jrn(ln);
+  assert(j->nold < PDSHM_J_BLOCKS);
+  j->oldb[j->nold] = payload;
+  atomic_thread_fence(memory_order_release);
+  j->nold++;
+  pdshm__blk(seg, payload)->owner = seg->owner_tag;
+}
+
+void pdshm__j_seq(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t seq) {
+  (void)seg;
+  jrn(ln)->seq = seq;
+}
+
+/* ---- applying and rolling back: shared by the owner and by repairers ------- */
+
+static _Atomic uint64_t *jrn_word(pdshm_seg *seg, pdshm_off_t at) {
+  return PDSHM_AT(seg->base, at, _Atomic uint64_t);
+}
+
+/* Invariant 4: readers see an even sequence again once we are done. */
+static void jrn_seq_even(pdshm_seg *seg, struct pdshm_journal *j) {
+  if (!j->seq) return;
+  _Atomic uint64_t *w = jrn_word(seg, j->seq);
+  uint64_t v = atomic_load_explicit(w, memory_order_relaxed);
+  if (v & 1) atomic_store_explicit(w, v + 1, memory_order_release);
+}
+
+static bool jrn_marked(pdshm_seg *seg, pdshm_off_t payload, uint16_t tag) {
+  struct pdshm_blk *b = pdshm__blk(seg, payload);
+  uint64_t w = atomic_load_explicit(&b->word, memory_order_acquire);
+  return pdshm__blk_state(w) == PDSHM_BLK_USED && b->owner == tag;
+}
+
+/* Invariant 3.  ln is the caller's lane when it is the journal's owner, NULL
+ * for a repairer (blocks then go straight back to the heap). */
+static void jrn_apply(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
+                      struct pdshm_lane_ctx *ln) {
+  uint32_t nredo = j->nredo < PDSHM_J_REDO ? j->nredo : PDSHM_J_REDO;
+  if (j->seq) {
+    _Atomic uint64_t *seq = jrn_word(seg, j->seq);
+    uint64_t v = atomic_load_explicit(seq, memory_order_relaxed);
+    if (!(v & 1)) atomic_store_explicit(seq, v + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release); /* odd before the stores */
+  }
+  for (uint32_t i = 0; i < nredo; i++)
+    atomic_store_explicit(jrn_word(seg, j->redo[i].at), j->redo[i].val, memory_order_release);
+  jrn_seq_even(seg, j);
+  for (uint32_t i = 0; i < j->nnew && i < PDSHM_J_BLOCKS; i++)
+    if (jrn_marked(seg, j->newb[i], tag)) pdshm__blk(seg, j->newb[i])->owner = 0;
+  for (uint32_t i = 0; i < j->nold && i < PDSHM_J_BLOCKS; i++)
+    if (jrn_marked(seg, j->oldb[i], tag)) pdshm__free(seg, ln, j->oldb[i]);
+}
+
+/* Invariant 2. */
+static void jrn_rollback(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
+                         struct pdshm_lane_ctx *ln) {
+  for (uint32_t i = 0; i < j->nnew && i < PDSHM_J_BLOCKS; i++)
+    if (jrn_marked(seg, j->newb[i], tag)) pdshm__free(seg, ln, j->newb[i]);
+  for (uint32_t i = 0; i < j->nold && i < PDSHM_J_BLOCKS; i++)
+    if (jrn_marked(seg, j->oldb[i], tag)) pdshm__blk(seg, j->oldb[i])->owner = 0;
+  jrn_seq_even(seg, j);
+}
+
+void pdshm__j_commit(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
+  struct pdshm_journal *j = jrn(ln);
+  atomic_store_explicit(&j->state, PDSHM_J_COMMIT, memory_order_release); /* commit point */
+  jrn_apply(seg, j, seg->owner_tag, ln);
+  atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
+  pdshm__unlock(seg, atomic_load_explicit(&j->lock, memory_order_relaxed));
+}
+
+void pdshm__j_abort(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
+  struct pdshm_journal *j = jrn(ln);
+  jrn_rollback(seg, j, seg->owner_tag, ln);
+  atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
+  pdshm__unlock(seg, atomic_load_explicit(&j->lock, memory_order_relaxed));
+}
+
+/* ---- repair ------------------------------------------------------------------ */
+
+/* Redo entries must stay inside the segment and aligned, even when the dead
+ * process scribbled over its journal: refuse rather than write wild. */
+static int jrn_sane(pdshm_seg *seg, const struct pdshm_journal *j) {
+  if (j->nredo > PDSHM_J_REDO || j->nnew > PDSHM_J_BLOCKS || j->nold > PDSHM_J_BLOCKS)
+    return PDSHM_EBADSEG;
+  for (uint32_t i = 0; i < j->nredo; i++)
+    if (j->redo[i].at % 8 || j->redo[i].at < seg->hdr->slots_off || j->redo[i].at >= seg->size)
+      return PDSHM_EBADSEG;
+  const pdshm_off_t lo = seg->hdr->arena_off + PDSHM_BLK_HDR, hi = seg->hdr->arena_end;
+  for (uint32_t i = 0; i < j->nnew; i++)
+    if (j->newb[i] < lo || j->newb[i] >= hi || j->newb[i] % PDSHM_ALIGN) return PDSHM_EBADSEG;
+  for (uint32_t i = 0; i < j->nold; i++)
+    if (j->oldb[i] < lo || j->oldb[i] >= hi || j->oldb[i] % PDSHM_ALIGN) return PDSHM_EBADSEG;
+  if (j->seq && (j->seq % 8 || j->seq >= seg->size)) return PDSHM_EBADSEG;
+  return 0;
+}
+
+static int jrn_repair_one(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag) {
+  int rc = jrn_sane(seg, j);
+  if (rc) return rc;
+  if (atomic_load_explicit(&j->state, memory_order_acquire) == PDSHM_J_COMMIT)
+    jrn_apply(seg, j, tag, NULL);
+  else
+    jrn_rollback(seg, j, tag, NULL);
+  atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
+  return 0;
+}
+
+int pdshm__journal_repair_lock(pdshm_seg *seg, uint32_t lock) {
+  for (uint32_t s = 0; s < seg->hdr->max_procs; s++) {
+    struct pdshm_slot *slot = pdshm__slot(seg, s);
+    for (unsigned k = 0; k < PDSHM_LANES; k++) {
+      struct pdshm_journal *j = &slot->lane[k].j;
+      if (atomic_load_explicit(&j->state, memory_order_acquire) == PDSHM_J_IDLE) continue;
+      if (atomic_load_explicit(&j->lock, memory_order_relaxed) != lock) continue;
+      int rc = jrn_repair_one(seg, j, (uint16_t)(s + 1));
+      if (rc) return rc;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,149 @@
+/*
+ * lock.c - robust process-shared locks with contention counters, and the
+ * lock table's entries lent to objects.
+ *
+ * Owns: struct pdshm_lock (layout.h), the EOWNERDEAD -> repair ->
+ * pthread_mutex_consistent protocol, and the segment's poisoned flag.
+ *
+ * Invariants:
+ *  1. Every mutex is PTHREAD_PROCESS_SHARED and PTHREAD_MUTEX_ROBUST, is
+ *     initialised once at create and never destroyed or re-initialised.
+ *  2. A lock whose holder died is made consistent only after what it guards
+ *     was repaired: the heap's bins rebuilt (heap lock), the dead holder's
+ *     journal finished or rolled back (any lock).  A repair that fails poisons
+ *     the segment and leaves the mutex unrecoverable: every later taker gets
+ *     ENOTRECOVERABLE instead of a guess.
+ *  3. acquisitions, contended and wait_ns change only under the mutex.
+ *  4. An entry's alloc word moves AVAILABLE -> slot+1 by CAS (claim), then to
+ *     PUBLISHED or back to AVAILABLE by a journal under the guarded object's
+ *     parent lock; a reaper returns slot+1 entries of a dead slot.
+ */
+#include "config.h"
+
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+void pdshm__lock_init_table(pdshm_seg *seg) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+  for (uint32_t i = 0; i < seg->hdr->max_locks; i++) {
+    struct pdshm_lock *l = pdshm__lockent(seg, i);
+    memset(l, 0, sizeof *l);
+    pthread_mutex_init(&l->mutex, &a);
+  }
+  pthread_mutexattr_destroy(&a);
+  struct pdshm_lock *heap = pdshm__lockent(seg, PDSHM_LOCK_HEAP);
+  heap->kind = PDSHM_LK_HEAP;
+  atomic_store(&heap->alloc, PDSHM_LOCK_PUBLISHED);
+}
+
+void pdshm__poison(pdshm_seg *seg, const char *why) {
+  uint32_t expected = 0;
+  atomic_compare_exchange_strong(&seg->hdr->poisoned, &expected, 1);
+  pdshm__fail(PDSHM_ENOTRECOVERABLE, "segment \"%s\" poisoned: %s", seg->name, why);
+}
+
+/* Invariant 2: repair what lock i guards; 0 or a negative code. */
+static int lock_repair(pdshm_seg *seg, uint32_t i) {
+  int rc = 0;
+  if (i == PDSHM_LOCK_HEAP) rc = pdshm__heap_rebuild(seg);
+  if (!rc) rc = pdshm__journal_repair_lock(seg, i);
+  return rc;
+}
+
+static int lock_recover(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l) {
+  l->owner_died++;
+  int rc = lock_repair(seg, i);
+  if (rc) {
+    pdshm__poison(seg, "repair after a holder's death failed");
+    pthread_mutex_unlock(&l->mutex); /* without consistent: unrecoverable */
+    return PDSHM_ENOTRECOVERABLE;
+  }
+  pthread_mutex_consistent(&l->mutex);
+  return 0;
+}
+
+static void lock_note_holder(pdshm_seg *seg, struct pdshm_lock *l) {
+  l->acquisitions++;
+  atomic_store_explicit(&l->holder_pid, (uint32_t)getpid(), memory_order_relaxed);
+  atomic_store_explicit(&l->holder_slot, seg->slot, memory_order_relaxed);
+}
+
+static int lock_result(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l, int e) {
+  if (e == EOWNERDEAD) {
+    int rc = lock_recover(seg, i, l);
+    if (rc) return rc;
+  } else if (e == ENOTRECOVERABLE) {
+    pdshm__poison(seg, "a lock is unrecoverable");
+    return PDSHM_ENOTRECOVERABLE;
+  } else if (e) {
+    return -e;
+  }
+  lock_note_holder(seg, l);
+  return 0;
+}
+
+int pdshm__lock(pdshm_seg *seg, uint32_t i) {
+  struct pdshm_lock *l = pdshm__lockent(seg, i);
+  int e = pthread_mutex_trylock(&l->mutex);
+  if (e != EBUSY) return lock_result(seg, i, l, e);
+  uint64_t t0 = pdshm__now_ns(CLOCK_MONOTONIC);
+  e = pthread_mutex_lock(&l->mutex);
+  int rc = lock_result(seg, i, l, e);
+  if (!rc) {
+    l->contended++;
+    l->wait_ns += pdshm__now_ns(CLOCK_MONOTONIC) - t0;
+  }
+  return rc;
+}
+
+int pdshm__trylock(pdshm_seg *seg, uint32_t i) {
+  struct pdshm_lock *l = pdshm__lockent(seg, i);
+  int e = pthread_mutex_trylock(&l->mutex);
+  if (e == EBUSY) return PDSHM_EBUSY;
+  return lock_result(seg, i, l, e);
+}
+
+void pdshm__unlock(pdshm_seg *seg, uint32_t i) {
+  struct pdshm_lock *l = pdshm__lockent(seg, i);
+  atomic_store_explicit(&l->holder_pid, 0, memory_order_relaxed);
+  atomic_store_explicit(&l->holder_slot, PDSHM_NOSLOT, memory_order_relaxed);
+  pthread_mutex_unlock(&l->mutex);
+}
+
+/* ---- entries lent to objects ---------------------------------------------- */
+
+/* Where this process starts looking for a free entry: spreads claimers. */
+static _Atomic uint32_t lock_hint;
+
+int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_t *out) {
+  uint32_t n = seg->hdr->max_locks - PDSHM_LOCK_FIXED;
+  uint32_t start = atomic_fetch_add_explicit(&lock_hint, 1, memory_order_relaxed);
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t i = PDSHM_LOCK_FIXED + (start + k) % n;
+    struct pdshm_lock *l = pdshm__lockent(seg, i);
+    uint64_t expected = PDSHM_LOCK_AVAILABLE;
+    if (atomic_load_explicit(&l->alloc, memory_order_relaxed) != expected) continue;
+    if (!atomic_compare_exchange_strong(&l->alloc, &expected, seg->owner_tag)) continue;
+    l->kind = kind;
+    l->guards = guards;
+    atomic_store_explicit(&lock_hint, i, memory_order_relaxed);
+    *out = i;
+    return 0;
+  }
+  return pdshm__fail(PDSHM_ENOLCK, "all %u locks of the segment are in use (max_locks)",
+                     seg->hdr->max_locks);
+}
+
+void pdshm__lock_sweep_slot(pdshm_seg *seg, uint32_t slot) {
+  for (uint32_t i = PDSHM_LOCK_FIXED; i < seg->hdr->max_locks; i++) {
+    uint64_t expected = (uint64_t)slot + 1;
+    atomic_compare_exchange_strong(&pdshm__lockent(seg, i)->alloc, &expected,
+                                   PDSHM_LOCK_AVAILABLE);
+  }
+}

@@ -1,0 +1,457 @@
+/*
+ * seg.c - create, attach, detach and unlink segments; the header.
+ *
+ * Owns: the segment file, its mapping, the header's immutable part, and this
+ * process's list of attachments (for fork()).
+ *
+ * Invariants:
+ *  1. A segment file either has no magic (being created, or half-made by a
+ *     creator that died: attach answers EBADSEG) or a complete header: create
+ *     reserves every byte (posix_fallocate), lays out slots, locks and arena,
+ *     and stores the magic last with a release store.
+ *  2. Attach trusts nothing it has not checked: the header is read with pread
+ *     and validated (magic, version, fingerprint, sizes, and a layout
+ *     recomputed from them) against the file's real size before it is mapped.
+ *  3. A creator holds a write lock on byte PDSHM_OFD_INIT while it builds the
+ *     segment; attach waits for it, so a racing attach sees a finished header.
+ *  4. fork(): the child closes every inherited segment descriptor (so it does
+ *     not keep its parent's slot alive) and bumps pdshm__forkgen, which makes
+ *     every inherited handle answer PDSHM_EFORKED without touching the mapping.
+ */
+#include "config.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jemalloc/jemalloc.h>
+
+#include "internal.h"
+
+#define SEG_PREFIX "/pdshm."
+#define SEG_ARENA_MIN (256u << 10) /* smallest arena a segment may have      */
+#define SEG_INIT_WAIT_MS 2000      /* how long attach waits for a creator     */
+#define SEG_LOCK_BYTES (16u << 10) /* default: one robust lock per 16 KiB     */
+
+_Atomic uint64_t pdshm__forkgen;
+
+/* ---- names and options ---------------------------------------------------- */
+
+static int seg_path(const char *name, char *path, size_t cap) {
+  if (!name || !*name) return pdshm__fail(PDSHM_EINVAL, "empty segment name");
+  size_t n = strlen(name);
+  if (n > PDSHM_SEG_NAME_MAX)
+    return pdshm__fail(PDSHM_ENAMETOOLONG, "segment name of %zu bytes (at most %d)", n,
+                       PDSHM_SEG_NAME_MAX);
+  if (!strcmp(name, ".") || !strcmp(name, ".."))
+    return pdshm__fail(PDSHM_EINVAL, "segment name \"%s\" is reserved", name);
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)name[i];
+    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '.' || c == '_' || c == '-';
+    if (!ok)
+      return pdshm__fail(PDSHM_EINVAL, "segment name has byte 0x%02x at %zu: use [A-Za-z0-9._-]",
+                         c, i);
+  }
+  snprintf(path, cap, SEG_PREFIX "%s", name);
+  return 0;
+}
+
+struct seg_geometry {
+  uint64_t size, slots_off, locks_off, arena_off;
+  uint32_t max_procs, max_locks;
+};
+
+static uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+/* Where everything goes, from the three numbers the header records. */
+static int seg_geometry(uint64_t size, uint32_t procs, uint32_t locks, struct seg_geometry *g) {
+  g->size = size;
+  g->max_procs = procs;
+  g->max_locks = locks;
+  g->slots_off = round_up(sizeof(struct pdshm_hdr), PDSHM_REGION_ALIGN);
+  g->locks_off = round_up(g->slots_off + (uint64_t)procs * sizeof(struct pdshm_slot),
+                          PDSHM_REGION_ALIGN);
+  g->arena_off = round_up(g->locks_off + (uint64_t)locks * sizeof(struct pdshm_lock),
+                          PDSHM_REGION_ALIGN);
+  if (g->arena_off + SEG_ARENA_MIN > size)
+    return pdshm__fail(PDSHM_EINVAL,
+                       "%llu bytes cannot hold %u process slots, %u locks and a %u KiB arena",
+                       (unsigned long long)size, procs, locks, SEG_ARENA_MIN >> 10);
+  return 0;
+}
+
+static int seg_options(const pdshm_options *o, struct seg_geometry *g, unsigned *mode) {
+  uint64_t size = o && o->size ? o->size : PDSHM_SIZE_DEFAULT;
+  unsigned procs = o && o->max_procs ? o->max_procs : PDSHM_PROCS_DEFAULT;
+  unsigned flags = o ? o->flags : 0;
+  *mode = o && o->mode ? o->mode : 0600;
+  if (size < PDSHM_SIZE_MIN || size > PDSHM_SIZE_MAX)
+    return pdshm__fail(PDSHM_EINVAL, "size %llu is outside [%llu, %llu]",
+                       (unsigned long long)size, PDSHM_SIZE_MIN, PDSHM_SIZE_MAX);
+  if (procs > PDSHM_PROCS_MAX)
+    return pdshm__fail(PDSHM_EINVAL, "max_procs %u exceeds %u", procs, PDSHM_PROCS_MAX);
+  if (*mode & ~0777u) return pdshm__fail(PDSHM_EINVAL, "mode %#o has bits beyond 0777", *mode);
+  if (flags) return pdshm__fail(PDSHM_EINVAL, "flags %#x do not apply to create", flags);
+  size = round_up(size, PDSHM_REGION_ALIGN);
+  uint64_t locks = size / SEG_LOCK_BYTES;
+  locks = locks < 1024 ? 1024 : locks > PDSHM_LOCKS_MAX ? PDSHM_LOCKS_MAX : locks;
+  if (o && o->max_locks) locks = o->max_locks;
+  if (locks < PDSHM_LOCKS_MIN || locks > PDSHM_LOCKS_MAX)
+    return pdshm__fail(PDSHM_EINVAL, "max_locks %llu is outside [%u, %u]",
+                       (unsigned long long)locks, PDSHM_LOCKS_MIN, PDSHM_LOCKS_MAX);
+  return seg_geometry(size, procs, (uint32_t)locks, g);
+}
+
+/* ---- the layout fingerprint ------------------------------------------------- */
+
+static uint64_t fnv1a(uint64_t h, uint64_t v) {
+  for (int i = 0; i < 8; i++, v >>= 8) h = (h ^ (v & 0xff)) * 0x100000001b3ull;
+  return h;
+}
+
+uint64_t pdshm__layout_fingerprint(void) {
+  const uint64_t facts[] = {
+      PDSHM_LAYOUT_VERSION, sizeof(struct pdshm_hdr), sizeof(struct pdshm_slot),
+      sizeof(struct pdshm_lane), sizeof(struct pdshm_journal), sizeof(struct pdshm_lock),
+      sizeof(struct pdshm_blk), sizeof(struct pdshm_heap), sizeof(pthread_mutex_t),
+      offsetof(struct pdshm_hdr, poisoned), offsetof(struct pdshm_hdr, heap),
+      offsetof(struct pdshm_lock, alloc), offsetof(struct pdshm_slot, lane),
+      PDSHM_NCLASSES, PDSHM_NBINS, PDSHM_LANES, PDSHM_J_REDO, PDSHM_J_BLOCKS, PDSHM_ALIGN,
+      _Alignof(struct pdshm_slot), 0x0102030405060708ull /* byte order */};
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < sizeof facts / sizeof facts[0]; i++) h = fnv1a(h, facts[i]);
+  return h;
+}
+
+uint64_t pdshm__now_ns(int clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the process's attachments, for fork() -------------------------------- */
+
+static pthread_mutex_t seg_list_mu = PTHREAD_MUTEX_INITIALIZER;
+static pdshm_seg *seg_list;
+static pthread_once_t seg_once = PTHREAD_ONCE_INIT;
+
+static void seg_atfork_prepare(void) { pthread_mutex_lock(&seg_list_mu); }
+static void seg_atfork_parent(void) { pthread_mutex_unlock(&seg_list_mu); }
+
+/* The child must not keep its parent's slots alive: OFD locks belong to the
+ * open file description, which the inherited descriptors share. */
+static void seg_atfork_child(void) {
+  atomic_fetch_add(&pdshm__forkgen, 1);
+  for (pdshm_seg *s = seg_list; s; s = s->next) {
+    if (s->fd >= 0) close(s->fd);
+    s->fd = -1;
+  }
+  pthread_mutex_unlock(&seg_list_mu);
+}
+
+static void seg_register_atfork(void) {
+  pthread_atfork(seg_atfork_prepare, seg_atfork_parent, seg_atfork_child);
+}
+
+static void seg_list_add(pdshm_seg *seg) {
+  pthread_mutex_lock(&seg_list_mu);
+  seg->next = seg_list;
+  seg_list = seg;
+  pthread_mutex_unlock(&seg_list_mu);
+}
+
+static void seg_list_remove(pdshm_seg *seg) {
+  pthread_mutex_lock(&seg_list_mu);
+  for (pdshm_seg **p = &seg_list; *p; p = &(*p)->next)
+    if (*p == seg) {
+      *p = seg->next;
+      break;
+    }
+  pthread_mutex_unlock(&seg_list_mu);
+}
+
+int pdshm__seg_usable(const pdshm_seg *seg) {
+  if (!seg) return pdshm__fail(PDSHM_EINVAL, "NULL segment handle");
+  if (seg->forkgen != atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed))
+    return pdshm__fail(PDSHM_EFORKED, "segment \"%s\" was attached by the parent process",
+                       seg->name);
+  return 0;
+}
+
+int pdshm__seg_writable(const pdshm_seg *seg) {
+  int rc = pdshm__seg_usable(seg);
+  if (rc) return rc;
+  if (seg->flags & PDSHM_RDONLY)
+    return pdshm__fail(PDSHM_EROFS, "segment \"%s\" is attached read-only", seg->name);
+  if (atomic_load_explicit(&seg->hdr->poisoned, memory_order_acquire))
+    return pdshm__fail(PDSHM_ENOTRECOVERABLE, "segment \"%s\" is poisoned", seg->name);
+  return 0;
+}
+
+/* ---- the private handle ------------------------------------------------------ */
+
+static pdshm_seg *seg_handle_new(const char *name, int fd, unsigned flags) {
+  pdshm_seg *seg = calloc(1, sizeof *seg);
+  if (!seg) return NULL;
+  seg->fd = fd;
+  seg->flags = flags;
+  seg->slot = PDSHM_NOSLOT;
+  seg->forkgen = atomic_load(&pdshm__forkgen);
+  snprintf(seg->name, sizeof seg->name, "%s", name);
+  pthread_mutex_init(&seg->reap_mu, NULL);
+  for (unsigned i = 0; i < PDSHM_LANES; i++) {
+    pthread_mutex_init(&seg->lanes[i].mu, NULL);
+    seg->lanes[i].index = i;
+  }
+  return seg;
+}
+
+static void seg_handle_free(pdshm_seg *seg) {
+  if (seg->base) munmap(seg->base, seg->size);
+  if (seg->fd >= 0) close(seg->fd);
+  pthread_mutex_destroy(&seg->reap_mu);
+  for (unsigned i = 0; i < PDSHM_LANES; i++) pthread_mutex_destroy(&seg->lanes[i].mu);
+  free(seg);
+}
+
+static int seg_map(pdshm_seg *seg, size_t size, int prot) {
+  void *p = mmap(NULL, size, prot, MAP_SHARED, seg->fd, 0);
+  if (p == MAP_FAILED) return pdshm__fail(-errno, "mmap of %zu bytes: %s", size, strerror(errno));
+  seg->base = p;
+  seg->hdr = p;
+  seg->size = size;
+  return 0;
+}
+
+/* ---- OFD byte locks ------------------------------------------------------------ */
+
+static int seg_ofd(int fd, int cmd, short type, off_t byte) {
+  struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = byte, .l_len = 1};
+  return fcntl(fd, cmd, &fl);
+}
+
+/* Waits (bounded) while a creator holds the init lock. */
+static void seg_wait_creator(int fd) {
+  for (int ms = 0; ms < SEG_INIT_WAIT_MS; ms++) {
+    struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = PDSHM_OFD_INIT,
+                       .l_len = 1};
+    if (fcntl(fd, F_OFD_GETLK, &fl) < 0 || fl.l_type == F_UNLCK) return;
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+}
+
+/* ---- create ------------------------------------------------------------------------ */
+
+static int seg_reserve(int fd, uint64_t size) {
+  int err = posix_fallocate(fd, 0, (off_t)size);
+  if (!err) return 0;
+  if (err == ENOSPC || err == EFBIG) {
+    struct statvfs vfs;
+    unsigned long long total = 0, avail = 0;
+    if (fstatvfs(fd, &vfs) == 0) {
+      total = (unsigned long long)vfs.f_blocks * vfs.f_frsize;
+      avail = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+    }
+    return pdshm__fail(PDSHM_ENOSPC,
+                       "/dev/shm cannot hold %llu MiB: it has %llu MiB free of %llu MiB "
+                       "(containers: raise --shm-size)",
+                       (unsigned long long)(size >> 20), avail >> 20, total >> 20);
+  }
+  return pdshm__fail(-err, "posix_fallocate: %s", strerror(err));
+}
+
+static void seg_init_header(pdshm_seg *seg, const struct seg_geometry *g) {
+  struct pdshm_hdr *h = seg->hdr;
+  h->layout_version = PDSHM_LAYOUT_VERSION;
+  h->hdr_bytes = sizeof *h;
+  h->fingerprint = pdshm__layout_fingerprint();
+  h->size = g->size;
+  h->max_procs = g->max_procs;
+  h->max_locks = g->max_locks;
+  h->page_size = (uint32_t)sysconf(_SC_PAGESIZE);
+  h->creator_uid = (uint32_t)geteuid();
+  h->creator_pid = (uint32_t)getpid();
+  h->slots_off = g->slots_off;
+  h->locks_off = g->locks_off;
+  h->arena_off = g->arena_off;
+  h->arena_end = g->size;
+  h->created_ns = pdshm__now_ns(CLOCK_REALTIME);
+  atomic_store(&h->id_counter, 1);
+}
+
+/* Everything but the magic; the caller stores the magic last. */
+static int seg_build(pdshm_seg *seg, const struct seg_geometry *g) {
+  int rc = seg_reserve(seg->fd, g->size);
+  if (rc) return rc;
+  if ((rc = seg_map(seg, g->size, PROT_READ | PROT_WRITE))) return rc;
+  seg_init_header(seg, g);
+  pdshm__lock_init_table(seg);
+  pdshm__heap_init(seg);
+  return pdshm__slot_claim_own(seg);
+}
+
+static void seg_publish_magic(struct pdshm_hdr *h) {
+  uint64_t magic;
+  memcpy(&magic, PDSHM_MAGIC, sizeof magic);
+  __atomic_store_n((uint64_t *)(void *)h->magic, magic, __ATOMIC_RELEASE);
+}
+
+PDSHM_API int pdshm_create(const char *name, const pdshm_options *o, pdshm_seg **out) {
+  char path[PDSHM_SEG_NAME_MAX + 16];
+  struct seg_geometry g;
+  unsigned mode;
+  int rc;
+  pdshm__fail_clear();
+  if (!out) return pdshm__fail(PDSHM_EINVAL, "NULL out pointer");
+  *out = NULL;
+  if ((rc = seg_path(name, path, sizeof path)) || (rc = seg_options(o, &g, &mode))) return rc;
+  pthread_once(&seg_once, seg_register_atfork);
+  int fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) return pdshm__fail(-errno, "shm_open %s: %s", path, strerror(errno));
+  pdshm_seg *seg = seg_handle_new(name, fd, 0);
+  if (!seg) {
+    rc = pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+    close(fd);
+    goto fail_unlink;
+  }
+  if (seg_ofd(fd, F_OFD_SETLK, F_WRLCK, PDSHM_OFD_INIT) < 0 || fchmod(fd, mode) < 0) {
+    rc = pdshm__fail(-errno, "preparing %s: %s", path, strerror(errno));
+    goto fail;
+  }
+  if ((rc = seg_build(seg, &g))) goto fail;
+  seg_publish_magic(seg->hdr);
+  seg_ofd(fd, F_OFD_SETLK, F_UNLCK, PDSHM_OFD_INIT);
+  seg_list_add(seg);
+  *out = seg;
+  return 0;
+fail:
+  seg_handle_free(seg);
+fail_unlink:
+  shm_unlink(path);
+  return rc;
+}
+
+/* ---- attach ------------------------------------------------------------------------ */
+
+static int seg_check_owner(const struct stat *st, unsigned flags, const char *path) {
+  if (flags & PDSHM_SHARED_USERS) return 0;
+  if (st->st_uid != geteuid())
+    return pdshm__fail(PDSHM_EACCES, "%s belongs to uid %u (pass PDSHM_SHARED_USERS to trust it)",
+                       path, (unsigned)st->st_uid);
+  if (st->st_mode & 022)
+    return pdshm__fail(PDSHM_EACCES,
+                       "%s is writable by group or others (mode %03o; pass PDSHM_SHARED_USERS)",
+                       path, (unsigned)(st->st_mode & 0777));
+  return 0;
+}
+
+/* Invariant 2: the header, as read from the file, describes this file. */
+static int seg_validate(const struct pdshm_hdr *h, uint64_t file_size) {
+  struct seg_geometry g;
+  if (memcmp(h->magic, PDSHM_MAGIC, PDSHM_MAGIC_LEN))
+    return pdshm__fail(PDSHM_EBADSEG, "no pdshm magic (not a segment, or its creator died)");
+  if (h->layout_version != PDSHM_LAYOUT_VERSION || h->hdr_bytes != sizeof *h)
+    return pdshm__fail(PDSHM_EBADSEG, "layout version %u, this library reads %u",
+                       h->layout_version, PDSHM_LAYOUT_VERSION);
+  if (h->fingerprint != pdshm__layout_fingerprint())
+    return pdshm__fail(PDSHM_EBADSEG, "layout fingerprint differs (built with another ABI)");
+  if (h->size != file_size)
+    return pdshm__fail(PDSHM_EBADSEG, "header says %llu bytes, the file has %llu",
+                       (unsigned long long)h->size, (unsigned long long)file_size);
+  if (h->size % PDSHM_REGION_ALIGN || h->max_procs == 0 || h->max_procs > PDSHM_PROCS_MAX ||
+      h->max_locks < PDSHM_LOCKS_MIN || h->max_locks > PDSHM_LOCKS_MAX ||
+      seg_geometry(h->size, h->max_procs, h->max_locks, &g) || g.slots_off != h->slots_off ||
+      g.locks_off != h->locks_off || g.arena_off != h->arena_off || h->arena_end != h->size)
+    return pdshm__fail(PDSHM_EBADSEG, "header geometry is inconsistent");
+  return 0;
+}
+
+static int seg_read_header(int fd, struct pdshm_hdr *h, struct stat *st) {
+  for (int tries = 0;; tries++) {
+    if (fstat(fd, st) < 0) return pdshm__fail(-errno, "fstat: %s", strerror(errno));
+    if ((uint64_t)st->st_size >= sizeof *h) break;
+    /* A creator that has opened the file but not yet locked it: give it time. */
+    if (tries >= 100)
+      return pdshm__fail(PDSHM_EBADSEG, "file has %lld bytes, less than a header",
+                         (long long)st->st_size);
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+    seg_wait_creator(fd);
+  }
+  ssize_t n = pread(fd, h, sizeof *h, 0);
+  if (n != (ssize_t)sizeof *h) return pdshm__fail(PDSHM_EIO, "short read of the header");
+  return 0;
+}
+
+static int seg_open_existing(const char *path, unsigned flags, struct stat *st, int *fdp) {
+  int fd = shm_open(path, (flags & PDSHM_RDONLY ? O_RDONLY : O_RDWR) | O_CLOEXEC, 0);
+  if (fd < 0) return pdshm__fail(-errno, "shm_open %s: %s", path, strerror(errno));
+  seg_wait_creator(fd);
+  struct pdshm_hdr h;
+  int rc = seg_read_header(fd, &h, st);
+  if (!rc) rc = seg_check_owner(st, flags, path);
+  if (!rc) rc = seg_validate(&h, (uint64_t)st->st_size);
+  if (rc) {
+    close(fd);
+    return rc;
+  }
+  *fdp = fd;
+  return 0;
+}
+
+PDSHM_API int pdshm_attach(const char *name, const pdshm_options *o, pdshm_seg **out) {
+  char path[PDSHM_SEG_NAME_MAX + 16];
+  struct stat st;
+  int fd, rc;
+  pdshm__fail_clear();
+  if (!out) return pdshm__fail(PDSHM_EINVAL, "NULL out pointer");
+  *out = NULL;
+  unsigned flags = o ? o->flags : 0;
+  if (flags & ~(PDSHM_RDONLY | PDSHM_SHARED_USERS))
+    return pdshm__fail(PDSHM_EINVAL, "unknown attach flags %#x", flags);
+  if ((rc = seg_path(name, path, sizeof path))) return rc;
+  pthread_once(&seg_once, seg_register_atfork);
+  if ((rc = seg_open_existing(path, flags, &st, &fd))) return rc;
+  pdshm_seg *seg = seg_handle_new(name, fd, flags);
+  if (!seg) {
+    close(fd);
+    return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+  }
+  int prot = flags & PDSHM_RDONLY ? PROT_READ : PROT_READ | PROT_WRITE;
+  rc = seg_map(seg, (size_t)st.st_size, prot);
+  if (!rc && !(flags & PDSHM_RDONLY)) rc = pdshm__slot_claim_own(seg);
+  if (rc) {
+    seg_handle_free(seg);
+    return rc;
+  }
+  seg_list_add(seg);
+  *out = seg;
+  return 0;
+}
+
+/* ---- detach, unlink ---------------------------------------------------------------- */
+
+PDSHM_API int pdshm_detach(pdshm_seg *seg) {
+  if (!seg) return pdshm__fail(PDSHM_EINVAL, "NULL segment handle");
+  pdshm__fail_clear();
+  int rc = pdshm__seg_usable(seg);
+  seg_list_remove(seg);
+  /* In a fork child the slot is the parent's: touch nothing, free the copy. */
+  if (!rc && seg->slot != PDSHM_NOSLOT) pdshm__slot_release_own(seg);
+  seg_handle_free(seg);
+  return rc;
+}
+
+PDSHM_API int pdshm_unlink(const char *name) {
+  char path[PDSHM_SEG_NAME_MAX + 16];
+  pdshm__fail_clear();
+  int rc = seg_path(name, path, sizeof path);
+  if (rc) return rc;
+  if (shm_unlink(path) < 0) return pdshm__fail(-errno, "shm_unlink %s: %s", path, strerror(errno));
+  return 0;
+}
