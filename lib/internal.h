@@ -21,6 +21,9 @@ struct pdshm_lane_ctx {
   pthread_mutex_t mu;          /* one thread at a time uses the lane           */
   struct pdshm_lane *rec;      /* in the segment                               */
   uint32_t index;
+  uint16_t tag;                /* owner tag its journals mark blocks with:     */
+                               /* our slot+1, or a dead slot's for its reaper  */
+  bool direct;                 /* a reaper's: frees go straight to the heap    */
 };
 
 /* This process's attachment (private memory, from jemalloc). */
@@ -89,6 +92,11 @@ int pdshm__j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uin
 /* pdshm__alloc, recorded so that a rollback frees the block. */
 int pdshm__j_alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsigned type,
                    pdshm_off_t *payload);
+/* Likewise for a block the slot keeps owning after the commit (handles). */
+int pdshm__j_alloc_keep(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsigned type,
+                        pdshm_off_t *payload);
+/* Begin when the caller already holds `lock` (hand-over-hand walks). */
+void pdshm__j_begin_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op);
 /* A word store applied at commit (absolute value: redo is idempotent). */
 void pdshm__j_set(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uint64_t val);
 /* A block freed at commit. */

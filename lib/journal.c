@@ -35,30 +35,60 @@
 
 static struct pdshm_journal *jrn(struct pdshm_lane_ctx *ln) { return &ln->rec->j; }
 
+static void jrn_arm(struct pdshm_journal *j, uint32_t op) {
+  j->op = op;
+  j->nredo = j->nnew = j->nold = 0;
+  j->cont = 0;
+  j->seq = 0;
+  atomic_store_explicit(&j->state, PDSHM_J_ARMED, memory_order_release);
+}
+
 int pdshm__j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op) {
   struct pdshm_journal *j = jrn(ln);
   assert(atomic_load(&j->state) == PDSHM_J_IDLE);
   atomic_store_explicit(&j->lock, lock, memory_order_relaxed);
   int rc = pdshm__lock(seg, lock);
   if (rc) return rc;
-  j->op = op;
-  j->nredo = j->nnew = j->nold = 0;
-  j->cont = 0;
-  j->seq = 0;
-  atomic_store_explicit(&j->state, PDSHM_J_ARMED, memory_order_release);
+  jrn_arm(j, op);
+  return 0;
+}
+
+/* Dying with `lock` held before ARMED leaves nothing to repair: IDLE journals
+ * are skipped, whatever their lock says. */
+void pdshm__j_begin_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op) {
+  struct pdshm_journal *j = jrn(ln);
+  (void)seg;
+  assert(atomic_load(&j->state) == PDSHM_J_IDLE);
+  atomic_store_explicit(&j->lock, lock, memory_order_relaxed);
+  jrn_arm(j, op);
+}
+
+/* newb entries are 16-aligned; bit 0 marks a block the slot keeps owning
+ * after the commit (a handle record): published nowhere, freed on rollback. */
+#define JRN_KEEP 1u
+
+static pdshm_off_t jrn_off(pdshm_off_t e) { return e & ~(pdshm_off_t)JRN_KEEP; }
+
+static int jrn_alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsigned type,
+                     pdshm_off_t *payload, pdshm_off_t keep) {
+  struct pdshm_journal *j = jrn(ln);
+  assert(j->nnew < PDSHM_J_BLOCKS);
+  int rc = pdshm__alloc(seg, ln, bytes, type, payload);
+  if (rc) return rc;
+  j->newb[j->nnew] = *payload | keep;
+  atomic_thread_fence(memory_order_release); /* entry before count */
+  j->nnew++;
   return 0;
 }
 
 int pdshm__j_alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsigned type,
                    pdshm_off_t *payload) {
-  struct pdshm_journal *j = jrn(ln);
-  assert(j->nnew < PDSHM_J_BLOCKS);
-  int rc = pdshm__alloc(seg, ln, bytes, type, payload);
-  if (rc) return rc;
-  j->newb[j->nnew] = *payload;
-  atomic_thread_fence(memory_order_release); /* entry before count */
-  j->nnew++;
-  return 0;
+  return jrn_alloc(seg, ln, bytes, type, payload, 0);
+}
+
+int pdshm__j_alloc_keep(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsigned type,
+                        pdshm_off_t *payload) {
+  return jrn_alloc(seg, ln, bytes, type, payload, JRN_KEEP);
 }
 
 void pdshm__j_set(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uint64_t val) {
@@ -75,7 +105,7 @@ void pdshm__j_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payl
   j->oldb[j->nold] = payload;
   atomic_thread_fence(memory_order_release);
   j->nold++;
-  pdshm__blk(seg, payload)->owner = seg->owner_tag;
+  pdshm__blk(seg, payload)->owner = ln->tag;
 }
 
 void pdshm__j_seq(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t seq) {
@@ -118,7 +148,8 @@ static void jrn_apply(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
     atomic_store_explicit(jrn_word(seg, j->redo[i].at), j->redo[i].val, memory_order_release);
   jrn_seq_even(seg, j);
   for (uint32_t i = 0; i < j->nnew && i < PDSHM_J_BLOCKS; i++)
-    if (jrn_marked(seg, j->newb[i], tag)) pdshm__blk(seg, j->newb[i])->owner = 0;
+    if (!(j->newb[i] & JRN_KEEP) && jrn_marked(seg, j->newb[i], tag))
+      pdshm__blk(seg, j->newb[i])->owner = 0;
   for (uint32_t i = 0; i < j->nold && i < PDSHM_J_BLOCKS; i++)
     if (jrn_marked(seg, j->oldb[i], tag)) pdshm__free(seg, ln, j->oldb[i]);
 }
@@ -127,7 +158,7 @@ static void jrn_apply(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
 static void jrn_rollback(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
                          struct pdshm_lane_ctx *ln) {
   for (uint32_t i = 0; i < j->nnew && i < PDSHM_J_BLOCKS; i++)
-    if (jrn_marked(seg, j->newb[i], tag)) pdshm__free(seg, ln, j->newb[i]);
+    if (jrn_marked(seg, jrn_off(j->newb[i]), tag)) pdshm__free(seg, ln, jrn_off(j->newb[i]));
   for (uint32_t i = 0; i < j->nold && i < PDSHM_J_BLOCKS; i++)
     if (jrn_marked(seg, j->oldb[i], tag)) pdshm__blk(seg, j->oldb[i])->owner = 0;
   jrn_seq_even(seg, j);
@@ -136,14 +167,14 @@ static void jrn_rollback(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
 void pdshm__j_commit(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_journal *j = jrn(ln);
   atomic_store_explicit(&j->state, PDSHM_J_COMMIT, memory_order_release); /* commit point */
-  jrn_apply(seg, j, seg->owner_tag, ln);
+  jrn_apply(seg, j, ln->tag, ln->direct ? NULL : ln);
   atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
   pdshm__unlock(seg, atomic_load_explicit(&j->lock, memory_order_relaxed));
 }
 
 void pdshm__j_abort(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_journal *j = jrn(ln);
-  jrn_rollback(seg, j, seg->owner_tag, ln);
+  jrn_rollback(seg, j, ln->tag, ln->direct ? NULL : ln);
   atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
   pdshm__unlock(seg, atomic_load_explicit(&j->lock, memory_order_relaxed));
 }
@@ -159,8 +190,10 @@ static int jrn_sane(pdshm_seg *seg, const struct pdshm_journal *j) {
     if (j->redo[i].at % 8 || j->redo[i].at < seg->hdr->slots_off || j->redo[i].at >= seg->size)
       return PDSHM_EBADSEG;
   const pdshm_off_t lo = seg->hdr->arena_off + PDSHM_BLK_HDR, hi = seg->hdr->arena_end;
-  for (uint32_t i = 0; i < j->nnew; i++)
-    if (j->newb[i] < lo || j->newb[i] >= hi || j->newb[i] % PDSHM_ALIGN) return PDSHM_EBADSEG;
+  for (uint32_t i = 0; i < j->nnew; i++) {
+    pdshm_off_t b = jrn_off(j->newb[i]);
+    if (b < lo || b >= hi || b % PDSHM_ALIGN) return PDSHM_EBADSEG;
+  }
   for (uint32_t i = 0; i < j->nold; i++)
     if (j->oldb[i] < lo || j->oldb[i] >= hi || j->oldb[i] % PDSHM_ALIGN) return PDSHM_EBADSEG;
   if (j->seq && (j->seq % 8 || j->seq >= seg->size)) return PDSHM_EBADSEG;

@@ -206,9 +206,22 @@ struct pdshm_journal {
   struct pdshm_redo redo[PDSHM_J_REDO];
 };
 
+/* Work that must survive the lane owner's death, resumed by its reaper
+ * (model.h, "Lifetime").  Written through the lane's journals, or by plain
+ * stores where model.h says a single store is the commit. */
+struct pdshm_lane_todo {
+  pdshm_off_t destroy;    /* a scope whose refs reached 0, being destroyed    */
+  pdshm_off_t next;       /* its parent, when that one's refs reached 0 too    */
+  uint64_t phase;         /* how far `destroy` has got: 1, 2 or 3              */
+  pdshm_off_t chain;      /* scopes taken off their parent's kid list whose
+                             link reference is still to be dropped, linked
+                             through their next_sib                           */
+};
+
 struct pdshm_lane {
   struct pdshm_cache_bin cache[PDSHM_NCLASSES]; /* the lane's thread only     */
   struct pdshm_journal j;
+  struct pdshm_lane_todo todo;
 };
 
 struct pdshm_slot {

@@ -157,7 +157,10 @@ static void proc_take(pdshm_seg *seg, uint32_t i) {
   slot->attach_ns = pdshm__now_ns(CLOCK_REALTIME);
   slot->proc_start = proc_start_time();
   atomic_fetch_add_explicit(&slot->epoch, 1, memory_order_relaxed);
-  for (unsigned k = 0; k < PDSHM_LANES; k++) seg->lanes[k].rec = &slot->lane[k];
+  for (unsigned k = 0; k < PDSHM_LANES; k++) {
+    seg->lanes[k].rec = &slot->lane[k];
+    seg->lanes[k].tag = seg->owner_tag;
+  }
   atomic_store_explicit(&slot->state, PDSHM_SLOT_LIVE, memory_order_release);
 }
 
