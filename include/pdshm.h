@@ -126,6 +126,113 @@ PDSHM_API int pdshm_attach(const char *name, const pdshm_options *o, pdshm_seg *
 PDSHM_API int pdshm_detach(pdshm_seg *seg);
 PDSHM_API int pdshm_unlink(const char *name);
 
+/* ---- Scopes ------------------------------------------------------------- */
+/*
+ * A pdshm_scope * is a handle that owns one reference; release it with
+ * pdshm_scope_release.  A scope lives while a handle, a child scope, or (for
+ * a named scope) its link in the parent references it:
+ *  - an anonymous scope (name NULL) is a process's local scope, reclaimed with
+ *    its variables and buffers when its last handle is released or its holder
+ *    dies;
+ *  - a named scope is published: it outlives its creator until it is unlinked
+ *    (pdshm_scope_unlink, or pdshm_scope_drop_kids on its parent; either
+ *    unlinks the whole named subtree) and its last handle is gone.  Its parent
+ *    must be the root or a linked named scope.
+ * Names: 1 to PDSHM_NAME_MAX bytes, no '/' in scope names.
+ */
+typedef struct pdshm_scope pdshm_scope;
+typedef struct pdshm_var pdshm_var; /* lives in the segment; borrowed          */
+typedef struct { uint64_t off, gen; } pdshm_varref; /* weak                      */
+
+/* The global scope.  EROFS on a read-only attachment. */
+PDSHM_API int pdshm_root(pdshm_seg *seg, pdshm_scope **out);
+/* A child of parent.  EINVAL for a bad name, or a named child of an anonymous
+ * parent; ESTALE for a named child of an unlinked parent; EEXIST for a
+ * sibling of the same name; ENOMEM, ENOLCK. */
+PDSHM_API int pdshm_scope_new(pdshm_scope *parent, const char *name, pdshm_scope **out);
+/* The named scope at path ("params/fc") from the root; "" is the root.
+ * ENOENT, EINVAL (empty component), ENAMETOOLONG. */
+PDSHM_API int pdshm_scope_open(pdshm_seg *seg, const char *path, pdshm_scope **out);
+PDSHM_API int pdshm_scope_dup(pdshm_scope *s, pdshm_scope **out);
+/* Drops the handle's reference and frees the handle, also on error. */
+PDSHM_API int pdshm_scope_release(pdshm_scope *s);
+/* A new handle on the parent; ENOENT at the root. */
+PDSHM_API int pdshm_scope_parent(pdshm_scope *s, pdshm_scope **out);
+/* Unlinks the named child (and its named subtree); ENOENT. */
+PDSHM_API int pdshm_scope_unlink(pdshm_scope *parent, const char *name);
+/* Unlinks every child: they can no longer be opened or listed; handles that
+ * others hold stay usable until released.  The scope's variables stay. */
+PDSHM_API int pdshm_scope_drop_kids(pdshm_scope *s);
+/* The scope's name, "" for an anonymous one or the root. */
+PDSHM_API const char *pdshm_scope_name(const pdshm_scope *s);
+
+/* ---- Variables ---------------------------------------------------------- */
+/*
+ * A pdshm_var * stays valid until that variable is erased or its scope dies;
+ * don't keep it.  Lookups take no lock and write nothing shared: they return
+ * a variable that was, at some instant during the call, the one of that name.
+ */
+/* Gets the local variable of that name, or creates it (shadowing a parent's). */
+PDSHM_API int pdshm_var_get(pdshm_scope *s, const char *name, pdshm_var **out);
+/* Creates it; EEXIST when the scope already has one of that name. */
+PDSHM_API int pdshm_var_create(pdshm_scope *s, const char *name, pdshm_var **out);
+/* Creates one under a generated name, never reused, never colliding. */
+PDSHM_API int pdshm_var_new(pdshm_scope *s, pdshm_var **out);
+/* Erases the scope's own variable (ENOENT when not local). */
+PDSHM_API int pdshm_var_erase(pdshm_scope *s, const char *name);
+/* Renames the scope's own variable, keeping the object; ENOENT, EEXIST. */
+PDSHM_API int pdshm_var_rename(pdshm_scope *s, const char *from, const char *to);
+/* The nearest variable of that name up the parent chain, or NULL. */
+PDSHM_API pdshm_var *pdshm_find_var(pdshm_scope *s, const char *name);
+/* The scope's own variable of that name, or NULL. */
+PDSHM_API pdshm_var *pdshm_find_local_var(pdshm_scope *s, const char *name);
+/* Calls fn for each of the scope's own variables (with that label unless
+ * label is NULL) until fn returns nonzero, which is then returned. */
+PDSHM_API int pdshm_scope_foreach_var(pdshm_scope *s, const char *label,
+                                      int (*fn)(pdshm_var *v, void *arg), void *arg);
+
+PDSHM_API const char *pdshm_var_name(const pdshm_var *v);
+/* label NULL or "" clears it. */
+PDSHM_API int pdshm_var_set_label(pdshm_var *v, const char *label);
+PDSHM_API const char *pdshm_var_label(const pdshm_var *v); /* "" when none */
+/* Operators reading / writing the variable (a set: adding twice is a no-op). */
+PDSHM_API int pdshm_var_add_reader(pdshm_var *v, const char *op);
+PDSHM_API int pdshm_var_add_writer(pdshm_var *v, const char *op);
+/* Fills ops[0..cap) and returns the count (which may exceed cap). */
+PDSHM_API int pdshm_var_readers(const pdshm_var *v, const char **ops, int cap);
+PDSHM_API int pdshm_var_writers(const pdshm_var *v, const char **ops, int cap);
+/* A robust lock, shared (exclusive == 0) or exclusive; a holder's death
+ * releases it.  EDEADLK when this thread already holds it. */
+PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive);
+PDSHM_API int pdshm_var_unlock(pdshm_var *v); /* EPERM when not held */
+/* Bumped by resize and by each unlock of an exclusive lock. */
+PDSHM_API uint64_t pdshm_var_version(const pdshm_var *v);
+PDSHM_API pdshm_varref pdshm_var_ref(const pdshm_var *v);
+/* The variable, or NULL once it was erased or its scope died. */
+PDSHM_API pdshm_var *pdshm_varref_get(pdshm_seg *seg, pdshm_varref r);
+
+/* ---- Tensors ------------------------------------------------------------ */
+#define PDSHM_NDIM_MAX 8
+#define PDSHM_TENSOR_ALIGN 64 /* bytes: alignment of every tensor's data */
+
+typedef enum { PDSHM_BOOL, PDSHM_U8, PDSHM_I8, PDSHM_I16, PDSHM_I32, PDSHM_I64,
+               PDSHM_F16, PDSHM_BF16, PDSHM_F32, PDSHM_F64 } pdshm_dtype;
+
+/* Makes v a tensor of that dtype and shape (ndim 0..PDSHM_NDIM_MAX, each dim
+ * >= 0; a zero dim gives 0 bytes); data contents are unspecified afterwards.
+ * EINVAL, EOVERFLOW, ENOMEM; a failure changes nothing. */
+PDSHM_API int pdshm_tensor_resize(pdshm_var *v, pdshm_dtype dt, int ndim, const int64_t *dims);
+PDSHM_API void *pdshm_tensor_data(const pdshm_var *v);     /* NULL unless a tensor */
+PDSHM_API int pdshm_tensor_dtype(const pdshm_var *v);      /* or PDSHM_ETYPE */
+PDSHM_API int pdshm_tensor_ndim(const pdshm_var *v);       /* or PDSHM_ETYPE */
+PDSHM_API const int64_t *pdshm_tensor_dims(const pdshm_var *v); /* NULL unless a tensor */
+PDSHM_API size_t pdshm_tensor_nbytes(const pdshm_var *v);  /* 0 unless a tensor */
+PDSHM_API size_t pdshm_dtype_size(pdshm_dtype dt);         /* 0 for an unknown one */
+
+/* "prefix-N", N unique across every process of the segment.  ERANGE when cap
+ * is too small; ENAMETOOLONG for an over-long prefix. */
+PDSHM_API int pdshm_unique_name(pdshm_seg *seg, const char *prefix, char *buf, size_t cap);
+
 /* ---- Statistics, reaping ---------------------------------------------- */
 typedef struct pdshm_stats {
   uint64_t size, used, free;        /* bytes of the arena                     */

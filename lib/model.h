@@ -86,6 +86,7 @@ enum pdshm_value_type { PDSHM_V_NONE = 0, PDSHM_V_TENSOR = 1 };
 struct pdshm_var_rec {
   uint32_t magic;          /* PDSHM_VAR_MAGIC                                   */
   uint32_t pad;
+  pdshm_off_t self;        /* this record's own offset: pdshm_var * -> base     */
   uint64_t gen;            /* incarnation, from hdr->id_counter; immutable      */
   pdshm_off_t scope;       /* owning scope record; immutable                    */
   pdshm_off_t name;        /* NAME block (rename replaces it); scope lock, seq  */
@@ -106,6 +107,13 @@ struct pdshm_var_rec {
    * in HOLD blocks so that a reaper can give back a dead reader's share. */
   uint64_t lk_readers;     /* shared holders; var lock                          */
   uint64_t lk_wwait;       /* writers waiting for readers to drain; var lock    */
+};
+
+/* A NAME block: a name or label, NUL-terminated, never changed once
+ * published (rename and set_label replace the block). */
+struct pdshm_name {
+  uint64_t len;            /* bytes before the NUL                              */
+  char s[];
 };
 
 /* What a process holds, in blocks it owns (owner = slot+1, never published):

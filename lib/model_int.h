@@ -1,0 +1,92 @@
+/*
+ * model_int.h - what the seed model's modules (names, table, scope, var,
+ * tensor, varlock) say to each other and to the reaper.
+ */
+#ifndef PDSHM_MODEL_INT_H
+#define PDSHM_MODEL_INT_H
+
+#include "internal.h"
+#include "model.h"
+
+/* A scope handle: one HANDLE record in the segment, one reference. */
+struct pdshm_scope {
+  pdshm_seg *seg;
+  pdshm_off_t rec;             /* the scope record                           */
+  pdshm_off_t handle;          /* our HANDLE block                           */
+  struct pdshm_scope *next, *prev; /* the attachment's handles (detach)      */
+};
+
+/* What a journal is doing, for reports. */
+enum pdshm_op {
+  PDSHM_OP_NONE, PDSHM_OP_HANDLE, PDSHM_OP_UNHANDLE, PDSHM_OP_SCOPE_NEW, PDSHM_OP_UNLINK,
+  PDSHM_OP_DESTROY, PDSHM_OP_VAR_NEW, PDSHM_OP_VAR_ERASE, PDSHM_OP_VAR_RENAME,
+  PDSHM_OP_VAR_SET, PDSHM_OP_RESIZE, PDSHM_OP_VARLOCK
+};
+
+static inline struct pdshm_scope_rec *pdshm__scope_at(const pdshm_seg *seg, pdshm_off_t off) {
+  return PDSHM_AT(seg->base, off, struct pdshm_scope_rec);
+}
+static inline struct pdshm_var_rec *pdshm__var_at(const pdshm_seg *seg, pdshm_off_t off) {
+  return PDSHM_AT(seg->base, off, struct pdshm_var_rec);
+}
+static inline pdshm_off_t pdshm__off(const pdshm_seg *seg, const void *p) {
+  return (pdshm_off_t)((const uint8_t *)p - seg->base);
+}
+/* The offset of a field of a record in the segment, for journal stores. */
+#define PDSHM_FOFF(seg, rec, field) pdshm__off((seg), &(rec)->field)
+
+/* ---- names.c ---- */
+/* 0, EINVAL (NULL, empty, '/' in a scope name) or ENAMETOOLONG; *len set. */
+int pdshm__name_check(const char *name, bool scope, size_t *len);
+uint64_t pdshm__hash(const char *s, size_t n);
+/* A journaled NAME block holding s[0..len). */
+int pdshm__name_new(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const char *s, size_t len,
+                    pdshm_off_t *out);
+/* NULL unless off is a plausible NAME payload inside the arena. */
+const struct pdshm_name *pdshm__name_at(const pdshm_seg *seg, pdshm_off_t off);
+
+/* ---- table.c ---- */
+/* Lock-free lookup (seqlock): the variable of that name at some instant of
+ * the call, or 0.  Writes nothing shared unless a writer died mid-update. */
+pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
+                              size_t len, uint64_t hash);
+/* With x's lock held: the entry index of that name, or -1. */
+int64_t pdshm__table_find_locked(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
+                                 size_t len, uint64_t hash);
+/* Journaled insert of variable v (x's lock held; the name is not there). */
+int pdshm__table_insert(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
+                        pdshm_off_t v, uint64_t hash);
+/* Journaled move of entry i's variable to a new name's hash (rename). */
+int pdshm__table_move(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
+                      int64_t i, uint64_t hash);
+/* Journaled removal of entry i. */
+void pdshm__table_remove(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
+                         int64_t i);
+struct pdshm_table_ent *pdshm__table_ent(pdshm_seg *seg, struct pdshm_scope_rec *x, int64_t i);
+/* A consistent copy of x's variables (offsets), lock-free; *vars from
+ * pdshm__zalloc.  0, ENOMEM. */
+int pdshm__table_snapshot(pdshm_seg *seg, struct pdshm_scope_rec *x, pdshm_off_t **vars,
+                          size_t *n);
+
+/* ---- scope.c ---- */
+int pdshm__scope_init_root(pdshm_seg *seg);
+/* Runs the lane's todo queue (destructions, unlink chains) to the end. */
+int pdshm__todo_run(pdshm_seg *seg, struct pdshm_lane_ctx *ln);
+/* Drops the reference HANDLE block h holds (its owner is ln->tag). */
+int pdshm__handle_drop(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h);
+/* Detach: releases every private handle of the attachment. */
+void pdshm__scope_free_handles(pdshm_seg *seg);
+
+/* ---- var.c ---- */
+/* The blocks a variable owns (record first); returns how many. */
+unsigned pdshm__var_blocks(pdshm_seg *seg, pdshm_off_t v, pdshm_off_t out[8]);
+/* Destruction phase 2: frees the variable of entry e of an unreachable scope. */
+void pdshm__var_free_unreachable(pdshm_seg *seg, struct pdshm_lane_ctx *ln,
+                                 struct pdshm_table_ent *e);
+/* The writable attachment a variable pointer belongs to, or NULL (error set). */
+pdshm_seg *pdshm__var_seg(const pdshm_var *v, int *rc);
+
+/* ---- seg.c ---- */
+pdshm_seg *pdshm__seg_of(const void *p);
+
+#endif /* PDSHM_MODEL_INT_H */

@@ -1,0 +1,559 @@
+/*
+ * scope.c - scopes: the root, local and named scopes, handles, lifetime.
+ *
+ * Owns: struct pdshm_scope_rec and struct pdshm_handle_rec (model.h), the
+ * private struct pdshm_scope, and the lanes' todo queues.  model.h says which
+ * lock guards which field and how a scope is destroyed.
+ *
+ * Invariants:
+ *  1. x->refs == (HANDLE blocks naming x) + (scopes whose parent is x) +
+ *     x->linked.  Every change to it is one journal under x's lock.
+ *  2. A named scope is on its parent's kid list while it can be opened; a
+ *     scope off the list with linked == 1 sits on some lane's todo chain.
+ *  3. refs == 0 is final (nothing can name an unreachable scope) and puts the
+ *     scope on the todo of the lane that saw it, in the same journal.
+ *  4. A lane's todo queue is empty when its operation returns, except after a
+ *     death, when the reaper (acting as the dead slot) runs it to the end.
+ *
+ * Locks are taken parent first: open by path walks hand over hand; nothing
+ * here holds two scope locks except that walk and the kid-to-handle step.
+ */
+#include "config.h"
+
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "model_int.h"
+
+#define SCOPE_KIDS_MAX (1ull << 32) /* bound on any kid-list walk */
+
+static struct pdshm_scope_rec *SC(const pdshm_seg *seg, pdshm_off_t off) {
+  return pdshm__scope_at(seg, off);
+}
+
+/* ---- the root ------------------------------------------------------------------ */
+
+int pdshm__scope_init_root(pdshm_seg *seg) {
+  struct pdshm_lane_ctx *ln = &seg->lanes[0];
+  uint32_t lk;
+  pdshm_off_t off;
+  int rc = pdshm__lock_claim(seg, PDSHM_LK_SCOPE, 0, &lk);
+  if (!rc) rc = pdshm__alloc(seg, ln, sizeof(struct pdshm_scope_rec), PDSHM_T_SCOPE, &off);
+  if (rc) return rc;
+  struct pdshm_scope_rec *r = SC(seg, off);
+  memset(r, 0, sizeof *r);
+  r->magic = PDSHM_SCOPE_MAGIC;
+  r->flags = PDSHM_SF_ROOT;
+  r->id = atomic_fetch_add(&seg->hdr->id_counter, 1);
+  r->lock = lk;
+  r->refs = 1; /* the segment's own: the root never dies */
+  r->linked = 1;
+  r->creator_pid = (uint32_t)getpid();
+  r->created_ns = pdshm__now_ns(CLOCK_REALTIME);
+  pdshm__lockent(seg, lk)->guards = off;
+  atomic_store(&pdshm__lockent(seg, lk)->alloc, PDSHM_LOCK_PUBLISHED);
+  pdshm__blk(seg, off)->owner = 0;
+  seg->hdr->root = off;
+  return 0;
+}
+
+/* ---- private handles --------------------------------------------------------------- */
+
+static pthread_mutex_t scope_list_mu = PTHREAD_MUTEX_INITIALIZER;
+static pdshm_scope *scope_list; /* every live private handle of the process */
+
+static pdshm_scope *scope_priv_new(pdshm_seg *seg) {
+  pdshm_scope *h = pdshm__zalloc(sizeof *h);
+  if (h) h->seg = seg;
+  return h;
+}
+
+static void scope_priv_link(pdshm_scope *h) {
+  pthread_mutex_lock(&scope_list_mu);
+  h->next = scope_list;
+  h->prev = NULL;
+  if (scope_list) scope_list->prev = h;
+  scope_list = h;
+  pthread_mutex_unlock(&scope_list_mu);
+}
+
+static void scope_priv_free(pdshm_scope *h) {
+  pthread_mutex_lock(&scope_list_mu);
+  if (h->prev) h->prev->next = h->next;
+  else if (scope_list == h) scope_list = h->next;
+  if (h->next) h->next->prev = h->prev;
+  pthread_mutex_unlock(&scope_list_mu);
+  pdshm__xfree(h);
+}
+
+/* Detach: the shared references were dropped by the slot release; free the
+ * private handles that pointed into this attachment. */
+void pdshm__scope_free_handles(pdshm_seg *seg) {
+  pthread_mutex_lock(&scope_list_mu);
+  for (pdshm_scope *h = scope_list, *next; h; h = next) {
+    next = h->next;
+    if (h->seg != seg) continue;
+    if (h->prev) h->prev->next = h->next;
+    else scope_list = h->next;
+    if (h->next) h->next->prev = h->prev;
+    pdshm__xfree(h);
+  }
+  pthread_mutex_unlock(&scope_list_mu);
+}
+
+static int scope_usable(const pdshm_scope *h) {
+  if (!h) return pdshm__fail(PDSHM_EINVAL, "NULL scope handle");
+  return pdshm__seg_writable(h->seg);
+}
+
+/* ---- references ----------------------------------------------------------------- */
+
+/* Within a journal under x's lock: one more HANDLE record on x. */
+static int scope_handle_add(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x,
+                            pdshm_off_t *h) {
+  int rc = pdshm__j_alloc_keep(seg, ln, sizeof(struct pdshm_handle_rec), PDSHM_T_HANDLE, h);
+  if (rc) return rc;
+  struct pdshm_handle_rec *hr = PDSHM_AT(seg->base, *h, struct pdshm_handle_rec);
+  hr->scope = x;
+  hr->epoch = atomic_load(&pdshm__slot(seg, ln->tag - 1u)->epoch);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, SC(seg, x), refs), SC(seg, x)->refs + 1);
+  return 0;
+}
+
+/* Within a journal under x's lock: x loses one reference; invariant 3. */
+static void scope_unref(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
+  struct pdshm_scope_rec *r = SC(seg, x);
+  struct pdshm_lane_todo *t = &ln->rec->todo;
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, refs), r->refs - 1);
+  if (r->refs != 1) return;
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, dying), 1);
+  if (!t->destroy) {
+    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, destroy), x);
+    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), 1);
+  } else {
+    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, next), x);
+  }
+}
+
+/* A new private handle on x, taking x's lock (or with it held: `locked`). */
+static int scope_handle_new(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x,
+                            bool locked, pdshm_scope **out) {
+  pdshm_scope *h = scope_priv_new(seg);
+  int rc = h ? 0 : pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+  if (!rc && locked) pdshm__j_begin_locked(seg, ln, SC(seg, x)->lock, PDSHM_OP_HANDLE);
+  else if (!rc) rc = pdshm__j_begin(seg, ln, SC(seg, x)->lock, PDSHM_OP_HANDLE);
+  if (rc) {
+    pdshm__xfree(h);
+    if (locked) pdshm__unlock(seg, SC(seg, x)->lock);
+    return rc;
+  }
+  rc = scope_handle_add(seg, ln, x, &h->handle);
+  if (rc) {
+    pdshm__j_abort(seg, ln);
+    pdshm__xfree(h);
+    return rc;
+  }
+  pdshm__j_commit(seg, ln);
+  h->rec = x;
+  scope_priv_link(h);
+  *out = h;
+  return 0;
+}
+
+static bool handle_ok(pdshm_seg *seg, pdshm_off_t h, uint16_t tag) {
+  const struct pdshm_hdr *hd = seg->hdr;
+  if (h % PDSHM_ALIGN || h < hd->arena_off + PDSHM_BLK_HDR || h >= hd->arena_end) return false;
+  struct pdshm_blk *b = pdshm__blk(seg, h);
+  return pdshm__blk_state(atomic_load(&b->word)) == PDSHM_BLK_USED && b->owner == tag &&
+         b->type == PDSHM_T_HANDLE;
+}
+
+int pdshm__handle_drop(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h) {
+  if (!handle_ok(seg, h, ln->tag)) return pdshm__fail(PDSHM_EINVAL, "not a handle record");
+  pdshm_off_t x = PDSHM_AT(seg->base, h, struct pdshm_handle_rec)->scope;
+  int rc = pdshm__j_begin(seg, ln, SC(seg, x)->lock, PDSHM_OP_UNHANDLE);
+  if (rc) return rc;
+  pdshm__j_retire(seg, ln, h);
+  scope_unref(seg, ln, x);
+  pdshm__j_commit(seg, ln);
+  return pdshm__todo_run(seg, ln);
+}
+
+/* ---- kid lists (the parent's lock held) ------------------------------------------------ */
+
+static pdshm_off_t kid_find(pdshm_seg *seg, struct pdshm_scope_rec *p, const char *name,
+                            size_t len) {
+  uint64_t n = 0;
+  for (pdshm_off_t k = p->first_kid; k && n < SCOPE_KIDS_MAX; k = SC(seg, k)->next_sib, n++) {
+    const struct pdshm_name *nm = pdshm__name_at(seg, SC(seg, k)->name);
+    if (nm && nm->len == len && !memcmp(nm->s, name, len)) return k;
+  }
+  return 0;
+}
+
+/* Journaled: k off p's kid list. */
+static void kid_delist(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *p,
+                       pdshm_off_t k) {
+  struct pdshm_scope_rec *kr = SC(seg, k);
+  if (kr->prev_sib)
+    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, SC(seg, kr->prev_sib), next_sib), kr->next_sib);
+  else
+    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, p, first_kid), kr->next_sib);
+  if (kr->next_sib)
+    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, SC(seg, kr->next_sib), prev_sib), kr->prev_sib);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, kr, inlist), 0);
+}
+
+/* Journaled: a delisted named kid k goes on the lane's unlink chain. */
+static void kid_chain(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t k) {
+  struct pdshm_lane_todo *t = &ln->rec->todo;
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, SC(seg, k), next_sib), t->chain);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, chain), k);
+}
+
+/* ---- creating scopes ---------------------------------------------------------------------- */
+
+static int scope_check_parent(pdshm_seg *seg, struct pdshm_scope_rec *p, const char *name,
+                              size_t len) {
+  if (!name) return 0;
+  if (!(p->flags & (PDSHM_SF_ROOT | PDSHM_SF_NAMED)))
+    return pdshm__fail(PDSHM_EINVAL, "a named scope needs a named parent (or the root)");
+  if (!p->linked) return pdshm__fail(PDSHM_ESTALE, "the parent scope has been unlinked");
+  if (kid_find(seg, p, name, len))
+    return pdshm__fail(PDSHM_EEXIST, "the parent already has a scope named \"%s\"", name);
+  return 0;
+}
+
+/* Off to the side: the new scope's record, owned until the journal commits. */
+static int scope_build(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t p,
+                       const char *name, size_t len, uint32_t lk, pdshm_off_t *out) {
+  pdshm_off_t k, nm = 0;
+  int rc = pdshm__j_alloc(seg, ln, sizeof(struct pdshm_scope_rec), PDSHM_T_SCOPE, &k);
+  if (!rc && name) rc = pdshm__name_new(seg, ln, name, len, &nm);
+  if (rc) return rc;
+  struct pdshm_scope_rec *pr = SC(seg, p), *r = SC(seg, k);
+  memset(r, 0, sizeof *r);
+  r->magic = PDSHM_SCOPE_MAGIC;
+  r->flags = name ? PDSHM_SF_NAMED : 0;
+  r->id = atomic_fetch_add(&seg->hdr->id_counter, 1);
+  r->parent = p;
+  r->name = nm;
+  r->lock = lk;
+  r->depth = pr->depth + 1;
+  r->refs = name ? 1 : 0; /* the link; the handle adds one below */
+  r->linked = name ? 1 : 0;
+  r->inlist = 1;
+  r->next_sib = pr->first_kid;
+  r->creator_pid = (uint32_t)getpid();
+  r->creator_slot = ln->tag - 1u;
+  r->created_ns = pdshm__now_ns(CLOCK_REALTIME);
+  pdshm__lockent(seg, lk)->guards = k;
+  *out = k;
+  return 0;
+}
+
+/* Under p's journal: build k, link it first on p's list, take p's reference. */
+static int scope_create_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t p,
+                               const char *name, size_t len, uint32_t lk, pdshm_scope *h) {
+  struct pdshm_scope_rec *pr = SC(seg, p);
+  pdshm_off_t k;
+  int rc = scope_check_parent(seg, pr, name, len);
+  if (!rc) rc = scope_build(seg, ln, p, name, len, lk, &k);
+  if (!rc) rc = pdshm__j_alloc_keep(seg, ln, sizeof(struct pdshm_handle_rec), PDSHM_T_HANDLE,
+                                    &h->handle);
+  if (rc) return rc;
+  struct pdshm_handle_rec *hr = PDSHM_AT(seg->base, h->handle, struct pdshm_handle_rec);
+  hr->scope = k;
+  hr->epoch = atomic_load(&pdshm__slot(seg, ln->tag - 1u)->epoch);
+  SC(seg, k)->refs++;
+  if (pr->first_kid) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, SC(seg, pr->first_kid), prev_sib), k);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pr, first_kid), k);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pr, refs), pr->refs + 1);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pdshm__lockent(seg, lk), alloc), PDSHM_LOCK_PUBLISHED);
+  h->rec = k;
+  return 0;
+}
+
+static void lock_unclaim(pdshm_seg *seg, uint32_t lk) {
+  uint64_t mine = seg->owner_tag;
+  atomic_compare_exchange_strong(&pdshm__lockent(seg, lk)->alloc, &mine, PDSHM_LOCK_AVAILABLE);
+}
+
+PDSHM_API int pdshm_scope_new(pdshm_scope *parent, const char *name, pdshm_scope **out) {
+  size_t len = 0;
+  uint32_t lk;
+  pdshm__fail_clear();
+  int rc = scope_usable(parent);
+  if (rc) return rc;
+  if (!out) return pdshm__fail(PDSHM_EINVAL, "NULL out pointer");
+  if (name && (rc = pdshm__name_check(name, true, &len))) return rc;
+  pdshm_seg *seg = parent->seg;
+  pdshm_scope *h = scope_priv_new(seg);
+  if (!h) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+  if ((rc = pdshm__lock_claim(seg, PDSHM_LK_SCOPE, 0, &lk))) goto fail;
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
+  rc = pdshm__j_begin(seg, ln, SC(seg, parent->rec)->lock, PDSHM_OP_SCOPE_NEW);
+  if (!rc) {
+    rc = scope_create_locked(seg, ln, parent->rec, name, len, lk, h);
+    if (rc) pdshm__j_abort(seg, ln);
+    else pdshm__j_commit(seg, ln);
+  }
+  pdshm__lane_put(ln);
+  if (rc) lock_unclaim(seg, lk);
+fail:
+  if (rc) {
+    pdshm__xfree(h);
+    return rc;
+  }
+  scope_priv_link(h);
+  *out = h;
+  return 0;
+}
+
+PDSHM_API int pdshm_root(pdshm_seg *seg, pdshm_scope **out) {
+  pdshm__fail_clear();
+  int rc = pdshm__seg_writable(seg);
+  if (rc) return rc;
+  if (!out) return pdshm__fail(PDSHM_EINVAL, "NULL out pointer");
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
+  rc = scope_handle_new(seg, ln, seg->hdr->root, false, out);
+  pdshm__lane_put(ln);
+  return rc;
+}
+
+PDSHM_API int pdshm_scope_dup(pdshm_scope *s, pdshm_scope **out) {
+  pdshm__fail_clear();
+  int rc = scope_usable(s);
+  if (rc) return rc;
+  if (!out) return pdshm__fail(PDSHM_EINVAL, "NULL out pointer");
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(s->seg);
+  rc = scope_handle_new(s->seg, ln, s->rec, false, out);
+  pdshm__lane_put(ln);
+  return rc;
+}
+
+PDSHM_API int pdshm_scope_parent(pdshm_scope *s, pdshm_scope **out) {
+  pdshm__fail_clear();
+  int rc = scope_usable(s);
+  if (rc) return rc;
+  if (!out) return pdshm__fail(PDSHM_EINVAL, "NULL out pointer");
+  pdshm_off_t p = SC(s->seg, s->rec)->parent;
+  if (!p) return pdshm__fail(PDSHM_ENOENT, "the root has no parent");
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(s->seg);
+  rc = scope_handle_new(s->seg, ln, p, false, out);
+  pdshm__lane_put(ln);
+  return rc;
+}
+
+PDSHM_API int pdshm_scope_release(pdshm_scope *s) {
+  pdshm__fail_clear();
+  if (!s) return pdshm__fail(PDSHM_EINVAL, "NULL scope handle");
+  int rc = pdshm__seg_usable(s->seg);
+  if (!rc) {
+    struct pdshm_lane_ctx *ln = pdshm__lane_get(s->seg);
+    rc = pdshm__handle_drop(s->seg, ln, s->handle);
+    pdshm__lane_put(ln);
+  }
+  scope_priv_free(s);
+  return rc;
+}
+
+PDSHM_API const char *pdshm_scope_name(const pdshm_scope *s) {
+  if (!s || pdshm__seg_usable(s->seg)) return "";
+  const struct pdshm_name *nm = pdshm__name_at(s->seg, SC(s->seg, s->rec)->name);
+  return nm ? nm->s : "";
+}
+
+/* ---- open by path -------------------------------------------------------------------------- */
+
+/* The next '/'-separated component of *path; 0 at the end, or an error. */
+static int path_next(const char **path, const char **comp, size_t *len) {
+  const char *p = *path, *slash = strchr(p, '/');
+  size_t n = slash ? (size_t)(slash - p) : strlen(p);
+  if (n == 0) return pdshm__fail(PDSHM_EINVAL, "empty component in a scope path");
+  if (n > PDSHM_NAME_MAX) return pdshm__fail(PDSHM_ENAMETOOLONG, "path component too long");
+  *comp = p;
+  *len = n;
+  *path = slash ? slash + 1 : p + n;
+  return 0;
+}
+
+/* Hand over hand from the root; returns with the found scope's lock held. */
+static int scope_walk(pdshm_seg *seg, const char *path, pdshm_off_t *found) {
+  pdshm_off_t cur = seg->hdr->root;
+  int rc = pdshm__lock(seg, SC(seg, cur)->lock);
+  while (!rc && *path) {
+    const char *comp;
+    size_t len;
+    pdshm_off_t k = 0;
+    rc = path_next(&path, &comp, &len);
+    if (!rc && !(k = kid_find(seg, SC(seg, cur), comp, len)))
+      rc = pdshm__fail(PDSHM_ENOENT, "no scope \"%.*s\"", (int)len, comp);
+    if (!rc) rc = pdshm__lock(seg, SC(seg, k)->lock);
+    pdshm__unlock(seg, SC(seg, cur)->lock);
+    if (!rc) cur = k;
+    else return rc;
+  }
+  *found = cur;
+  return rc;
+}
+
+PDSHM_API int pdshm_scope_open(pdshm_seg *seg, const char *path, pdshm_scope **out) {
+  pdshm__fail_clear();
+  int rc = pdshm__seg_writable(seg);
+  if (rc) return rc;
+  if (!path || !out) return pdshm__fail(PDSHM_EINVAL, "NULL path or out pointer");
+  if (*path == '/') path++;
+  pdshm_off_t x;
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
+  rc = scope_walk(seg, path, &x);
+  if (!rc) rc = scope_handle_new(seg, ln, x, true, out);
+  pdshm__lane_put(ln);
+  return rc;
+}
+
+/* ---- unlinking ------------------------------------------------------------------------------ */
+
+PDSHM_API int pdshm_scope_unlink(pdshm_scope *parent, const char *name) {
+  size_t len;
+  pdshm__fail_clear();
+  int rc = scope_usable(parent);
+  if (!rc) rc = pdshm__name_check(name, true, &len);
+  if (rc) return rc;
+  pdshm_seg *seg = parent->seg;
+  struct pdshm_scope_rec *p = SC(seg, parent->rec);
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
+  rc = pdshm__j_begin(seg, ln, p->lock, PDSHM_OP_UNLINK);
+  if (!rc) {
+    pdshm_off_t k = kid_find(seg, p, name, len);
+    if (!k) {
+      rc = pdshm__fail(PDSHM_ENOENT, "no scope \"%s\" here", name);
+      pdshm__j_abort(seg, ln);
+    } else {
+      kid_delist(seg, ln, p, k);
+      kid_chain(seg, ln, k);
+      pdshm__j_commit(seg, ln);
+      rc = pdshm__todo_run(seg, ln);
+    }
+  }
+  pdshm__lane_put(ln);
+  return rc;
+}
+
+/* One kid off x's list (onto the chain when named); 1 when x had none. */
+static int drop_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x) {
+  int rc = pdshm__j_begin(seg, ln, x->lock, PDSHM_OP_UNLINK);
+  if (rc) return rc;
+  pdshm_off_t k = x->first_kid;
+  if (!k) {
+    pdshm__j_abort(seg, ln);
+    return 1;
+  }
+  kid_delist(seg, ln, x, k);
+  if (SC(seg, k)->flags & PDSHM_SF_NAMED) kid_chain(seg, ln, k);
+  pdshm__j_commit(seg, ln);
+  return pdshm__todo_run(seg, ln);
+}
+
+PDSHM_API int pdshm_scope_drop_kids(pdshm_scope *s) {
+  pdshm__fail_clear();
+  int rc = scope_usable(s);
+  if (rc) return rc;
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(s->seg);
+  while ((rc = drop_one(s->seg, ln, SC(s->seg, s->rec))) == 0) continue;
+  pdshm__lane_put(ln);
+  return rc == 1 ? 0 : rc;
+}
+
+/* ---- the todo queue: unlink chains and destruction -------------------------------------- */
+
+/* The chain's head h: move one of its named kids onto the chain, or, when it
+ * has none left, drop its link reference and pop it. */
+static int chain_step(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
+  struct pdshm_lane_todo *t = &ln->rec->todo;
+  pdshm_off_t h = t->chain;
+  struct pdshm_scope_rec *hr = SC(seg, h);
+  int rc = pdshm__j_begin(seg, ln, hr->lock, PDSHM_OP_UNLINK);
+  if (rc) return rc;
+  pdshm_off_t k = hr->first_kid;
+  uint64_t n = 0;
+  while (k && !(SC(seg, k)->flags & PDSHM_SF_NAMED) && n++ < SCOPE_KIDS_MAX)
+    k = SC(seg, k)->next_sib;
+  if (k) {
+    kid_delist(seg, ln, hr, k);
+    kid_chain(seg, ln, k);
+  } else {
+    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, chain), hr->next_sib);
+    if (hr->linked) {
+      pdshm__j_set(seg, ln, PDSHM_FOFF(seg, hr, linked), 0);
+      scope_unref(seg, ln, h);
+    }
+  }
+  pdshm__j_commit(seg, ln);
+  return 0;
+}
+
+/* Phase 1 (parent's lock): off the parent's list, drop the parent's ref. */
+static int destroy_unhook(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
+  struct pdshm_lane_todo *t = &ln->rec->todo;
+  struct pdshm_scope_rec *r = SC(seg, x), *p = SC(seg, r->parent);
+  int rc = pdshm__j_begin(seg, ln, p->lock, PDSHM_OP_DESTROY);
+  if (rc) return rc;
+  if (r->inlist) kid_delist(seg, ln, p, x);
+  scope_unref(seg, ln, r->parent);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), 2);
+  pdshm__j_commit(seg, ln);
+  return 0;
+}
+
+/* Phase 2 (no lock: x is unreachable): free every variable. */
+static void destroy_vars(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
+  struct pdshm_scope_rec *r = SC(seg, x);
+  if (r->table) {
+    struct pdshm_table *tb = PDSHM_AT(seg->base, r->table, struct pdshm_table);
+    for (uint64_t i = 0; i < tb->cap; i++)
+      if (tb->ent[i].var > PDSHM_TOMBSTONE) pdshm__var_free_unreachable(seg, ln, &tb->ent[i]);
+  }
+  atomic_store_explicit((_Atomic uint64_t *)&ln->rec->todo.phase, 3, memory_order_release);
+}
+
+/* Phase 3 (x's lock): the record itself, and the queue moves on. */
+static int destroy_record(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
+  struct pdshm_lane_todo *t = &ln->rec->todo;
+  struct pdshm_scope_rec *r = SC(seg, x);
+  int rc = pdshm__j_begin(seg, ln, r->lock, PDSHM_OP_DESTROY);
+  if (rc) return rc;
+  if (r->table) pdshm__j_retire(seg, ln, r->table);
+  if (r->name) pdshm__j_retire(seg, ln, r->name);
+  pdshm__j_retire(seg, ln, x);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pdshm__lockent(seg, r->lock), alloc),
+               PDSHM_LOCK_AVAILABLE);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, destroy), t->next);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, next), 0);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), t->next ? 1 : 0);
+  pdshm__j_commit(seg, ln);
+  return 0;
+}
+
+static int destroy_step(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
+  struct pdshm_lane_todo *t = &ln->rec->todo;
+  pdshm_off_t x = t->destroy;
+  switch (t->phase) {
+  case 1: return destroy_unhook(seg, ln, x);
+  case 2: destroy_vars(seg, ln, x); return 0;
+  case 3: return destroy_record(seg, ln, x);
+  default: return pdshm__fail(PDSHM_EBADSEG, "todo phase %llu", (unsigned long long)t->phase);
+  }
+}
+
+int pdshm__todo_run(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
+  struct pdshm_lane_todo *t = &ln->rec->todo;
+  for (;;) {
+    int rc = 0;
+    if (t->destroy) rc = destroy_step(seg, ln);
+    else if (t->chain) rc = chain_step(seg, ln);
+    else return 0;
+    if (rc) return rc;
+  }
+}

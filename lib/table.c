@@ -1,0 +1,228 @@
+/*
+ * table.c - a scope's variable index, read without locks.
+ *
+ * Owns: struct pdshm_table (model.h).
+ *
+ * Invariants:
+ *  1. Writers hold the scope's lock and change the index only through
+ *     journals that declare the scope's seq: the seq is odd while their
+ *     stores are applied, even otherwise.
+ *  2. A table is never resized in place: growth or clean-up builds a new one
+ *     off to the side and publishes it with the journal's store of x->table.
+ *     At most 5/8 of a table's entries are used (live or tombstone), so every
+ *     probe sequence reaches an empty entry.
+ *  3. Readers never store to shared memory.  They read seq, probe, read seq
+ *     again, and retry when it moved; every offset they follow is
+ *     bounds-checked first, so racing a writer (or reading memory freed and
+ *     reused meanwhile) yields a retry, never a wild read or a wrong answer.
+ *  4. A reader that keeps seeing an odd seq takes the scope's lock once
+ *     (waiting out the writer, or repairing after its death) and retries.
+ */
+#include "config.h"
+
+#include <sched.h>
+#include <string.h>
+
+#include "model_int.h"
+
+#define TABLE_MIN_CAP 8u
+#define TABLE_SPINS 128u   /* odd-seq retries before yielding            */
+#define TABLE_YIELDS 2048u /* yields before taking the lock once         */
+
+static uint64_t ld(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
+
+/* ---- bounds-checked views --------------------------------------------------- */
+
+static const struct pdshm_table *tab_at(const pdshm_seg *seg, pdshm_off_t off, uint64_t *cap) {
+  const struct pdshm_hdr *h = seg->hdr;
+  if (!off || off % 16 || off < h->arena_off || off >= h->arena_end - sizeof(struct pdshm_table))
+    return NULL;
+  const struct pdshm_table *t = PDSHM_AT(seg->base, off, const struct pdshm_table);
+  uint64_t c = ld(&t->cap);
+  if (c < TABLE_MIN_CAP || (c & (c - 1)) ||
+      c > (h->arena_end - off - sizeof *t) / sizeof(struct pdshm_table_ent))
+    return NULL;
+  *cap = c;
+  return t;
+}
+
+/* Word-wise compare of a NAME payload with (name, len): atomic loads only,
+ * since the block may be reused under a lock-free reader (invariant 3).  The
+ * last word may run past the NUL but stays inside the 16-byte-rounded block. */
+static bool name_equals(const struct pdshm_name *nm, const char *name, size_t len) {
+  if (ld(&nm->len) != len) return false;
+  const uint64_t *w = (const uint64_t *)(const void *)nm->s;
+  size_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    uint64_t k;
+    memcpy(&k, name + i, 8);
+    if (ld(w + i / 8) != k) return false;
+  }
+  if (i == len) return true;
+  uint64_t k = 0, mask = (1ull << ((len - i) * 8)) - 1;
+  memcpy(&k, name + i, len - i);
+  return (ld(w + i / 8) & mask) == k;
+}
+
+static bool var_is(const pdshm_seg *seg, pdshm_off_t v, const char *name, size_t len) {
+  const struct pdshm_hdr *h = seg->hdr;
+  if (v % 16 || v < h->arena_off || v >= h->arena_end - sizeof(struct pdshm_var_rec)) return false;
+  const struct pdshm_var_rec *r = pdshm__var_at(seg, v);
+  const struct pdshm_name *nm = pdshm__name_at(seg, ld(&r->name));
+  return nm && name_equals(nm, name, len);
+}
+
+/* Probe for name: its entry index, or -1.  Bounded by cap. */
+static int64_t tab_probe(const pdshm_seg *seg, const struct pdshm_table *t, uint64_t cap,
+                         const char *name, size_t len, uint64_t hash) {
+  for (uint64_t n = 0, i = hash & (cap - 1); n < cap; n++, i = (i + 1) & (cap - 1)) {
+    pdshm_off_t v = ld(&t->ent[i].var);
+    if (v == 0) return -1;
+    if (v != PDSHM_TOMBSTONE && ld(&t->ent[i].hash) == hash && var_is(seg, v, name, len))
+      return (int64_t)i;
+  }
+  return -1;
+}
+
+/* ---- readers ------------------------------------------------------------------- */
+
+/* Invariant 4: wait for an odd seq to turn even; true when it is time to take
+ * the lock.  A read-only attachment cannot lock: it waits longer, then gives up. */
+static bool tab_wait(unsigned tries) {
+  if (tries < TABLE_SPINS) {
+    __builtin_ia32_pause();
+    return false;
+  }
+  sched_yield();
+  return tries >= TABLE_SPINS + TABLE_YIELDS;
+}
+
+pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
+                              size_t len, uint64_t hash) {
+  for (unsigned tries = 0;; tries++) {
+    uint64_t s1 = atomic_load_explicit(&x->seq, memory_order_acquire);
+    if (s1 & 1) {
+      if (!tab_wait(tries)) continue;
+      if (seg->flags & PDSHM_RDONLY) return 0;
+      if (pdshm__lock(seg, x->lock)) return 0;
+      pdshm__unlock(seg, x->lock);
+      tries = 0;
+      continue;
+    }
+    uint64_t cap;
+    pdshm_off_t v = 0;
+    const struct pdshm_table *t = tab_at(seg, ld(&x->table), &cap);
+    int64_t i = t ? tab_probe(seg, t, cap, name, len, hash) : -1;
+    if (i >= 0) v = ld(&t->ent[i].var);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&x->seq, memory_order_relaxed) == s1) return v;
+  }
+}
+
+int pdshm__table_snapshot(pdshm_seg *seg, struct pdshm_scope_rec *x, pdshm_off_t **vars,
+                          size_t *n) {
+  for (;;) {
+    uint64_t s1 = atomic_load_explicit(&x->seq, memory_order_acquire), cap = 0;
+    if (s1 & 1) {
+      sched_yield();
+      continue;
+    }
+    const struct pdshm_table *t = tab_at(seg, ld(&x->table), &cap);
+    pdshm_off_t *out = pdshm__zalloc((cap ? cap : 1) * sizeof *out);
+    if (!out) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+    size_t k = 0;
+    for (uint64_t i = 0; t && i < cap; i++) {
+      pdshm_off_t v = ld(&t->ent[i].var);
+      if (v > PDSHM_TOMBSTONE) out[k++] = v;
+    }
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&x->seq, memory_order_relaxed) == s1) {
+      *vars = out;
+      *n = k;
+      return 0;
+    }
+    pdshm__xfree(out);
+  }
+}
+
+/* ---- writers (x's lock held) ----------------------------------------------------- */
+
+int64_t pdshm__table_find_locked(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
+                                 size_t len, uint64_t hash) {
+  uint64_t cap;
+  const struct pdshm_table *t = tab_at(seg, x->table, &cap);
+  return t ? tab_probe(seg, t, cap, name, len, hash) : -1;
+}
+
+struct pdshm_table_ent *pdshm__table_ent(pdshm_seg *seg, struct pdshm_scope_rec *x, int64_t i) {
+  return &PDSHM_AT(seg->base, x->table, struct pdshm_table)->ent[i];
+}
+
+static uint64_t tab_slot_for(const struct pdshm_table *t, uint64_t cap, uint64_t hash) {
+  uint64_t i = hash & (cap - 1);
+  while (t->ent[i].var > PDSHM_TOMBSTONE) i = (i + 1) & (cap - 1);
+  return i;
+}
+
+/* Invariant 2: a fresh table holding x's live entries but v, then (v, hash);
+ * nlive live entries in all. */
+static int tab_rebuild(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
+                       pdshm_off_t v, uint64_t hash, uint64_t nlive) {
+  uint64_t cap = TABLE_MIN_CAP;
+  while (cap < nlive * 2) cap <<= 1;
+  pdshm_off_t off;
+  int rc = pdshm__j_alloc(seg, ln, sizeof(struct pdshm_table) + cap * sizeof(struct pdshm_table_ent),
+                          PDSHM_T_TABLE, &off);
+  if (rc) return rc;
+  struct pdshm_table *nt = PDSHM_AT(seg->base, off, struct pdshm_table);
+  memset(nt->ent, 0, cap * sizeof nt->ent[0]);
+  nt->cap = cap;
+  nt->used = nlive;
+  uint64_t ocap = 0;
+  const struct pdshm_table *ot = tab_at(seg, x->table, &ocap);
+  for (uint64_t i = 0; ot && i < ocap; i++)
+    if (ot->ent[i].var > PDSHM_TOMBSTONE && ot->ent[i].var != v)
+      nt->ent[tab_slot_for(nt, cap, ot->ent[i].hash)] = ot->ent[i];
+  nt->ent[tab_slot_for(nt, cap, hash)] = (struct pdshm_table_ent){.var = v, .hash = hash};
+  if (x->table) pdshm__j_retire(seg, ln, x->table);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, x, table), off);
+  return 0;
+}
+
+/* Puts (v, hash) where a probe for hash will find it; nlive is the number of
+ * live entries once the journal is applied. */
+static int tab_put(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
+                   pdshm_off_t v, uint64_t hash, uint64_t nlive) {
+  pdshm__j_seq(seg, ln, PDSHM_FOFF(seg, x, seq));
+  uint64_t cap = 0;
+  struct pdshm_table *t = x->table ? PDSHM_AT(seg->base, x->table, struct pdshm_table) : NULL;
+  if (t) cap = t->cap;
+  if (!t || (t->used + 1) * 8 > cap * 5) return tab_rebuild(seg, ln, x, v, hash, nlive);
+  uint64_t i = tab_slot_for(t, cap, hash);
+  if (t->ent[i].var == 0) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, used), t->used + 1);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, &t->ent[i], hash), hash);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, &t->ent[i], var), v);
+  return 0;
+}
+
+int pdshm__table_insert(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
+                        pdshm_off_t v, uint64_t hash) {
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, x, nvars), x->nvars + 1);
+  return tab_put(seg, ln, x, v, hash, x->nvars + 1);
+}
+
+int pdshm__table_move(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
+                      int64_t i, uint64_t hash) {
+  struct pdshm_table_ent *e = pdshm__table_ent(seg, x, i);
+  pdshm_off_t v = e->var;
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, var), PDSHM_TOMBSTONE);
+  return tab_put(seg, ln, x, v, hash, x->nvars);
+}
+
+void pdshm__table_remove(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
+                         int64_t i) {
+  struct pdshm_table_ent *e = pdshm__table_ent(seg, x, i);
+  pdshm__j_seq(seg, ln, PDSHM_FOFF(seg, x, seq));
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, var), PDSHM_TOMBSTONE);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, x, nvars), x->nvars - 1);
+}
