@@ -114,7 +114,7 @@ void pdshm__lane_put(struct pdshm_lane_ctx *ln);
 
 /* ---- proc.c ---------------------------------------------------------------- */
 int pdshm__slot_claim_own(pdshm_seg *seg);   /* attach: reaps, claims a slot   */
-void pdshm__slot_release_own(pdshm_seg *seg);/* detach                          */
+int pdshm__slot_release_own(pdshm_seg *seg); /* detach                          */
 /* Is slot i held by a live attachment?  Never true for our own slot's index
  * unless it is ours.  -1 when it cannot tell (I/O error). */
 int pdshm__slot_alive(pdshm_seg *seg, uint32_t i);

@@ -73,6 +73,7 @@ enum pdshm_type {
   PDSHM_T_TENSOR,   /* a tensor's data buffer                            */
   PDSHM_T_HANDLE,   /* a process's reference record on a scope           */
   PDSHM_T_OPLIST,   /* a variable's readers or writers                   */
+  PDSHM_T_HOLD,     /* a process's shared hold on a variable lock        */
   PDSHM_T_COUNT
 };
 

@@ -74,8 +74,11 @@ int pdshm__scope_init_root(pdshm_seg *seg);
 int pdshm__todo_run(pdshm_seg *seg, struct pdshm_lane_ctx *ln);
 /* Drops the reference HANDLE block h holds (its owner is ln->tag). */
 int pdshm__handle_drop(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h);
-/* Detach: releases every private handle of the attachment. */
+/* Detach: frees every private handle of the attachment. */
 void pdshm__scope_free_handles(pdshm_seg *seg);
+/* Acting as slot `slot` through lanes[]: finishes its todo queues, drops its
+ * handle records and shared holds, frees every block it still owns. */
+int pdshm__release_slot_holds(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *lanes);
 
 /* ---- var.c ---- */
 /* The blocks a variable owns (record first); returns how many. */
@@ -85,6 +88,10 @@ void pdshm__var_free_unreachable(pdshm_seg *seg, struct pdshm_lane_ctx *ln,
                                  struct pdshm_table_ent *e);
 /* The writable attachment a variable pointer belongs to, or NULL (error set). */
 pdshm_seg *pdshm__var_seg(const pdshm_var *v, int *rc);
+
+/* ---- varlock.c ---- */
+/* Reaper: gives back the shared hold HOLD block h records. */
+int pdshm__varlock_drop_hold(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h);
 
 /* ---- seg.c ---- */
 pdshm_seg *pdshm__seg_of(const void *p);

@@ -32,7 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "model_int.h"
 
 static off_t proc_byte(uint32_t i) { return (off_t)(PDSHM_OFD_SLOT_BASE + i); }
 
@@ -76,17 +76,22 @@ static int proc_settle_journals(pdshm_seg *seg, struct pdshm_slot *slot) {
   return 0;
 }
 
+/* Lane contexts that act as dead slot i: its tag, frees straight to the heap. */
+static void proc_dead_lanes(pdshm_seg *seg, uint32_t i, struct pdshm_lane_ctx *lanes) {
+  for (unsigned k = 0; k < PDSHM_LANES; k++)
+    lanes[k] = (struct pdshm_lane_ctx){.rec = &pdshm__slot(seg, i)->lane[k], .index = k,
+                                       .tag = (uint16_t)(i + 1), .direct = true};
+}
+
 static int proc_reap_claimed(pdshm_seg *seg, uint32_t i) {
   struct pdshm_slot *slot = pdshm__slot(seg, i);
+  struct pdshm_lane_ctx lanes[PDSHM_LANES];
   atomic_store_explicit(&slot->state, PDSHM_SLOT_REAPING, memory_order_release);
   slot->reaper_pid = (uint32_t)getpid();
+  proc_dead_lanes(seg, i, lanes);
   int rc = proc_settle_journals(seg, slot);
-  pdshm_off_t *kept = NULL;
-  size_t nkept = 0;
-  if (!rc) rc = pdshm__heap_sweep_slot(seg, i, 0, &kept, &nkept);
-  pdshm__xfree(kept);
+  if (!rc) rc = pdshm__release_slot_holds(seg, i, lanes);
   if (rc) return rc;
-  pdshm__lock_sweep_slot(seg, i);
   slot->pid = 0;
   slot->reaper_pid = 0;
   atomic_store_explicit(&slot->state, PDSHM_SLOT_FREE, memory_order_release);
@@ -186,23 +191,35 @@ int pdshm__slot_claim_own(pdshm_seg *seg) {
   return 0;
 }
 
-void pdshm__slot_release_own(pdshm_seg *seg) {
+int pdshm__slot_release_own(pdshm_seg *seg) {
   struct pdshm_slot *slot = pdshm__slot(seg, seg->slot);
-  for (unsigned k = 0; k < PDSHM_LANES; k++) {
-    pthread_mutex_lock(&seg->lanes[k].mu);
-    pdshm__cache_flush(seg, &seg->lanes[k]);
-    pthread_mutex_unlock(&seg->lanes[k].mu);
-  }
-  /* What we still own (e.g. blocks allocated but never published) goes too;
-   * the sweep is exactly what a reaper would do after our death. */
-  pdshm_off_t *kept = NULL;
-  size_t nkept = 0;
-  pdshm__heap_sweep_slot(seg, seg->slot, 0, &kept, &nkept);
-  pdshm__xfree(kept);
-  pdshm__lock_sweep_slot(seg, seg->slot);
+  int rc = pdshm__release_slot_holds(seg, seg->slot, seg->lanes);
+  for (unsigned k = 0; k < PDSHM_LANES; k++) pdshm__cache_flush(seg, &seg->lanes[k]);
   slot->pid = 0;
   atomic_store_explicit(&slot->state, PDSHM_SLOT_FREE, memory_order_release);
   seg->slot = PDSHM_NOSLOT;
+  return rc;
+}
+
+/* Shared by detach and the reaper; each step is idempotent (proc.c inv. 3). */
+int pdshm__release_slot_holds(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *lanes) {
+  int rc = 0;
+  for (unsigned k = 0; k < PDSHM_LANES && !rc; k++) rc = pdshm__todo_run(seg, &lanes[k]);
+  pdshm_off_t *kept = NULL;
+  size_t nkept = 0;
+  if (!rc) rc = pdshm__heap_sweep_slot(seg, slot, 1u << PDSHM_T_HANDLE | 1u << PDSHM_T_HOLD,
+                                       &kept, &nkept);
+  for (size_t n = 0; n < nkept && !rc; n++) {
+    if (pdshm__blk(seg, kept[n])->type == PDSHM_T_HANDLE)
+      rc = pdshm__handle_drop(seg, &lanes[0], kept[n]);
+    else
+      rc = pdshm__varlock_drop_hold(seg, &lanes[0], kept[n]);
+  }
+  pdshm__xfree(kept);
+  if (!rc) rc = pdshm__heap_sweep_slot(seg, slot, 0, &kept, &nkept);
+  if (!rc) pdshm__xfree(kept);
+  if (!rc) pdshm__lock_sweep_slot(seg, slot);
+  return rc;
 }
 
 PDSHM_API int pdshm_reap(pdshm_seg *seg, unsigned *reaped) {

@@ -31,7 +31,7 @@
 
 #include <jemalloc/jemalloc.h>
 
-#include "internal.h"
+#include "model_int.h"
 
 #define SEG_PREFIX "/pdshm."
 #define SEG_ARENA_MIN (256u << 10) /* smallest arena a segment may have      */
@@ -176,6 +176,17 @@ static void seg_list_remove(pdshm_seg *seg) {
   pthread_mutex_unlock(&seg_list_mu);
 }
 
+/* The attachment whose mapping holds p (a variable pointer), or NULL. */
+pdshm_seg *pdshm__seg_of(const void *p) {
+  const uint8_t *b = p;
+  pdshm_seg *found = NULL;
+  pthread_mutex_lock(&seg_list_mu);
+  for (pdshm_seg *s = seg_list; s && !found; s = s->next)
+    if (b >= s->base && b < s->base + s->size) found = s;
+  pthread_mutex_unlock(&seg_list_mu);
+  return found;
+}
+
 int pdshm__seg_usable(const pdshm_seg *seg) {
   if (!seg) return pdshm__fail(PDSHM_EINVAL, "NULL segment handle");
   if (seg->forkgen != atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed))
@@ -293,7 +304,8 @@ static int seg_build(pdshm_seg *seg, const struct seg_geometry *g) {
   seg_init_header(seg, g);
   pdshm__lock_init_table(seg);
   pdshm__heap_init(seg);
-  return pdshm__slot_claim_own(seg);
+  int rc2 = pdshm__slot_claim_own(seg);
+  return rc2 ? rc2 : pdshm__scope_init_root(seg);
 }
 
 static void seg_publish_magic(struct pdshm_hdr *h) {
@@ -442,7 +454,8 @@ PDSHM_API int pdshm_detach(pdshm_seg *seg) {
   int rc = pdshm__seg_usable(seg);
   seg_list_remove(seg);
   /* In a fork child the slot is the parent's: touch nothing, free the copy. */
-  if (!rc && seg->slot != PDSHM_NOSLOT) pdshm__slot_release_own(seg);
+  if (!rc && seg->slot != PDSHM_NOSLOT) rc = pdshm__slot_release_own(seg);
+  pdshm__scope_free_handles(seg);
   seg_handle_free(seg);
   return rc;
 }

@@ -1,0 +1,214 @@
+/*
+ * varlock.c - pdshm_var_lock: a shared/exclusive lock on a variable, built
+ * from one robust mutex, so that a holder's death never blocks anyone.
+ *
+ * Owns: a variable's lock entry (r->lock, claimed on first use), its
+ * lk_readers / lk_wwait fields, HOLD blocks, and this thread's table of held
+ * variable locks.
+ *
+ * Invariants:
+ *  1. Exclusive = holding the mutex with lk_readers == 0.  The mutex is
+ *     robust, so an exclusive holder's death hands it to the next taker.
+ *  2. Shared holders do not hold the mutex: each one owns a HOLD block
+ *     (owner = its slot, never published) naming the variable, and
+ *     lk_readers counts them; both change together in one journal under the
+ *     mutex.  A dead reader's HOLD blocks are found by its reaper, which drops
+ *     each share the same way.
+ *  3. A writer waiting for readers to drain does not hold the mutex while it
+ *     sleeps; it sets lk_wwait so new readers back off (for a bounded time:
+ *     a writer that died waiting must not lock readers out), and it reaps
+ *     dead processes now and then, since a dead reader's share only goes
+ *     away when someone reaps it.
+ *  4. pthread mutexes are per thread: a thread unlocks what it locked.  This
+ *     thread's holds are kept in a thread-local table, which answers EDEADLK
+ *     and EPERM.
+ */
+#include "config.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "model_int.h"
+
+#define VL_HELD_MAX 256          /* variable locks one thread may hold       */
+#define VL_READER_BACKOFF 2000   /* rounds a reader defers to a waiting writer */
+#define VL_REAP_EVERY_NS 10000000ull /* a waiting writer reaps every 10 ms     */
+
+struct vl_held {
+  const void *var;   /* the record (its address in this mapping)            */
+  pdshm_off_t hold;  /* our HOLD block when shared                          */
+  uint32_t count;    /* shared re-entries                                   */
+  bool excl;
+};
+
+static _Thread_local struct vl_held vl_held[VL_HELD_MAX];
+
+static struct vl_held *vl_find(const void *var) {
+  for (unsigned i = 0; i < VL_HELD_MAX; i++)
+    if (vl_held[i].var == var) return &vl_held[i];
+  return NULL;
+}
+
+static struct pdshm_var_rec *R(const pdshm_var *v) {
+  return (struct pdshm_var_rec *)(uintptr_t)(const void *)v;
+}
+
+static void vl_pause(unsigned round) {
+  if (round < 64) {
+    __builtin_ia32_pause();
+    return;
+  }
+  long ns = round < 1024 ? 1000 : 100000;
+  nanosleep(&(struct timespec){0, ns}, NULL);
+}
+
+/* The variable's lock entry, claimed (in a journal under the scope's lock)
+ * the first time anyone locks it. */
+static int vl_entry(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t *out) {
+  uint64_t idx = __atomic_load_n(&r->lock, __ATOMIC_ACQUIRE);
+  if (idx) {
+    *out = (uint32_t)idx;
+    return 0;
+  }
+  uint32_t lk;
+  int rc = pdshm__lock_claim(seg, PDSHM_LK_VAR, r->self, &lk);
+  if (rc) return rc;
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
+  rc = pdshm__j_begin(seg, ln, pdshm__scope_at(seg, r->scope)->lock, PDSHM_OP_VARLOCK);
+  if (!rc && r->lock) { /* somebody else was first */
+    pdshm__j_abort(seg, ln);
+    uint64_t mine = seg->owner_tag;
+    atomic_compare_exchange_strong(&pdshm__lockent(seg, lk)->alloc, &mine, PDSHM_LOCK_AVAILABLE);
+  } else if (!rc) {
+    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lock), lk);
+    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pdshm__lockent(seg, lk), alloc), PDSHM_LOCK_PUBLISHED);
+    pdshm__j_commit(seg, ln);
+  }
+  pdshm__lane_put(ln);
+  *out = (uint32_t)r->lock;
+  return rc;
+}
+
+/* ---- shared ----------------------------------------------------------------------- */
+
+/* With the mutex held: one more share, recorded in a HOLD block; unlocks. */
+static int vl_share(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk, pdshm_off_t *hold) {
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
+  pdshm__j_begin_locked(seg, ln, lk, PDSHM_OP_VARLOCK);
+  int rc = pdshm__j_alloc_keep(seg, ln, sizeof(struct pdshm_handle_rec), PDSHM_T_HOLD, hold);
+  if (rc) {
+    pdshm__j_abort(seg, ln);
+  } else {
+    struct pdshm_handle_rec *h = PDSHM_AT(seg->base, *hold, struct pdshm_handle_rec);
+    h->scope = r->self; /* the variable */
+    h->epoch = r->gen;
+    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lk_readers), r->lk_readers + 1);
+    pdshm__j_commit(seg, ln);
+  }
+  pdshm__lane_put(ln);
+  return rc;
+}
+
+static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk,
+                          pdshm_off_t *hold) {
+  for (unsigned round = 0;; round++) {
+    int rc = pdshm__lock(seg, lk);
+    if (rc) return rc;
+    if (!r->lk_wwait || round >= VL_READER_BACKOFF) return vl_share(seg, r, lk, hold);
+    pdshm__unlock(seg, lk);
+    vl_pause(round);
+  }
+}
+
+/* Drops the share HOLD block h gives (ln's slot owns h). */
+static int vl_unshare(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_var_rec *r,
+                      uint32_t lk, pdshm_off_t h) {
+  int rc = pdshm__j_begin(seg, ln, lk, PDSHM_OP_VARLOCK);
+  if (rc) return rc;
+  pdshm__j_retire(seg, ln, h);
+  if (r->lk_readers) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lk_readers), r->lk_readers - 1);
+  pdshm__j_commit(seg, ln);
+  return 0;
+}
+
+/* ---- exclusive ---------------------------------------------------------------------- */
+
+static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk) {
+  uint64_t next_reap = 0;
+  for (unsigned round = 0;; round++) {
+    int rc = pdshm__lock(seg, lk);
+    if (rc) return rc;
+    if (!r->lk_readers) {
+      r->lk_wwait = 0;
+      return 0;
+    }
+    r->lk_wwait = 1;
+    pdshm__unlock(seg, lk);
+    uint64_t now = pdshm__now_ns(CLOCK_MONOTONIC);
+    if (now >= next_reap) { /* invariant 3: a dead reader may be what we wait for */
+      if (next_reap) pdshm__reap_dead(seg, NULL);
+      next_reap = now + VL_REAP_EVERY_NS;
+    }
+    vl_pause(round);
+  }
+}
+
+/* ---- the API ------------------------------------------------------------------------- */
+
+static struct vl_held *vl_slot_free(void) { return vl_find(NULL); }
+
+PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
+  int rc;
+  uint32_t lk;
+  pdshm__fail_clear();
+  pdshm_seg *seg = pdshm__var_seg(v, &rc);
+  if (!seg) return rc;
+  struct pdshm_var_rec *r = R(v);
+  struct vl_held *held = vl_find(r);
+  if (held && (held->excl || exclusive))
+    return pdshm__fail(PDSHM_EDEADLK, "this thread already holds the lock of \"%s\"",
+                       pdshm_var_name(v));
+  if (held) {
+    held->count++;
+    return 0;
+  }
+  if (!(held = vl_slot_free()))
+    return pdshm__fail(PDSHM_ENOLCK, "this thread holds %d variable locks", VL_HELD_MAX);
+  if ((rc = vl_entry(seg, r, &lk))) return rc;
+  pdshm_off_t hold = 0;
+  rc = exclusive ? vl_lock_excl(seg, r, lk) : vl_lock_shared(seg, r, lk, &hold);
+  if (rc) return rc;
+  *held = (struct vl_held){.var = r, .hold = hold, .count = 1, .excl = exclusive != 0};
+  return 0;
+}
+
+PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
+  int rc;
+  pdshm__fail_clear();
+  pdshm_seg *seg = pdshm__var_seg(v, &rc);
+  if (!seg) return rc;
+  struct pdshm_var_rec *r = R(v);
+  struct vl_held *held = vl_find(r);
+  if (!held) return pdshm__fail(PDSHM_EPERM, "this thread does not hold that variable's lock");
+  if (!held->excl && --held->count) return 0;
+  uint32_t lk = (uint32_t)r->lock;
+  if (held->excl) {
+    atomic_fetch_add_explicit(&r->version, 1, memory_order_release);
+    pdshm__unlock(seg, lk);
+  } else {
+    struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
+    rc = vl_unshare(seg, ln, r, lk, held->hold);
+    pdshm__lane_put(ln);
+  }
+  memset(held, 0, sizeof *held);
+  return rc;
+}
+
+/* Reaper: the share a dead process's HOLD block h gives back. */
+int pdshm__varlock_drop_hold(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h) {
+  const struct pdshm_handle_rec *hr = PDSHM_AT(seg->base, h, struct pdshm_handle_rec);
+  pdshm_varref ref = {.off = hr->scope, .gen = hr->epoch};
+  pdshm_var *v = pdshm_varref_get(seg, ref);
+  if (!v || !R(v)->lock) return 0; /* the variable is gone: the sweep frees h */
+  return vl_unshare(seg, ln, R(v), (uint32_t)R(v)->lock, h);
+}
