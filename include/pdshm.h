@@ -246,6 +246,13 @@ PDSHM_API int pdshm_seg_stats(pdshm_seg *seg, pdshm_stats *st);
  * EROFS on a read-only attachment. */
 PDSHM_API int pdshm_reap(pdshm_seg *seg, unsigned *reaped);
 
+/* Walks the whole segment and verifies every invariant (block chain, free
+ * lists, offsets and types, reference counts against the references actually
+ * found, tables against their entries, no published block unreachable);
+ * writes one line per problem to report (may be NULL).  0 when everything
+ * holds, EBADSEG when something does not.  Safe on a corrupt segment. */
+PDSHM_API int pdshm_check(pdshm_seg *seg, FILE *report);
+
 #ifdef __cplusplus
 }
 #endif

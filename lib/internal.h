@@ -166,6 +166,8 @@ int pdshm__heap_stats(pdshm_seg *seg, struct pdshm_heap_stats *st);
  * one line per problem to report (may be NULL); returns the problem count, or
  * a negative code when it could not look. */
 int pdshm__heap_check(pdshm_seg *seg, FILE *report);
+/* The same with the heap lock already held (pdshm_check stops the world). */
+int pdshm__heap_check_locked(pdshm_seg *seg, FILE *report);
 /* Size class helpers (exposed for the tests). */
 unsigned pdshm__class_of(size_t block_bytes); /* PDSHM_NCLASSES when large */
 uint32_t pdshm__class_size(unsigned cls);

@@ -1,0 +1,339 @@
+/*
+ * check.c - pdshm_check: walks the whole segment and verifies the
+ * invariants of every module, writing one line per problem.
+ *
+ * Safe on hostile bytes: every offset is bounds-checked and looked up in the
+ * list of blocks the walk found, every list walk is bounded, and nothing is
+ * allocated in proportion to a number read from the segment (only to the
+ * number of blocks actually walked).
+ *
+ * A writable attachment stops the world for the walk: it takes every scope
+ * lock with trylock (releasing all and retrying when one is busy, so that it
+ * never waits in an order others do not use), then the heap lock.  A
+ * read-only attachment cannot lock; it walks the live segment and, when it
+ * sees problems, looks again a few times, reporting only what persists.
+ */
+#include "config.h"
+
+#include <sched.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_int.h"
+
+#define CK_RETRIES 5
+
+struct ck_blk {
+  pdshm_off_t off;   /* payload                                            */
+  uint64_t size;     /* of the block, header included                      */
+  uint16_t type, owner;
+  uint8_t state;
+  uint8_t reached;   /* referenced by a live structure                     */
+  uint32_t refs;     /* for scopes: references counted from the outside     */
+};
+
+struct ck {
+  pdshm_seg *seg;
+  FILE *report;
+  int problems;
+  struct ck_blk *b;
+  size_t n;
+  int *slot_alive;   /* 1 live, 0 dead, -1 free                            */
+};
+
+static void ck_say(struct ck *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void ck_say(struct ck *c, const char *fmt, ...) {
+  c->problems++;
+  if (!c->report) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("pdshm_check: ", c->report);
+  vfprintf(c->report, fmt, ap);
+  fputc('\n', c->report);
+  va_end(ap);
+}
+
+/* The block whose payload starts at off, or NULL. */
+static struct ck_blk *ck_find(struct ck *c, pdshm_off_t off) {
+  size_t lo = 0, hi = c->n;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (c->b[mid].off == off) return &c->b[mid];
+    if (c->b[mid].off < off) lo = mid + 1;
+    else hi = mid;
+  }
+  return NULL;
+}
+
+/* A USED block of that type at off, large enough for `need` bytes. */
+static struct ck_blk *ck_want(struct ck *c, pdshm_off_t off, unsigned type, size_t need,
+                              const char *what) {
+  struct ck_blk *b = ck_find(c, off);
+  if (!b || b->state != PDSHM_BLK_USED || b->type != type || b->size - PDSHM_BLK_HDR < need) {
+    ck_say(c, "%s at %#llx is not a live block of type %u", what, (unsigned long long)off, type);
+    return NULL;
+  }
+  return b;
+}
+
+/* ---- the block list -------------------------------------------------------------- */
+
+static int ck_walk_blocks(struct ck *c) {
+  const struct pdshm_hdr *h = c->seg->hdr;
+  size_t cap = 1024;
+  c->b = pdshm__zalloc(cap * sizeof *c->b);
+  for (pdshm_off_t at = h->arena_off; c->b && at < h->arena_end;) {
+    const struct pdshm_blk *blk = PDSHM_AT(c->seg->base, at, const struct pdshm_blk);
+    uint64_t w = atomic_load_explicit(&blk->word, memory_order_acquire);
+    uint64_t size = pdshm__blk_size(w);
+    if (size < PDSHM_BLK_MIN || size > h->arena_end - at) {
+      ck_say(c, "block chain broken at %#llx (size %llu)", (unsigned long long)at,
+             (unsigned long long)size);
+      return 0;
+    }
+    if (c->n == cap) {
+      struct ck_blk *nb = rallocx(c->b, (cap *= 2) * sizeof *c->b, 0);
+      if (!nb) break;
+      c->b = nb;
+    }
+    c->b[c->n++] = (struct ck_blk){.off = at + PDSHM_BLK_HDR, .size = size, .type = blk->type,
+                                   .owner = blk->owner, .state = (uint8_t)pdshm__blk_state(w)};
+    at += size;
+  }
+  return c->b ? 0 : pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+}
+
+/* ---- scopes and variables --------------------------------------------------------- */
+
+static const struct pdshm_name *ck_name(struct ck *c, pdshm_off_t off, const char *what) {
+  struct ck_blk *b = ck_want(c, off, PDSHM_T_NAME, sizeof(struct pdshm_name), what);
+  const struct pdshm_name *nm = b ? pdshm__name_at(c->seg, off) : NULL;
+  if (b && (!nm || nm->len + 1 + sizeof *nm > b->size - PDSHM_BLK_HDR || nm->s[nm->len])) {
+    ck_say(c, "%s at %#llx is malformed", what, (unsigned long long)off);
+    return NULL;
+  }
+  if (b) b->reached = 1;
+  return nm;
+}
+
+static void ck_part(struct ck *c, pdshm_off_t off, unsigned type, const char *what) {
+  struct ck_blk *b = off ? ck_want(c, off, type, 8, what) : NULL;
+  if (b) b->reached = 1;
+}
+
+static void ck_var(struct ck *c, pdshm_off_t x, pdshm_off_t v, uint64_t hash) {
+  struct ck_blk *b = ck_want(c, v, PDSHM_T_VAR, sizeof(struct pdshm_var_rec), "variable");
+  if (!b) return;
+  b->reached = 1;
+  const struct pdshm_var_rec *r = pdshm__var_at(c->seg, v);
+  if (r->magic != PDSHM_VAR_MAGIC || r->self != v || r->scope != x)
+    ck_say(c, "variable %#llx: bad magic, self or scope", (unsigned long long)v);
+  const struct pdshm_name *nm = ck_name(c, r->name, "variable name");
+  if (nm && (pdshm__hash(nm->s, nm->len) != hash || r->hash != hash))
+    ck_say(c, "variable \"%s\": hash does not match its name", nm->s);
+  if (r->label) ck_name(c, r->label, "label");
+  ck_part(c, r->readers, PDSHM_T_OPLIST, "readers list");
+  ck_part(c, r->writers, PDSHM_T_OPLIST, "writers list");
+  if (r->vtype == PDSHM_V_TENSOR) {
+    struct ck_blk *t = ck_want(c, r->buf, PDSHM_T_TENSOR, 0, "tensor buffer");
+    if (t) t->reached = 1;
+    if (t && (r->data % PDSHM_TENSOR_ALIGN || r->data < r->buf ||
+              r->data + r->nbytes > r->buf + t->size - PDSHM_BLK_HDR))
+      ck_say(c, "variable \"%s\": tensor data outside its buffer", nm ? nm->s : "?");
+  }
+}
+
+static void ck_table(struct ck *c, pdshm_off_t x, const struct pdshm_scope_rec *r) {
+  if (!r->table) {
+    if (r->nvars) ck_say(c, "scope %#llx: %llu variables, no table", (unsigned long long)x,
+                         (unsigned long long)r->nvars);
+    return;
+  }
+  struct ck_blk *b = ck_want(c, r->table, PDSHM_T_TABLE, sizeof(struct pdshm_table), "table");
+  if (!b) return;
+  b->reached = 1;
+  const struct pdshm_table *t = PDSHM_AT(c->seg->base, r->table, const struct pdshm_table);
+  uint64_t cap = t->cap, live = 0, used = 0;
+  if (!cap || (cap & (cap - 1)) || cap > (b->size - PDSHM_BLK_HDR - sizeof *t) / sizeof t->ent[0]) {
+    ck_say(c, "scope %#llx: table capacity %llu is invalid", (unsigned long long)x,
+           (unsigned long long)cap);
+    return;
+  }
+  for (uint64_t i = 0; i < cap; i++) {
+    pdshm_off_t v = t->ent[i].var;
+    used += v != 0;
+    if (v > PDSHM_TOMBSTONE) {
+      live++;
+      ck_var(c, x, v, t->ent[i].hash);
+    }
+  }
+  if (live != r->nvars || used != t->used || used * 8 > cap * 5)
+    ck_say(c, "scope %#llx: table counts disagree (live %llu/%llu, used %llu/%llu of %llu)",
+           (unsigned long long)x, (unsigned long long)live, (unsigned long long)r->nvars,
+           (unsigned long long)used, (unsigned long long)t->used, (unsigned long long)cap);
+}
+
+/* References from outside: handle records, kids' parent pointers. */
+static void ck_count_refs(struct ck *c) {
+  for (size_t i = 0; i < c->n; i++) {
+    struct ck_blk *b = &c->b[i];
+    if (b->state != PDSHM_BLK_USED) continue;
+    pdshm_off_t target = 0;
+    if (b->type == PDSHM_T_HANDLE && b->size - PDSHM_BLK_HDR >= sizeof(struct pdshm_handle_rec))
+      target = PDSHM_AT(c->seg->base, b->off, struct pdshm_handle_rec)->scope;
+    if (b->type == PDSHM_T_SCOPE && b->size - PDSHM_BLK_HDR >= sizeof(struct pdshm_scope_rec))
+      target = pdshm__scope_at(c->seg, b->off)->parent;
+    struct ck_blk *s = target ? ck_find(c, target) : NULL;
+    if (s && s->type == PDSHM_T_SCOPE) s->refs++;
+    else if (target) ck_say(c, "block %#llx refers to %#llx, not a scope", (unsigned long long)b->off,
+                            (unsigned long long)target);
+  }
+}
+
+static void ck_scope(struct ck *c, struct ck_blk *b) {
+  const struct pdshm_scope_rec *r = pdshm__scope_at(c->seg, b->off);
+  if (b->size - PDSHM_BLK_HDR < sizeof *r || r->magic != PDSHM_SCOPE_MAGIC) {
+    ck_say(c, "scope %#llx: bad magic", (unsigned long long)b->off);
+    return;
+  }
+  b->reached = 1;
+  uint64_t expect = b->refs + (r->linked && !(r->flags & PDSHM_SF_ROOT)) +
+                    ((r->flags & PDSHM_SF_ROOT) != 0);
+  if (!r->refs && !r->dying)
+    ck_say(c, "scope %#llx: no reference left but not being destroyed", (unsigned long long)b->off);
+  if (r->refs != expect && !r->dying)
+    ck_say(c, "scope %#llx: refs %llu, counted %llu", (unsigned long long)b->off,
+           (unsigned long long)r->refs, (unsigned long long)expect);
+  if (r->name) ck_name(c, r->name, "scope name");
+  if (r->lock >= c->seg->hdr->max_locks ||
+      atomic_load(&pdshm__lockent(c->seg, r->lock)->alloc) != PDSHM_LOCK_PUBLISHED)
+    ck_say(c, "scope %#llx: its lock %u is not published", (unsigned long long)b->off, r->lock);
+  ck_table(c, b->off, r);
+  uint64_t n = 0;
+  for (pdshm_off_t k = r->first_kid, prev = 0; k; prev = k, k = pdshm__scope_at(c->seg, k)->next_sib) {
+    struct ck_blk *kb = ck_want(c, k, PDSHM_T_SCOPE, sizeof *r, "kid");
+    if (!kb || ++n > c->n) {
+      if (kb) ck_say(c, "scope %#llx: kid list loops", (unsigned long long)b->off);
+      break;
+    }
+    const struct pdshm_scope_rec *kr = pdshm__scope_at(c->seg, k);
+    if (kr->parent != b->off || kr->prev_sib != prev || !kr->inlist)
+      ck_say(c, "scope %#llx: kid %#llx has wrong links", (unsigned long long)b->off,
+             (unsigned long long)k);
+  }
+}
+
+/* ---- slots, locks, leaks ------------------------------------------------------------- */
+
+static void ck_slots(struct ck *c) {
+  const struct pdshm_hdr *h = c->seg->hdr;
+  c->slot_alive = pdshm__zalloc(h->max_procs * sizeof *c->slot_alive);
+  for (uint32_t i = 0; c->slot_alive && i < h->max_procs; i++) {
+    uint32_t st = atomic_load(&pdshm__slot(c->seg, i)->state);
+    c->slot_alive[i] = st == PDSHM_SLOT_FREE ? -1 : pdshm__slot_alive(c->seg, i) > 0;
+  }
+}
+
+static void ck_leaks(struct ck *c) {
+  for (size_t i = 0; i < c->n; i++) {
+    struct ck_blk *b = &c->b[i];
+    if (b->state == PDSHM_BLK_FREE) continue;
+    if (b->owner) {
+      if (b->owner > c->seg->hdr->max_procs || (c->slot_alive && c->slot_alive[b->owner - 1] < 0))
+        ck_say(c, "block %#llx belongs to slot %u, which is free", (unsigned long long)b->off,
+               b->owner - 1u);
+      continue; /* private to a live slot, or awaiting its reaper */
+    }
+    if (b->state == PDSHM_BLK_CACHED) ck_say(c, "cached block %#llx has no owner",
+                                             (unsigned long long)b->off);
+    else if (!b->reached)
+      ck_say(c, "block %#llx (type %u, %llu bytes) is published but unreachable",
+             (unsigned long long)b->off, b->type, (unsigned long long)b->size);
+  }
+}
+
+static void ck_model(struct ck *c) {
+  ck_slots(c);
+  ck_count_refs(c);
+  struct ck_blk *root = ck_want(c, c->seg->hdr->root, PDSHM_T_SCOPE, sizeof(struct pdshm_scope_rec),
+                                "root scope");
+  if (!root) return;
+  for (size_t i = 0; i < c->n; i++)
+    if (c->b[i].state == PDSHM_BLK_USED && c->b[i].type == PDSHM_T_SCOPE) ck_scope(c, &c->b[i]);
+  ck_leaks(c);
+}
+
+/* ---- stopping the world ---------------------------------------------------------------- */
+
+static void ck_unlock_scopes(pdshm_seg *seg, const uint8_t *held) {
+  for (uint32_t i = PDSHM_LOCK_FIXED; i < seg->hdr->max_locks; i++)
+    if (held[i / 8] & (1u << (i % 8))) pdshm__unlock(seg, i);
+}
+
+/* One pass of trylocks over the scope locks; 0, EBUSY or an error, with the
+ * locks taken recorded in held (and released again on failure). */
+static int ck_trylock_scopes(pdshm_seg *seg, uint8_t *held) {
+  int rc = 0;
+  memset(held, 0, (seg->hdr->max_locks + 7) / 8);
+  for (uint32_t i = PDSHM_LOCK_FIXED; i < seg->hdr->max_locks && !rc; i++) {
+    struct pdshm_lock *l = pdshm__lockent(seg, i);
+    if (l->kind != PDSHM_LK_SCOPE || atomic_load(&l->alloc) == PDSHM_LOCK_AVAILABLE) continue;
+    if (!(rc = pdshm__trylock(seg, i))) held[i / 8] |= (uint8_t)(1u << (i % 8));
+  }
+  if (rc) ck_unlock_scopes(seg, held);
+  return rc;
+}
+
+/* Every scope lock by trylock, then the heap lock. */
+static int ck_lock_world(pdshm_seg *seg, uint8_t *held) {
+  for (unsigned round = 0;; round++) {
+    int rc = ck_trylock_scopes(seg, held);
+    if (!rc) {
+      if (!(rc = pdshm__lock(seg, PDSHM_LOCK_HEAP))) return 0;
+      ck_unlock_scopes(seg, held);
+      return rc;
+    }
+    if (rc != PDSHM_EBUSY) return rc;
+    if (round > 100000) return pdshm__fail(PDSHM_EBUSY, "the segment never went quiet");
+    sched_yield();
+  }
+}
+
+static int ck_once(pdshm_seg *seg, FILE *report, int *problems) {
+  struct ck c = {.seg = seg, .report = report};
+  int rc = ck_walk_blocks(&c);
+  if (!rc && !c.problems) ck_model(&c);
+  if (!rc) {
+    int heap = pdshm__heap_check_locked(seg, report);
+    c.problems += heap > 0 ? heap : 0;
+  }
+  pdshm__xfree(c.b);
+  pdshm__xfree(c.slot_alive);
+  *problems = c.problems;
+  return rc;
+}
+
+PDSHM_API int pdshm_check(pdshm_seg *seg, FILE *report) {
+  pdshm__fail_clear();
+  int rc = pdshm__seg_usable(seg), problems = 0;
+  if (rc) return rc;
+  if (seg->flags & PDSHM_RDONLY) {
+    for (int i = 0; i < CK_RETRIES && !rc; i++) {
+      rc = ck_once(seg, i == CK_RETRIES - 1 ? report : NULL, &problems);
+      if (!problems) break;
+    }
+  } else {
+    uint8_t *held = pdshm__zalloc((seg->hdr->max_locks + 7) / 8);
+    if (!held) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+    if (!(rc = ck_lock_world(seg, held))) {
+      rc = ck_once(seg, report, &problems);
+      pdshm__unlock(seg, PDSHM_LOCK_HEAP);
+      ck_unlock_scopes(seg, held);
+    }
+    pdshm__xfree(held);
+  }
+  if (rc) return rc;
+  if (problems) return pdshm__fail(PDSHM_EBADSEG, "%d problem(s) found", problems);
+  return 0;
+}
