@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#include "internal.h"
+#include "model_int.h"
 
 static void stats_procs(pdshm_seg *seg, pdshm_stats *st) {
   for (uint32_t i = 0; i < seg->hdr->max_procs; i++) {
@@ -20,6 +20,26 @@ static void stats_procs(pdshm_seg *seg, pdshm_stats *st) {
       st->procs_alive++;
     else
       st->procs_dead++;
+  }
+}
+
+/* Scopes, variables and tensor bytes, from one walk of the chain (heap lock
+ * held, or none on a read-only attachment: then bounded and validated). */
+static void stats_model(pdshm_seg *seg, pdshm_stats *st) {
+  const struct pdshm_hdr *h = seg->hdr;
+  uint64_t guard = (h->arena_end - h->arena_off) / PDSHM_BLK_MIN;
+  for (pdshm_off_t at = h->arena_off; at < h->arena_end && guard--;) {
+    const struct pdshm_blk *b = PDSHM_AT(seg->base, at, const struct pdshm_blk);
+    uint64_t w = atomic_load_explicit(&b->word, memory_order_acquire), size = pdshm__blk_size(w);
+    if (size < PDSHM_BLK_MIN || size > h->arena_end - at) break;
+    if (pdshm__blk_state(w) == PDSHM_BLK_USED && b->type == PDSHM_T_SCOPE) st->scopes++;
+    if (pdshm__blk_state(w) == PDSHM_BLK_USED && b->type == PDSHM_T_VAR &&
+        size >= PDSHM_BLK_HDR + sizeof(struct pdshm_var_rec)) {
+      const struct pdshm_var_rec *r = pdshm__var_at(seg, at + PDSHM_BLK_HDR);
+      st->vars++;
+      if (r->vtype == PDSHM_V_TENSOR) st->tensor_bytes += r->nbytes;
+    }
+    at += size;
   }
 }
 
@@ -34,6 +54,9 @@ PDSHM_API int pdshm_seg_stats(pdshm_seg *seg, pdshm_stats *st) {
   st->size = hs.arena;
   st->used = hs.used;
   st->free = hs.free;
+  bool locked = !(seg->flags & PDSHM_RDONLY) && !pdshm__lock(seg, PDSHM_LOCK_HEAP);
+  stats_model(seg, st);
+  if (locked) pdshm__unlock(seg, PDSHM_LOCK_HEAP);
   stats_procs(seg, st);
   return 0;
 }
