@@ -390,7 +390,7 @@ START_TEST(tensor_enomem) {
 END_TEST
 
 /* Rename keeps the object; errors leave the scope unchanged. */
-START_TEST(rename) {
+START_TEST(var_rename) {
   pdshm_var *a, *b;
   ck_assert_int_eq(pdshm_var_create(root, "a", &a), 0);
   ck_assert_int_eq(pdshm_var_create(root, "b", &b), 0);
@@ -530,7 +530,7 @@ static Suite *model_suite(void) {
   tcase_add_test(tc, unique_names);
   tcase_add_test(tc, tensors);
   tcase_add_test(tc, tensor_enomem);
-  tcase_add_test(tc, rename);
+  tcase_add_test(tc, var_rename);
   tcase_add_test(tc, many_vars);
   tcase_add_test(tc, var_lock_rules);
   tcase_add_test(tc, handles);
