@@ -119,6 +119,9 @@ int pdshm__slot_release_own(pdshm_seg *seg); /* detach                          
  * unless it is ours.  -1 when it cannot tell (I/O error). */
 int pdshm__slot_alive(pdshm_seg *seg, uint32_t i);
 int pdshm__reap_dead(pdshm_seg *seg, unsigned *reaped);
+/* Frees only the cached blocks of dead slots (safe under any lock but the
+ * heap's). */
+void pdshm__reap_caches(pdshm_seg *seg);
 
 /* ---- alloc.c --------------------------------------------------------------- */
 /* Lays out the arena as FREE blocks (create only). */
@@ -142,7 +145,7 @@ size_t pdshm__alloc_usable(const pdshm_seg *seg, pdshm_off_t payload);
 int pdshm__heap_rebuild(pdshm_seg *seg);
 /* Reaper: frees the CACHED and USED blocks owned by slot `slot` (owner ==
  * slot+1) and clears that slot's lane caches; blocks whose type bit is set in
- * keep_mask are left alone and returned in *kept (malloc'd payload offsets,
+ * keep_mask are left alone and returned in *kept (pdshm__zalloc'd payload offsets,
  * *nkept of them) for the caller to release first. */
 int pdshm__heap_sweep_slot(pdshm_seg *seg, uint32_t slot, unsigned keep_mask,
                            pdshm_off_t **kept, size_t *nkept);
@@ -168,6 +171,8 @@ int pdshm__heap_stats(pdshm_seg *seg, struct pdshm_heap_stats *st);
 int pdshm__heap_check(pdshm_seg *seg, FILE *report);
 /* The same with the heap lock already held (pdshm_check stops the world). */
 int pdshm__heap_check_locked(pdshm_seg *seg, FILE *report);
+/* Frees the CACHED blocks of slot `slot` (whose OFD lock the caller holds). */
+int pdshm__heap_sweep_cached(pdshm_seg *seg, uint32_t slot);
 /* Size class helpers (exposed for the tests). */
 unsigned pdshm__class_of(size_t block_bytes); /* PDSHM_NCLASSES when large */
 uint32_t pdshm__class_size(unsigned cls);

@@ -136,6 +136,22 @@ int pdshm__reap_dead(pdshm_seg *seg, unsigned *reaped) {
   return rc;
 }
 
+/* Allocation failed: give the heap the caches of dead slots.  Only the
+ * caches: their other blocks wait for a full reap, which may need locks the
+ * failing allocator's caller holds. */
+void pdshm__reap_caches(pdshm_seg *seg) {
+  pthread_mutex_lock(&seg->reap_mu);
+  for (uint32_t i = 0; i < seg->hdr->max_procs; i++) {
+    if (i == seg->slot || atomic_load_explicit(&pdshm__slot(seg, i)->state,
+                                               memory_order_acquire) == PDSHM_SLOT_FREE)
+      continue;
+    if (proc_try_claim(seg, i) != 1) continue;
+    pdshm__heap_sweep_cached(seg, i);
+    proc_unclaim(seg, i);
+  }
+  pthread_mutex_unlock(&seg->reap_mu);
+}
+
 /* ---- our own slot -------------------------------------------------------------- */
 
 static uint64_t proc_start_time(void) {

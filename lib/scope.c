@@ -379,13 +379,22 @@ static int path_next(const char **path, const char **comp, size_t *len) {
   return 0;
 }
 
+/* Every component well formed, before anything is looked up. */
+static int path_check(const char *path) {
+  const char *comp;
+  size_t len;
+  int rc = 0;
+  while (!rc && *path) rc = path_next(&path, &comp, &len);
+  return rc;
+}
+
 /* Hand over hand from the root; returns with the found scope's lock held. */
 static int scope_walk(pdshm_seg *seg, const char *path, pdshm_off_t *found) {
   pdshm_off_t cur = seg->hdr->root;
   int rc = pdshm__lock(seg, SC(seg, cur)->lock);
   while (!rc && *path) {
-    const char *comp;
-    size_t len;
+    const char *comp = NULL;
+    size_t len = 0;
     pdshm_off_t k = 0;
     rc = path_next(&path, &comp, &len);
     if (!rc && !(k = kid_find(seg, SC(seg, cur), comp, len)))
@@ -405,6 +414,7 @@ PDSHM_API int pdshm_scope_open(pdshm_seg *seg, const char *path, pdshm_scope **o
   if (rc) return rc;
   if (!path || !out) return pdshm__fail(PDSHM_EINVAL, "NULL path or out pointer");
   if (*path == '/') path++;
+  if ((rc = path_check(path))) return rc;
   pdshm_off_t x;
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
   rc = scope_walk(seg, path, &x);

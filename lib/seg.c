@@ -419,7 +419,7 @@ static int seg_open_existing(const char *path, unsigned flags, struct stat *st, 
 PDSHM_API int pdshm_attach(const char *name, const pdshm_options *o, pdshm_seg **out) {
   char path[PDSHM_SEG_NAME_MAX + 16];
   struct stat st;
-  int fd, rc;
+  int fd = -1, rc;
   pdshm__fail_clear();
   if (!out) return pdshm__fail(PDSHM_EINVAL, "NULL out pointer");
   *out = NULL;

@@ -1,0 +1,482 @@
+/*
+ * heap.c - the in-segment allocator: blocks, size classes, lane caches, bins.
+ *
+ * Owns: struct pdshm_blk, struct pdshm_heap, the lanes' cache bins
+ * (layout.h), and every block size.
+ *
+ * Invariants (numbered as in layout.h, plus):
+ *  2. The arena is a chain of blocks at every instant.  A split writes the
+ *     tail's header, then shrinks the head with one 8-byte release store; a
+ *     merge grows the head over the tail's header with one store.  A process
+ *     killed anywhere leaves a walkable chain; bins, bitmap and prev16 are
+ *     rebuilt from it (pdshm__heap_rebuild) by the next taker of the lock.
+ *  3. Under the heap lock, every FREE block is on the bin of its size and no
+ *     two FREE blocks are adjacent.
+ *  4. A CACHED block is on the cache list of a lane of slot owner-1 and only
+ *     that lane's thread touches it; its size never changes while cached.
+ *  5. Pages inside a HOLEY block may be missing from the file; every block
+ *     carved from one is re-reserved (fallocate) before it is handed out, so
+ *     first touch never raises SIGBUS on a full /dev/shm.
+ *
+ * Crash windows:
+ *  - a cache pop or push is two stores (the block's word, the lane's head):
+ *    dead lanes' lists are never read again; the reaper's sweep goes by the
+ *    blocks' owner field instead;
+ *  - inside the heap lock: anything, repaired by the rebuild.
+ */
+#include "config.h"
+
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+#ifdef HAVE_PUNCH_HOLE
+#include <linux/falloc.h>
+#endif
+
+#include "internal.h"
+
+#define SMALL_CLASSES 31u  /* 32..512 by 16                                */
+#define EXACT_BINS 62u     /* bins of sizes 32..1008, one per 16 bytes     */
+#define SCAN_LIMIT 16u     /* entries examined in a non-exact bin          */
+#define CACHE_BYTES (32u << 10) /* a lane caches about this much per class */
+#define CACHE_MIN 4u
+#define CACHE_MAX 64u
+#define PUNCH_MIN (PDSHM_CLASS_MAX + 1) /* frees above this give pages back */
+
+/* ---- sizes ---------------------------------------------------------------- */
+
+uint32_t pdshm__class_size(unsigned c) {
+  if (c < SMALL_CLASSES) return 32u + 16u * c;
+  unsigned k = c - SMALL_CLASSES;
+  uint32_t base = 512u << (k / 4);
+  return base + (k % 4 + 1) * (base / 4);
+}
+
+unsigned pdshm__class_of(size_t bytes) {
+  if (bytes <= 512) return bytes <= 32 ? 0 : (unsigned)((bytes + 15) / 16 - 2);
+  for (unsigned c = SMALL_CLASSES; c < PDSHM_NCLASSES; c++)
+    if (pdshm__class_size(c) >= bytes) return c;
+  return PDSHM_NCLASSES;
+}
+
+static unsigned cache_limit(unsigned c) {
+  uint32_t n = CACHE_BYTES / pdshm__class_size(c);
+  return n < CACHE_MIN ? CACHE_MIN : n > CACHE_MAX ? CACHE_MAX : n;
+}
+
+/* The bin a FREE block of that size lives in. */
+static unsigned bin_of(uint64_t size) {
+  if (size < 1024) return (unsigned)(size / 16 - 2);
+  unsigned l = 63u - (unsigned)__builtin_clzll(size);
+  return EXACT_BINS + (l - 10) * 8 + (unsigned)((size >> (l - 3)) & 7);
+}
+
+/* The smallest size a block of bin b can have. */
+static uint64_t bin_floor(unsigned b) {
+  if (b < EXACT_BINS) return 32u + 16u * b;
+  unsigned l = 10 + (b - EXACT_BINS) / 8;
+  return (uint64_t)(8 + (b - EXACT_BINS) % 8) << (l - 3);
+}
+
+/* ---- block access ----------------------------------------------------------- */
+
+static struct pdshm_blk *B(const pdshm_seg *seg, pdshm_off_t off) {
+  return PDSHM_AT(seg->base, off, struct pdshm_blk);
+}
+static uint64_t word(const struct pdshm_blk *b) {
+  return atomic_load_explicit(&b->word, memory_order_acquire);
+}
+static void set_word(struct pdshm_blk *b, uint64_t w) {
+  atomic_store_explicit(&b->word, w, memory_order_release);
+}
+static struct pdshm_free_links *links(const pdshm_seg *seg, pdshm_off_t off) {
+  return PDSHM_AT(seg->base, off + PDSHM_BLK_HDR, struct pdshm_free_links);
+}
+static struct pdshm_heap *heap(const pdshm_seg *seg) { return &seg->hdr->heap; }
+
+/* Sets the hint of the block after off (if any) to off's size. */
+static void fix_next_prev(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
+  if (off + size < seg->hdr->arena_end) B(seg, off + size)->prev16 = (uint32_t)(size / 16);
+}
+
+/* ---- bins (heap lock) ---------------------------------------------------------- */
+
+static void bin_insert(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
+  struct pdshm_heap *h = heap(seg);
+  unsigned b = bin_of(size);
+  struct pdshm_free_links *l = links(seg, off);
+  l->prev = 0;
+  l->next = h->bins[b];
+  if (l->next) links(seg, l->next)->prev = off;
+  h->bins[b] = off;
+  h->nonempty[b / 64] |= 1ull << (b % 64);
+}
+
+static void bin_remove(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
+  struct pdshm_heap *h = heap(seg);
+  unsigned b = bin_of(size);
+  struct pdshm_free_links *l = links(seg, off);
+  if (l->prev) links(seg, l->prev)->next = l->next;
+  else h->bins[b] = l->next;
+  if (l->next) links(seg, l->next)->prev = l->prev;
+  if (!h->bins[b]) h->nonempty[b / 64] &= ~(1ull << (b % 64));
+}
+
+/* The first non-empty bin at or after b, or PDSHM_NBINS. */
+static unsigned bin_next(const struct pdshm_heap *h, unsigned b) {
+  for (unsigned w = b / 64; w < PDSHM_NBINS / 64; w++) {
+    uint64_t m = h->nonempty[w] & (w == b / 64 ? ~0ull << (b % 64) : ~0ull);
+    if (m) return w * 64 + (unsigned)__builtin_ctzll(m);
+  }
+  return PDSHM_NBINS;
+}
+
+/* A FREE block of at least n bytes, or 0: first fit in n's own bin (bounded),
+ * then any block of the next non-empty bin whose floor is >= n. */
+static pdshm_off_t bin_search(pdshm_seg *seg, uint64_t n) {
+  struct pdshm_heap *h = heap(seg);
+  unsigned b = bin_of(n), k = 0;
+  for (pdshm_off_t o = h->bins[b]; o && k < SCAN_LIMIT; o = links(seg, o)->next, k++)
+    if (pdshm__blk_size(word(B(seg, o))) >= n) return o;
+  unsigned nb = bin_next(h, bin_floor(b) >= n && b < EXACT_BINS ? b : b + 1);
+  return nb < PDSHM_NBINS ? h->bins[nb] : 0;
+}
+
+/* ---- giving pages back, taking them again ------------------------------------------ */
+
+/* Invariant 5: reserve the whole pages under [off, off+size). */
+static int reserve(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
+  uint64_t pg = seg->hdr->page_size, lo = off / pg * pg, hi = (off + size + pg - 1) / pg * pg;
+  if (fallocate(seg->fd, 0, (off_t)lo, (off_t)(hi - lo)) == 0) return 0;
+  if (errno == ENOSPC)
+    return pdshm__fail(PDSHM_ENOSPC, "/dev/shm is full: cannot back %llu bytes again",
+                       (unsigned long long)(hi - lo));
+  return pdshm__fail(-errno, "fallocate: %s", strerror(errno));
+}
+
+/* Punches the whole pages strictly inside a FREE block, keeping its header
+ * and bin links; returns the HOLEY flag to set. */
+static uint64_t punch(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
+#ifdef HAVE_PUNCH_HOLE
+  uint64_t pg = seg->hdr->page_size;
+  uint64_t lo = (off + PDSHM_BLK_MIN + pg - 1) / pg * pg, hi = (off + size) / pg * pg;
+  if (hi > lo && fallocate(seg->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)lo,
+                           (off_t)(hi - lo)) == 0) {
+    heap(seg)->punched += hi - lo;
+    return PDSHM_BLK_HOLEY;
+  }
+#endif
+  return 0;
+}
+
+/* ---- carving and freeing (heap lock) -------------------------------------------------- */
+
+/* Takes n bytes from the front of FREE block off, in state `state`, owned by
+ * `owner`; the rest stays FREE. */
+static int carve(pdshm_seg *seg, pdshm_off_t off, uint64_t n, unsigned state, uint16_t owner,
+                 unsigned type) {
+  struct pdshm_blk *b = B(seg, off);
+  uint64_t w = word(b), size = pdshm__blk_size(w), holey = w & PDSHM_BLK_HOLEY;
+  if (size - n < PDSHM_BLK_MIN) n = size;
+  if (holey) {
+    int rc = reserve(seg, off, n);
+    if (rc) return rc;
+  }
+  bin_remove(seg, off, size);
+  if (n < size) { /* invariant 2: the tail's header first */
+    struct pdshm_blk *t = B(seg, off + n);
+    t->prev16 = (uint32_t)(n / 16);
+    t->type = PDSHM_T_NONE;
+    t->owner = 0;
+    set_word(t, (size - n) | PDSHM_BLK_FREE | holey);
+    fix_next_prev(seg, off + n, size - n);
+  }
+  b->type = (uint16_t)type;
+  b->owner = owner;
+  set_word(b, n | state);
+  if (n < size) bin_insert(seg, off + n, size - n);
+  return 0;
+}
+
+/* Returns a USED or CACHED block to the bins, merging with FREE neighbours. */
+static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
+  struct pdshm_blk *b = B(seg, off);
+  uint64_t size = pdshm__blk_size(word(b)), holey = 0;
+  bool big = size >= PUNCH_MIN;
+  pdshm_off_t next = off + size;
+  if (next < seg->hdr->arena_end && pdshm__blk_state(word(B(seg, next))) == PDSHM_BLK_FREE) {
+    uint64_t nw = word(B(seg, next));
+    bin_remove(seg, next, pdshm__blk_size(nw));
+    holey |= nw & PDSHM_BLK_HOLEY;
+    size += pdshm__blk_size(nw);
+    set_word(b, size | pdshm__blk_state(word(b)));
+  }
+  b->type = PDSHM_T_NONE;
+  b->owner = 0;
+  if (off > seg->hdr->arena_off && b->prev16) {
+    pdshm_off_t prev = off - (uint64_t)b->prev16 * 16;
+    uint64_t pw = word(B(seg, prev));
+    if (pdshm__blk_state(pw) == PDSHM_BLK_FREE) {
+      bin_remove(seg, prev, pdshm__blk_size(pw));
+      holey |= pw & PDSHM_BLK_HOLEY;
+      size += pdshm__blk_size(pw);
+      off = prev;
+      b = B(seg, prev);
+    }
+  }
+  /* One store makes the merged block; only then may pages inside it (old
+   * headers included) disappear. */
+  set_word(b, size | PDSHM_BLK_FREE | holey);
+  fix_next_prev(seg, off, size);
+  bin_insert(seg, off, size);
+  if (big && (holey = punch(seg, off, size))) set_word(b, size | PDSHM_BLK_FREE | holey);
+}
+
+/* ---- the lane caches ---------------------------------------------------------------- */
+
+static pdshm_off_t *next_of(const pdshm_seg *seg, pdshm_off_t off) {
+  return &links(seg, off)->next;
+}
+
+static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t off, uint16_t tag) {
+  struct pdshm_blk *b = B(seg, off);
+  b->owner = tag;
+  b->type = PDSHM_T_NONE;
+  *next_of(seg, off) = cb->head;
+  set_word(b, pdshm__blk_size(word(b)) | PDSHM_BLK_CACHED);
+  cb->head = off;
+  cb->count++;
+}
+
+static pdshm_off_t cache_pop(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned type) {
+  pdshm_off_t off = cb->head;
+  struct pdshm_blk *b = B(seg, off);
+  b->type = (uint16_t)type;
+  set_word(b, pdshm__blk_size(word(b)) | PDSHM_BLK_USED);
+  cb->head = *next_of(seg, off);
+  cb->count--;
+  return off;
+}
+
+/* Hands `n` cached blocks of cb back to the heap (lock held). */
+static void cache_drain(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned n) {
+  while (n-- && cb->head) {
+    pdshm_off_t off = cb->head;
+    cb->head = *next_of(seg, off);
+    cb->count--;
+    heap_release(seg, off);
+  }
+}
+
+/* Adds up to half its limit of class-c blocks to cb (lock held). */
+static void cache_refill(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned c, uint16_t tag) {
+  uint32_t size = pdshm__class_size(c);
+  for (unsigned k = cache_limit(c) / 2; k; k--) {
+    pdshm_off_t off = bin_search(seg, size);
+    if (!off || carve(seg, off, size, PDSHM_BLK_CACHED, tag, PDSHM_T_NONE)) return;
+    if (pdshm__blk_size(word(B(seg, off))) != size) { /* too small a remainder */
+      heap_release(seg, off);
+      return;
+    }
+    *next_of(seg, off) = cb->head;
+    cb->head = off;
+    cb->count++;
+  }
+}
+
+/* ---- the API ---------------------------------------------------------------------- */
+
+void pdshm__heap_init(pdshm_seg *seg) {
+  const struct pdshm_hdr *hd = seg->hdr;
+  memset(heap(seg), 0, sizeof *heap(seg));
+  uint64_t prev = 0;
+  for (pdshm_off_t at = hd->arena_off; at < hd->arena_end;) {
+    uint64_t size = hd->arena_end - at, max = PDSHM_BLK_MAX - PDSHM_ALIGN;
+    if (size > max) size = size - max < PDSHM_BLK_MIN ? max - PDSHM_BLK_MIN : max;
+    struct pdshm_blk *b = B(seg, at);
+    b->prev16 = (uint32_t)(prev / 16);
+    b->type = PDSHM_T_NONE;
+    b->owner = 0;
+    set_word(b, size | PDSHM_BLK_FREE);
+    bin_insert(seg, at, size);
+    prev = size;
+    at += size;
+  }
+}
+
+size_t pdshm__alloc_usable(const pdshm_seg *seg, pdshm_off_t payload) {
+  return pdshm__blk_size(word(B(seg, payload - PDSHM_BLK_HDR))) - PDSHM_BLK_HDR;
+}
+
+/* One attempt under the heap lock: the block itself (a little bigger than
+ * asked when the rest would be too small to stand alone), then, for a small
+ * class, more of the same into the lane's cache. */
+static int alloc_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint64_t n, unsigned c,
+                        unsigned type, pdshm_off_t *blk) {
+  int rc = pdshm__lock(seg, PDSHM_LOCK_HEAP);
+  if (rc) return rc;
+  if (c < PDSHM_NCLASSES) n = pdshm__class_size(c);
+  pdshm_off_t off = bin_search(seg, n);
+  rc = off ? carve(seg, off, n, PDSHM_BLK_USED, ln->tag, type) : PDSHM_ENOMEM;
+  if (!rc) *blk = off;
+  if (!rc && c < PDSHM_NCLASSES) cache_refill(seg, &ln->rec->cache[c], c, ln->tag);
+  pdshm__unlock(seg, PDSHM_LOCK_HEAP);
+  return rc;
+}
+
+/* Gives every cached block of the lane back (lock taken here). */
+void pdshm__cache_flush(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
+  if (pdshm__lock(seg, PDSHM_LOCK_HEAP)) return;
+  for (unsigned c = 0; c < PDSHM_NCLASSES; c++) cache_drain(seg, &ln->rec->cache[c], ~0u);
+  pdshm__unlock(seg, PDSHM_LOCK_HEAP);
+}
+
+int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsigned type,
+                 pdshm_off_t *payload) {
+  if (bytes > PDSHM_BLK_MAX - 2 * PDSHM_ALIGN)
+    return pdshm__fail(PDSHM_EOVERFLOW, "%zu bytes is more than one block can hold", bytes);
+  uint64_t n = (bytes + PDSHM_BLK_HDR + PDSHM_ALIGN - 1) & ~(uint64_t)(PDSHM_ALIGN - 1);
+  if (n < PDSHM_BLK_MIN) n = PDSHM_BLK_MIN;
+  unsigned c = pdshm__class_of(n);
+  struct pdshm_cache_bin *cb = c < PDSHM_NCLASSES ? &ln->rec->cache[c] : NULL;
+  pdshm_off_t blk = 0;
+  if (cb && cb->head) {
+    blk = cache_pop(seg, cb, type); /* the fast path: no shared lock */
+  } else {
+    int rc = alloc_locked(seg, ln, n, c, type, &blk);
+    if (rc == PDSHM_ENOMEM) { /* our own caches, then dead processes' caches */
+      pdshm__cache_flush(seg, ln);
+      pdshm__reap_caches(seg);
+      rc = alloc_locked(seg, ln, n, c, type, &blk);
+    }
+    if (rc == PDSHM_ENOMEM)
+      return pdshm__fail(PDSHM_ENOMEM, "no free block of %llu bytes in the segment",
+                         (unsigned long long)n);
+    if (rc) return rc;
+  }
+  *payload = blk + PDSHM_BLK_HDR;
+  return 0;
+}
+
+void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload) {
+  pdshm_off_t off = payload - PDSHM_BLK_HDR;
+  uint64_t size = pdshm__blk_size(word(B(seg, off)));
+  unsigned c = size <= PDSHM_CLASS_MAX ? pdshm__class_of(size) : PDSHM_NCLASSES;
+  if (ln && c < PDSHM_NCLASSES && pdshm__class_size(c) == size) {
+    struct pdshm_cache_bin *cb = &ln->rec->cache[c];
+    cache_push(seg, cb, off, ln->tag);
+    if (cb->count <= cache_limit(c)) return;
+    if (pdshm__lock(seg, PDSHM_LOCK_HEAP)) return;
+    cache_drain(seg, cb, cb->count / 2);
+    pdshm__unlock(seg, PDSHM_LOCK_HEAP);
+    return;
+  }
+  if (pdshm__lock(seg, PDSHM_LOCK_HEAP)) return;
+  heap_release(seg, off);
+  pdshm__unlock(seg, PDSHM_LOCK_HEAP);
+}
+
+/* ---- rebuilding and sweeping (heap lock held) ------------------------------------------ */
+
+/* Walks the chain, merging adjacent FREE blocks, fixing prev16, re-binning.
+ * EBADSEG when the chain itself is broken. */
+static int heap_relink(pdshm_seg *seg) {
+  const struct pdshm_hdr *hd = seg->hdr;
+  struct pdshm_heap *h = heap(seg);
+  memset(h->nonempty, 0, sizeof h->nonempty);
+  memset(h->bins, 0, sizeof h->bins);
+  uint64_t prev = 0;
+  for (pdshm_off_t at = hd->arena_off; at < hd->arena_end;) {
+    struct pdshm_blk *b = B(seg, at);
+    uint64_t w = word(b), size = pdshm__blk_size(w);
+    if (size < PDSHM_BLK_MIN || size > hd->arena_end - at)
+      return pdshm__fail(PDSHM_EBADSEG, "block chain broken at %#llx", (unsigned long long)at);
+    b->prev16 = (uint32_t)(prev / 16);
+    while (pdshm__blk_state(w) == PDSHM_BLK_FREE && at + size < hd->arena_end) {
+      uint64_t nw = word(B(seg, at + size)), ns = pdshm__blk_size(nw);
+      if (pdshm__blk_state(nw) != PDSHM_BLK_FREE || ns < PDSHM_BLK_MIN ||
+          ns > hd->arena_end - at - size || size + ns >= PDSHM_BLK_MAX)
+        break;
+      size += ns;
+      w = size | PDSHM_BLK_FREE | ((w | nw) & PDSHM_BLK_HOLEY);
+      set_word(b, w);
+    }
+    if (pdshm__blk_state(w) == PDSHM_BLK_FREE) bin_insert(seg, at, size);
+    prev = size;
+    at += size;
+  }
+  return 0;
+}
+
+int pdshm__heap_rebuild(pdshm_seg *seg) {
+  heap(seg)->rebuilds++;
+  return heap_relink(seg);
+}
+
+int pdshm__heap_sweep_slot(pdshm_seg *seg, uint32_t slot, unsigned keep_mask,
+                           pdshm_off_t **kept, size_t *nkept) {
+  const struct pdshm_hdr *hd = seg->hdr;
+  size_t cap = 0;
+  *kept = NULL;
+  *nkept = 0;
+  int rc = pdshm__lock(seg, PDSHM_LOCK_HEAP);
+  if (rc) return rc;
+  uint16_t tag = (uint16_t)(slot + 1);
+  for (pdshm_off_t at = hd->arena_off; at < hd->arena_end && !rc;) {
+    struct pdshm_blk *b = B(seg, at);
+    uint64_t w = word(b), size = pdshm__blk_size(w);
+    if (size < PDSHM_BLK_MIN || size > hd->arena_end - at) {
+      rc = pdshm__fail(PDSHM_EBADSEG, "block chain broken at %#llx", (unsigned long long)at);
+      break;
+    }
+    unsigned st = pdshm__blk_state(w);
+    if (b->owner == tag && st == PDSHM_BLK_USED && (keep_mask >> b->type & 1)) {
+      if (*nkept == cap) {
+        pdshm_off_t *nk = pdshm__zalloc((cap = cap ? cap * 2 : 64) * sizeof *nk);
+        if (!nk) rc = pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+        else if (*kept) memcpy(nk, *kept, *nkept * sizeof *nk);
+        pdshm__xfree(*kept);
+        *kept = nk;
+      }
+      if (*kept) (*kept)[(*nkept)++] = at + PDSHM_BLK_HDR;
+    } else if (b->owner == tag && st != PDSHM_BLK_FREE) {
+      b->owner = 0;
+      b->type = PDSHM_T_NONE;
+      set_word(b, size | PDSHM_BLK_FREE); /* merged and binned below */
+    }
+    at += size;
+  }
+  struct pdshm_slot *s = pdshm__slot(seg, slot);
+  for (unsigned k = 0; k < PDSHM_LANES; k++) memset(s->lane[k].cache, 0, sizeof s->lane[k].cache);
+  if (!rc) rc = heap_relink(seg);
+  pdshm__unlock(seg, PDSHM_LOCK_HEAP);
+  if (rc) {
+    pdshm__xfree(*kept);
+    *kept = NULL;
+    *nkept = 0;
+  }
+  return rc;
+}
+
+/* Frees the CACHED blocks of slot `slot` only (lock taken here). */
+int pdshm__heap_sweep_cached(pdshm_seg *seg, uint32_t slot) {
+  const struct pdshm_hdr *hd = seg->hdr;
+  int rc = pdshm__lock(seg, PDSHM_LOCK_HEAP);
+  if (rc) return rc;
+  uint16_t tag = (uint16_t)(slot + 1);
+  for (pdshm_off_t at = hd->arena_off; at < hd->arena_end;) {
+    struct pdshm_blk *b = B(seg, at);
+    uint64_t w = word(b), size = pdshm__blk_size(w);
+    if (size < PDSHM_BLK_MIN || size > hd->arena_end - at) break;
+    if (b->owner == tag && pdshm__blk_state(w) == PDSHM_BLK_CACHED) {
+      b->owner = 0;
+      set_word(b, size | PDSHM_BLK_FREE);
+    }
+    at += size;
+  }
+  struct pdshm_slot *s = pdshm__slot(seg, slot);
+  for (unsigned k = 0; k < PDSHM_LANES; k++) memset(s->lane[k].cache, 0, sizeof s->lane[k].cache);
+  rc = heap_relink(seg);
+  pdshm__unlock(seg, PDSHM_LOCK_HEAP);
+  return rc;
+}

@@ -1,0 +1,186 @@
+/*
+ * heap_check.c - the allocator seen from outside: statistics and the check
+ * of its invariants (heap.c 2-5).  Both walk the chain; both are bounded and
+ * bounds-checked, so a corrupt arena gives an error or a report, never a
+ * crash or a hang.  A read-only attachment walks without the lock (it cannot
+ * take it): the figures are then a best effort on a live segment.
+ */
+#include "config.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const struct pdshm_blk *hc_blk(const pdshm_seg *seg, pdshm_off_t off) {
+  return PDSHM_AT(seg->base, off, const struct pdshm_blk);
+}
+
+/* The size of the block at `at` if it is plausible there, else 0. */
+static uint64_t hc_size(const pdshm_seg *seg, pdshm_off_t at) {
+  uint64_t size = pdshm__blk_size(atomic_load_explicit(&hc_blk(seg, at)->word,
+                                                       memory_order_acquire));
+  if (size < PDSHM_BLK_MIN || size % PDSHM_ALIGN || size > seg->hdr->arena_end - at) return 0;
+  return size;
+}
+
+/* ---- statistics ------------------------------------------------------------------ */
+
+static void hs_count(struct pdshm_heap_stats *st, const struct pdshm_blk *b, uint64_t w) {
+  uint64_t size = pdshm__blk_size(w);
+  unsigned state = pdshm__blk_state(w), c = pdshm__class_of(size);
+  bool exact = c < PDSHM_NCLASSES && pdshm__class_size(c) == size;
+  if (state == PDSHM_BLK_FREE) {
+    st->free += size;
+    st->blocks_free++;
+    if (size > st->largest_free) st->largest_free = size;
+    return;
+  }
+  if (state == PDSHM_BLK_CACHED) {
+    st->cached += size;
+    st->free += size;
+    st->blocks_cached++;
+    if (exact) st->cls[c].cached++;
+    return;
+  }
+  st->used += size;
+  st->blocks_used++;
+  if (b->type < PDSHM_T_COUNT) st->by_type[b->type] += size;
+  if (size > PDSHM_CLASS_MAX) {
+    st->large_used += size;
+    st->large_blocks++;
+  } else if (exact) {
+    st->cls[c].used++;
+  }
+}
+
+static int hs_walk(pdshm_seg *seg, struct pdshm_heap_stats *st) {
+  const struct pdshm_hdr *h = seg->hdr;
+  memset(st, 0, sizeof *st);
+  st->arena = h->arena_end - h->arena_off;
+  for (unsigned c = 0; c < PDSHM_NCLASSES; c++) st->cls[c].block_size = pdshm__class_size(c);
+  for (pdshm_off_t at = h->arena_off; at < h->arena_end;) {
+    uint64_t size = hc_size(seg, at);
+    if (!size) return pdshm__fail(PDSHM_EBADSEG, "block chain broken at %#llx",
+                                  (unsigned long long)at);
+    hs_count(st, hc_blk(seg, at), atomic_load(&hc_blk(seg, at)->word));
+    at += size;
+  }
+  st->rebuilds = h->heap.rebuilds;
+  st->punched = h->heap.punched;
+  return 0;
+}
+
+int pdshm__heap_stats(pdshm_seg *seg, struct pdshm_heap_stats *st) {
+  if (seg->flags & PDSHM_RDONLY) {
+    int rc = 0;
+    for (int tries = 0; tries < 8; tries++) /* a torn walk: look again */
+      if (!(rc = hs_walk(seg, st))) return 0;
+    return rc;
+  }
+  int rc = pdshm__lock(seg, PDSHM_LOCK_HEAP);
+  if (rc) return rc;
+  rc = hs_walk(seg, st);
+  pdshm__unlock(seg, PDSHM_LOCK_HEAP);
+  return rc;
+}
+
+/* ---- the check ----------------------------------------------------------------------- */
+
+struct hc {
+  pdshm_seg *seg;
+  FILE *report;
+  int problems;
+  uint64_t free_blocks;
+};
+
+static void hc_say(struct hc *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void hc_say(struct hc *c, const char *fmt, ...) {
+  c->problems++;
+  if (!c->report) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("pdshm_check: heap: ", c->report);
+  vfprintf(c->report, fmt, ap);
+  fputc('\n', c->report);
+  va_end(ap);
+}
+
+/* Invariants 2, 3 (adjacency) and 4 (cache owners), along the chain. */
+static void hc_chain(struct hc *c) {
+  const struct pdshm_hdr *h = c->seg->hdr;
+  uint64_t prev = 0;
+  unsigned prev_state = ~0u;
+  for (pdshm_off_t at = h->arena_off; at < h->arena_end;) {
+    const struct pdshm_blk *b = hc_blk(c->seg, at);
+    uint64_t size = hc_size(c->seg, at), w = atomic_load(&b->word);
+    if (!size) {
+      hc_say(c, "block at %#llx has an impossible size %llu", (unsigned long long)at,
+             (unsigned long long)pdshm__blk_size(w));
+      return;
+    }
+    unsigned state = pdshm__blk_state(w);
+    if (b->prev16 != prev / 16)
+      hc_say(c, "block at %#llx: prev16 %u, the previous block has %llu bytes",
+             (unsigned long long)at, b->prev16, (unsigned long long)prev);
+    if (state == PDSHM_BLK_FREE && prev_state == PDSHM_BLK_FREE)
+      hc_say(c, "FREE blocks adjacent at %#llx", (unsigned long long)at);
+    if (state > PDSHM_BLK_CACHED) hc_say(c, "block at %#llx: state %u", (unsigned long long)at, state);
+    if (state == PDSHM_BLK_CACHED && (!b->owner || b->owner > h->max_procs))
+      hc_say(c, "cached block at %#llx has owner %u", (unsigned long long)at, b->owner);
+    if (state == PDSHM_BLK_FREE && b->owner)
+      hc_say(c, "free block at %#llx has owner %u", (unsigned long long)at, b->owner);
+    c->free_blocks += state == PDSHM_BLK_FREE;
+    prev = size;
+    prev_state = state;
+    at += size;
+  }
+}
+
+static bool hc_is_block(struct hc *c, pdshm_off_t off) {
+  const struct pdshm_hdr *h = c->seg->hdr;
+  return off >= h->arena_off && off < h->arena_end && off % PDSHM_ALIGN == 0 && hc_size(c->seg, off);
+}
+
+/* Invariant 3 (bins): each list well formed, each entry FREE and in its bin;
+ * the bitmap says which lists are non-empty; every FREE block is listed. */
+static void hc_bins(struct hc *c) {
+  const struct pdshm_heap *hp = &c->seg->hdr->heap;
+  uint64_t listed = 0, limit = c->free_blocks + 1;
+  for (unsigned b = 0; b < PDSHM_NBINS; b++) {
+    bool bit = hp->nonempty[b / 64] >> (b % 64) & 1;
+    if (bit != (hp->bins[b] != 0)) hc_say(c, "bin %u: bitmap says %d", b, bit);
+    pdshm_off_t prev = 0;
+    for (pdshm_off_t o = hp->bins[b]; o; prev = o, o = PDSHM_AT(c->seg->base, o + PDSHM_BLK_HDR,
+                                                              struct pdshm_free_links)->next) {
+      if (!hc_is_block(c, o) || ++listed > limit) {
+        hc_say(c, "bin %u: list runs off the chain or loops at %#llx", b, (unsigned long long)o);
+        break;
+      }
+      const struct pdshm_free_links *l = PDSHM_AT(c->seg->base, o + PDSHM_BLK_HDR,
+                                                  struct pdshm_free_links);
+      uint64_t w = atomic_load(&hc_blk(c->seg, o)->word);
+      if (pdshm__blk_state(w) != PDSHM_BLK_FREE || l->prev != prev)
+        hc_say(c, "bin %u: entry %#llx is not FREE or badly linked", b, (unsigned long long)o);
+    }
+  }
+  if (listed != c->free_blocks)
+    hc_say(c, "%llu FREE blocks in the chain, %llu on bin lists",
+           (unsigned long long)c->free_blocks, (unsigned long long)listed);
+}
+
+int pdshm__heap_check_locked(pdshm_seg *seg, FILE *report) {
+  struct hc c = {.seg = seg, .report = report};
+  hc_chain(&c);
+  if (!c.problems) hc_bins(&c);
+  return c.problems;
+}
+
+int pdshm__heap_check(pdshm_seg *seg, FILE *report) {
+  if (seg->flags & PDSHM_RDONLY) return pdshm__heap_check_locked(seg, report);
+  int rc = pdshm__lock(seg, PDSHM_LOCK_HEAP);
+  if (rc) return rc;
+  rc = pdshm__heap_check_locked(seg, report);
+  pdshm__unlock(seg, PDSHM_LOCK_HEAP);
+  return rc;
+}
