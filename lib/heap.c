@@ -211,8 +211,6 @@ static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
     size += pdshm__blk_size(nw);
     set_word(b, size | pdshm__blk_state(word(b)));
   }
-  b->type = PDSHM_T_NONE;
-  b->owner = 0;
   if (off > seg->hdr->arena_off && b->prev16) {
     pdshm_off_t prev = off - (uint64_t)b->prev16 * 16;
     uint64_t pw = word(B(seg, prev));
@@ -227,6 +225,8 @@ static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
   /* One store makes the merged block; only then may pages inside it (old
    * headers included) disappear. */
   set_word(b, size | PDSHM_BLK_FREE | holey);
+  b->type = PDSHM_T_NONE; /* after the store: a death before it leaves the */
+  b->owner = 0;           /* block owned, so a sweep still finds it        */
   fix_next_prev(seg, off, size);
   bin_insert(seg, off, size);
   if (big && (holey = punch(seg, off, size))) set_word(b, size | PDSHM_BLK_FREE | holey);
@@ -392,6 +392,10 @@ static int heap_relink(pdshm_seg *seg) {
     if (size < PDSHM_BLK_MIN || size > hd->arena_end - at)
       return pdshm__fail(PDSHM_EBADSEG, "block chain broken at %#llx", (unsigned long long)at);
     b->prev16 = (uint32_t)(prev / 16);
+    if (pdshm__blk_state(w) == PDSHM_BLK_FREE) { /* a death may leave these set */
+      b->owner = 0;
+      b->type = PDSHM_T_NONE;
+    }
     while (pdshm__blk_state(w) == PDSHM_BLK_FREE && at + size < hd->arena_end) {
       uint64_t nw = word(B(seg, at + size)), ns = pdshm__blk_size(nw);
       if (pdshm__blk_state(nw) != PDSHM_BLK_FREE || ns < PDSHM_BLK_MIN ||
@@ -440,9 +444,9 @@ int pdshm__heap_sweep_slot(pdshm_seg *seg, uint32_t slot, unsigned keep_mask,
       }
       if (*kept) (*kept)[(*nkept)++] = at + PDSHM_BLK_HDR;
     } else if (b->owner == tag && st != PDSHM_BLK_FREE) {
+      set_word(b, size | PDSHM_BLK_FREE); /* merged and binned below */
       b->owner = 0;
       b->type = PDSHM_T_NONE;
-      set_word(b, size | PDSHM_BLK_FREE); /* merged and binned below */
     }
     at += size;
   }
@@ -469,8 +473,8 @@ int pdshm__heap_sweep_cached(pdshm_seg *seg, uint32_t slot) {
     uint64_t w = word(b), size = pdshm__blk_size(w);
     if (size < PDSHM_BLK_MIN || size > hd->arena_end - at) break;
     if (b->owner == tag && pdshm__blk_state(w) == PDSHM_BLK_CACHED) {
-      b->owner = 0;
       set_word(b, size | PDSHM_BLK_FREE);
+      b->owner = 0;
     }
     at += size;
   }

@@ -28,7 +28,10 @@ const char *tu_path(const char *name) {
 }
 
 pdshm_seg *tu_create(const char *tag, size_t size, unsigned procs) {
-  const char *name = tu_name(tag);
+  return tu_create_as(tu_name(tag), size, procs);
+}
+
+pdshm_seg *tu_create_as(const char *name, size_t size, unsigned procs) {
   pdshm_options o = {.size = size ? size : (8u << 20), .max_procs = procs};
   pdshm_seg *seg = NULL;
   pdshm_unlink(name);

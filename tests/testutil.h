@@ -13,6 +13,8 @@ const char *tu_name(const char *tag);
 /* pdshm_create with `size` bytes (0: 8 MiB) and `procs` slots (0: default);
  * registers the name so tu_cleanup() unlinks it.  Fails the test on error. */
 pdshm_seg *tu_create(const char *tag, size_t size, unsigned procs);
+/* The same under a given name (e.g. one kept from tu_name). */
+pdshm_seg *tu_create_as(const char *name, size_t size, unsigned procs);
 pdshm_seg *tu_attach(const char *name);
 /* Unlinks every segment this process made through tu_create. */
 void tu_cleanup(void);
