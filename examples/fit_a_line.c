@@ -31,7 +31,7 @@
 #define FEATURES 13
 #define ROWS 4096
 #define BATCH 64 /* rows per trainer per step */
-#define LEARNING_RATE 0.01f
+#define LEARNING_RATE 0.02f
 #define NOISE 0.1f
 #define MAX_TRAINERS 64
 
@@ -259,7 +259,7 @@ static void coordinate(const struct opts *o, pdshm_seg *seg) {
 }
 
 static void parse(int argc, char **argv, struct opts *o) {
-  *o = (struct opts){.name = "fit_a_line", .trainers = 4, .epochs = 12};
+  *o = (struct opts){.name = "fit_a_line", .trainers = 4, .epochs = 15};
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--trainers") && i + 1 < argc) o->trainers = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--epochs") && i + 1 < argc) o->epochs = atoi(argv[++i]);
