@@ -54,9 +54,11 @@ uint32_t pdshm__class_size(unsigned c) {
 
 unsigned pdshm__class_of(size_t bytes) {
   if (bytes <= 512) return bytes <= 32 ? 0 : (unsigned)((bytes + 15) / 16 - 2);
-  for (unsigned c = SMALL_CLASSES; c < PDSHM_NCLASSES; c++)
-    if (pdshm__class_size(c) >= bytes) return c;
-  return PDSHM_NCLASSES;
+  if (bytes > PDSHM_CLASS_MAX) return PDSHM_NCLASSES;
+  /* base = 512 << d with base < bytes <= 2 base; quarters of base above it */
+  unsigned d = 63u - (unsigned)__builtin_clzll((bytes - 1) / 512);
+  uint64_t base = 512ull << d, q = (bytes - base + base / 4 - 1) / (base / 4);
+  return SMALL_CLASSES + d * 4 + (unsigned)q - 1;
 }
 
 static unsigned cache_limit(unsigned c) {

@@ -36,6 +36,7 @@ struct pdshm_seg {
   uint32_t slot;               /* our slot, PDSHM_NOSLOT when read-only        */
   uint16_t owner_tag;          /* slot + 1, what our blocks carry in `owner`   */
   uint64_t forkgen;            /* pdshm__forkgen at attach                     */
+  uint32_t pid;                /* getpid() at attach (a syscall: kept here)    */
   pthread_mutex_t reap_mu;     /* one reaper per attachment (OFD locks are     */
                                /* per descriptor, not per thread)              */
   struct pdshm_lane_ctx lanes[PDSHM_LANES];

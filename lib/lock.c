@@ -70,7 +70,7 @@ static int lock_recover(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l) {
 
 static void lock_note_holder(pdshm_seg *seg, struct pdshm_lock *l) {
   l->acquisitions++;
-  atomic_store_explicit(&l->holder_pid, (uint32_t)getpid(), memory_order_relaxed);
+  atomic_store_explicit(&l->holder_pid, seg->pid, memory_order_relaxed);
   atomic_store_explicit(&l->holder_slot, seg->slot, memory_order_relaxed);
 }
 

@@ -245,7 +245,7 @@ static int scope_build(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t p,
   r->linked = name ? 1 : 0;
   r->inlist = 1;
   r->next_sib = pr->first_kid;
-  r->creator_pid = (uint32_t)getpid();
+  r->creator_pid = seg->pid;
   r->creator_slot = ln->tag - 1u;
   r->created_ns = pdshm__now_ns(CLOCK_REALTIME);
   pdshm__lockent(seg, lk)->guards = k;

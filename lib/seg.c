@@ -214,6 +214,7 @@ static pdshm_seg *seg_handle_new(const char *name, int fd, unsigned flags) {
   seg->flags = flags;
   seg->slot = PDSHM_NOSLOT;
   seg->forkgen = atomic_load(&pdshm__forkgen);
+  seg->pid = (uint32_t)getpid();
   snprintf(seg->name, sizeof seg->name, "%s", name);
   pthread_mutex_init(&seg->reap_mu, NULL);
   for (unsigned i = 0; i < PDSHM_LANES; i++) {
