@@ -182,8 +182,9 @@ static void ck_count_refs(struct ck *c) {
     pdshm_off_t target = 0;
     if (b->type == PDSHM_T_HANDLE && b->size - PDSHM_BLK_HDR >= sizeof(struct pdshm_handle_rec))
       target = PDSHM_AT(c->seg->base, b->off, struct pdshm_handle_rec)->scope;
-    if (b->type == PDSHM_T_SCOPE && b->size - PDSHM_BLK_HDR >= sizeof(struct pdshm_scope_rec))
-      target = pdshm__scope_at(c->seg, b->off)->parent;
+    if (b->type == PDSHM_T_SCOPE && !b->owner &&
+        b->size - PDSHM_BLK_HDR >= sizeof(struct pdshm_scope_rec))
+      target = pdshm__scope_at(c->seg, b->off)->parent; /* published scopes only */
     struct ck_blk *s = target ? ck_find(c, target) : NULL;
     if (s && s->type == PDSHM_T_SCOPE) s->refs++;
     else if (target) ck_say(c, "block %#llx refers to %#llx, not a scope", (unsigned long long)b->off,
@@ -260,7 +261,8 @@ static void ck_model(struct ck *c) {
                                 "root scope");
   if (!root) return;
   for (size_t i = 0; i < c->n; i++)
-    if (c->b[i].state == PDSHM_BLK_USED && c->b[i].type == PDSHM_T_SCOPE) ck_scope(c, &c->b[i]);
+    if (c->b[i].state == PDSHM_BLK_USED && c->b[i].type == PDSHM_T_SCOPE && !c->b[i].owner)
+      ck_scope(c, &c->b[i]);
   ck_leaks(c);
 }
 

@@ -193,6 +193,7 @@ static int carve(pdshm_seg *seg, pdshm_off_t off, uint64_t n, unsigned state, ui
     set_word(t, (size - n) | PDSHM_BLK_FREE | holey);
     fix_next_prev(seg, off + n, size - n);
   }
+  zero_if_record(seg, off, n, type);
   b->type = (uint16_t)type;
   b->owner = owner;
   set_word(b, n | state);
@@ -250,13 +251,22 @@ static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t o
   cb->count++;
 }
 
+/* Records of what a process holds must read as empty until a journal fills
+ * them in (model.h): they are zeroed before they become USED. */
+static void zero_if_record(pdshm_seg *seg, pdshm_off_t off, uint64_t size, unsigned type) {
+  if (type == PDSHM_T_HANDLE || type == PDSHM_T_HOLD)
+    memset(PDSHM_AT(seg->base, off + PDSHM_BLK_HDR, void), 0, size - PDSHM_BLK_HDR);
+}
+
 static pdshm_off_t cache_pop(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned type) {
   pdshm_off_t off = cb->head;
   struct pdshm_blk *b = B(seg, off);
-  b->type = (uint16_t)type;
-  set_word(b, pdshm__blk_size(word(b)) | PDSHM_BLK_USED);
+  uint64_t size = pdshm__blk_size(word(b));
   cb->head = *next_of(seg, off);
   cb->count--;
+  zero_if_record(seg, off, size, type);
+  b->type = (uint16_t)type;
+  set_word(b, size | PDSHM_BLK_USED);
   return off;
 }
 

@@ -117,9 +117,12 @@ struct pdshm_name {
 };
 
 /* What a process holds, in blocks it owns (owner = slot+1, never published):
- * the reaper releases each kept HANDLE or HOLD block of a dead slot. */
+ * the reaper releases each kept HANDLE or HOLD block of a dead slot.  Such a
+ * block comes out of the allocator zeroed, and `scope` is set by the journal
+ * that counts the reference: a record whose scope is 0 counts for nothing. */
 struct pdshm_handle_rec {
-  pdshm_off_t scope;       /* the scope this record holds one ref on            */
+  pdshm_off_t scope;       /* the scope this record holds one ref on (for a
+                              HOLD: the variable); set at the commit          */
   uint64_t epoch;          /* the slot's epoch when it was made                 */
 };
 

@@ -115,8 +115,9 @@ static int scope_handle_add(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off
   int rc = pdshm__j_alloc_keep(seg, ln, sizeof(struct pdshm_handle_rec), PDSHM_T_HANDLE, h);
   if (rc) return rc;
   struct pdshm_handle_rec *hr = PDSHM_AT(seg->base, *h, struct pdshm_handle_rec);
-  hr->scope = x;
   hr->epoch = atomic_load(&pdshm__slot(seg, ln->tag - 1u)->epoch);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, hr, scope), x); /* model.h: a handle counts once
+                                                            its scope is set */
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, SC(seg, x), refs), SC(seg, x)->refs + 1);
   return 0;
 }
@@ -172,6 +173,7 @@ static bool handle_ok(pdshm_seg *seg, pdshm_off_t h, uint16_t tag) {
 int pdshm__handle_drop(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h) {
   if (!handle_ok(seg, h, ln->tag)) return pdshm__fail(PDSHM_EINVAL, "not a handle record");
   pdshm_off_t x = PDSHM_AT(seg->base, h, struct pdshm_handle_rec)->scope;
+  if (!x) return 0; /* never committed: no reference to drop; the sweep frees it */
   int rc = pdshm__j_begin(seg, ln, SC(seg, x)->lock, PDSHM_OP_UNHANDLE);
   if (rc) return rc;
   pdshm__j_retire(seg, ln, h);
@@ -264,8 +266,8 @@ static int scope_create_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_
                                     &h->handle);
   if (rc) return rc;
   struct pdshm_handle_rec *hr = PDSHM_AT(seg->base, h->handle, struct pdshm_handle_rec);
-  hr->scope = k;
   hr->epoch = atomic_load(&pdshm__slot(seg, ln->tag - 1u)->epoch);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, hr, scope), k);
   SC(seg, k)->refs++;
   if (pr->first_kid) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, SC(seg, pr->first_kid), prev_sib), k);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pr, first_kid), k);

@@ -100,8 +100,8 @@ static int vl_share(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk, pdshm_
     pdshm__j_abort(seg, ln);
   } else {
     struct pdshm_handle_rec *h = PDSHM_AT(seg->base, *hold, struct pdshm_handle_rec);
-    h->scope = r->self; /* the variable */
     h->epoch = r->gen;
+    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, h, scope), r->self); /* the variable */
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lk_readers), r->lk_readers + 1);
     pdshm__j_commit(seg, ln);
   }
