@@ -171,6 +171,13 @@ static uint64_t punch(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
   return 0;
 }
 
+/* Records of what a process holds must read as empty until a journal fills
+ * them in (model.h): they are zeroed before they become USED. */
+static void zero_if_record(pdshm_seg *seg, pdshm_off_t off, uint64_t size, unsigned type) {
+  if (type == PDSHM_T_HANDLE || type == PDSHM_T_HOLD)
+    memset(PDSHM_AT(seg->base, off + PDSHM_BLK_HDR, void), 0, size - PDSHM_BLK_HDR);
+}
+
 /* ---- carving and freeing (heap lock) -------------------------------------------------- */
 
 /* Takes n bytes from the front of FREE block off, in state `state`, owned by
@@ -249,13 +256,6 @@ static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t o
   set_word(b, pdshm__blk_size(word(b)) | PDSHM_BLK_CACHED);
   cb->head = off;
   cb->count++;
-}
-
-/* Records of what a process holds must read as empty until a journal fills
- * them in (model.h): they are zeroed before they become USED. */
-static void zero_if_record(pdshm_seg *seg, pdshm_off_t off, uint64_t size, unsigned type) {
-  if (type == PDSHM_T_HANDLE || type == PDSHM_T_HOLD)
-    memset(PDSHM_AT(seg->base, off + PDSHM_BLK_HDR, void), 0, size - PDSHM_BLK_HDR);
 }
 
 static pdshm_off_t cache_pop(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned type) {
