@@ -122,7 +122,8 @@ static void ck_part(struct ck *c, pdshm_off_t off, unsigned type, const char *wh
   if (b) b->reached = 1;
 }
 
-static void ck_var(struct ck *c, pdshm_off_t x, pdshm_off_t v, uint64_t hash) {
+static void ck_var(struct ck *c, pdshm_off_t x, pdshm_off_t v, const struct pdshm_table_ent *e) {
+  uint64_t hash = e->hash;
   struct ck_blk *b = ck_want(c, v, PDSHM_T_VAR, sizeof(struct pdshm_var_rec), "variable");
   if (!b) return;
   b->reached = 1;
@@ -130,8 +131,11 @@ static void ck_var(struct ck *c, pdshm_off_t x, pdshm_off_t v, uint64_t hash) {
   if (r->magic != PDSHM_VAR_MAGIC || r->self != v || r->scope != x)
     ck_say(c, "variable %#llx: bad magic, self or scope", (unsigned long long)v);
   const struct pdshm_name *nm = ck_name(c, r->name, "variable name");
-  if (nm && (pdshm__hash(nm->s, nm->len) != hash || r->hash != hash))
-    ck_say(c, "variable \"%s\": hash does not match its name", nm->s);
+  uint64_t key[PDSHM_KEY_BYTES / 8] = {0, 0};
+  if (nm) memcpy(key, nm->s, nm->len < PDSHM_KEY_BYTES ? nm->len : PDSHM_KEY_BYTES);
+  if (nm && (pdshm__hash(nm->s, nm->len) != hash || r->hash != hash || e->key[0] != key[0] ||
+             e->key[1] != key[1]))
+    ck_say(c, "variable \"%s\": its index entry does not match its name", nm->s);
   if (r->label) ck_name(c, r->label, "label");
   ck_part(c, r->readers, PDSHM_T_OPLIST, "readers list");
   ck_part(c, r->writers, PDSHM_T_OPLIST, "writers list");
@@ -165,7 +169,7 @@ static void ck_table(struct ck *c, pdshm_off_t x, const struct pdshm_scope_rec *
     used += v != 0;
     if (v > PDSHM_TOMBSTONE) {
       live++;
-      ck_var(c, x, v, t->ent[i].hash);
+      ck_var(c, x, v, &t->ent[i]);
     }
   }
   if (live != r->nvars || used != t->used || used * 8 > cap * 5)

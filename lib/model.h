@@ -69,9 +69,14 @@ struct pdshm_scope_rec {
  * capacity, at most 5/8 full counting tombstones; replaced (not resized in
  * place) when it grows or is cleaned, so a lock-free reader always probes a
  * whole table. */
+#define PDSHM_KEY_BYTES 16 /* name bytes an index entry carries */
+
 struct pdshm_table_ent {
   pdshm_off_t var;         /* VAR record payload, 0 empty, PDSHM_TOMBSTONE      */
   uint64_t hash;           /* of the name                                       */
+  uint64_t key[PDSHM_KEY_BYTES / 8]; /* the name's first 16 bytes, zero padded:
+                              a name that fits is matched here, without
+                              touching the variable's record                   */
 };
 struct pdshm_table {
   uint64_t cap;            /* entries, a power of two                           */

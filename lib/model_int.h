@@ -55,10 +55,10 @@ int64_t pdshm__table_find_locked(pdshm_seg *seg, struct pdshm_scope_rec *x, cons
                                  size_t len, uint64_t hash);
 /* Journaled insert of variable v (x's lock held; the name is not there). */
 int pdshm__table_insert(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
-                        pdshm_off_t v, uint64_t hash);
+                        pdshm_off_t v, const char *name, size_t len, uint64_t hash);
 /* Journaled move of entry i's variable to a new name's hash (rename). */
 int pdshm__table_move(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
-                      int64_t i, uint64_t hash);
+                      int64_t i, const char *name, size_t len, uint64_t hash);
 /* Journaled removal of entry i. */
 void pdshm__table_remove(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
                          int64_t i);

@@ -72,13 +72,31 @@ static bool var_is(const pdshm_seg *seg, pdshm_off_t v, const char *name, size_t
   return nm && name_equals(nm, name, len);
 }
 
+/* The key an index entry carries for a name. */
+static void tab_key(const char *name, size_t len, uint64_t key[PDSHM_KEY_BYTES / 8]) {
+  memset(key, 0, PDSHM_KEY_BYTES);
+  memcpy(key, name, len < PDSHM_KEY_BYTES ? len : PDSHM_KEY_BYTES);
+}
+
+/* Does entry e hold (name, len)?  Names that fit in the key are decided by
+ * it (the zero padding tells lengths apart, names have no NUL); longer ones
+ * are confirmed against the record. */
+static bool ent_is(const pdshm_seg *seg, const struct pdshm_table_ent *e, pdshm_off_t v,
+                   const char *name, size_t len, const uint64_t key[PDSHM_KEY_BYTES / 8]) {
+  if (ld(&e->key[0]) != key[0] || ld(&e->key[1]) != key[1]) return false;
+  return len <= PDSHM_KEY_BYTES || var_is(seg, v, name, len);
+}
+
 /* Probe for name: its entry index, or -1.  Bounded by cap. */
 static int64_t tab_probe(const pdshm_seg *seg, const struct pdshm_table *t, uint64_t cap,
                          const char *name, size_t len, uint64_t hash) {
+  uint64_t key[PDSHM_KEY_BYTES / 8];
+  tab_key(name, len, key);
   for (uint64_t n = 0, i = hash & (cap - 1); n < cap; n++, i = (i + 1) & (cap - 1)) {
     pdshm_off_t v = ld(&t->ent[i].var);
     if (v == 0) return -1;
-    if (v != PDSHM_TOMBSTONE && ld(&t->ent[i].hash) == hash && var_is(seg, v, name, len))
+    if (v != PDSHM_TOMBSTONE && ld(&t->ent[i].hash) == hash &&
+        ent_is(seg, &t->ent[i], v, name, len, key))
       return (int64_t)i;
   }
   return -1;
@@ -167,7 +185,7 @@ static uint64_t tab_slot_for(const struct pdshm_table *t, uint64_t cap, uint64_t
 /* Invariant 2: a fresh table holding x's live entries but v, then (v, hash);
  * nlive live entries in all. */
 static int tab_rebuild(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
-                       pdshm_off_t v, uint64_t hash, uint64_t nlive) {
+                       const struct pdshm_table_ent *add, uint64_t nlive) {
   uint64_t cap = TABLE_MIN_CAP;
   while (cap < nlive * 2) cap <<= 1;
   pdshm_off_t off;
@@ -181,42 +199,52 @@ static int tab_rebuild(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_s
   uint64_t ocap = 0;
   const struct pdshm_table *ot = tab_at(seg, x->table, &ocap);
   for (uint64_t i = 0; ot && i < ocap; i++)
-    if (ot->ent[i].var > PDSHM_TOMBSTONE && ot->ent[i].var != v)
+    if (ot->ent[i].var > PDSHM_TOMBSTONE && ot->ent[i].var != add->var)
       nt->ent[tab_slot_for(nt, cap, ot->ent[i].hash)] = ot->ent[i];
-  nt->ent[tab_slot_for(nt, cap, hash)] = (struct pdshm_table_ent){.var = v, .hash = hash};
+  nt->ent[tab_slot_for(nt, cap, add->hash)] = *add;
   if (x->table) pdshm__j_retire(seg, ln, x->table);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, x, table), off);
   return 0;
 }
 
-/* Puts (v, hash) where a probe for hash will find it; nlive is the number of
- * live entries once the journal is applied. */
+/* Puts entry `add` where a probe for its hash will find it; nlive is the
+ * number of live entries once the journal is applied. */
 static int tab_put(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
-                   pdshm_off_t v, uint64_t hash, uint64_t nlive) {
+                   const struct pdshm_table_ent *add, uint64_t nlive) {
   pdshm__j_seq(seg, ln, PDSHM_FOFF(seg, x, seq));
   uint64_t cap = 0;
   struct pdshm_table *t = x->table ? PDSHM_AT(seg->base, x->table, struct pdshm_table) : NULL;
   if (t) cap = t->cap;
-  if (!t || (t->used + 1) * 8 > cap * 5) return tab_rebuild(seg, ln, x, v, hash, nlive);
-  uint64_t i = tab_slot_for(t, cap, hash);
-  if (t->ent[i].var == 0) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, used), t->used + 1);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, &t->ent[i], hash), hash);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, &t->ent[i], var), v);
+  if (!t || (t->used + 1) * 8 > cap * 5) return tab_rebuild(seg, ln, x, add, nlive);
+  struct pdshm_table_ent *e = &t->ent[tab_slot_for(t, cap, add->hash)];
+  if (e->var == 0) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, used), t->used + 1);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, hash), add->hash);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, key[0]), add->key[0]);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, key[1]), add->key[1]);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, var), add->var);
   return 0;
 }
 
+static struct pdshm_table_ent tab_entry(pdshm_off_t v, const char *name, size_t len,
+                                        uint64_t hash) {
+  struct pdshm_table_ent e = {.var = v, .hash = hash};
+  tab_key(name, len, e.key);
+  return e;
+}
+
 int pdshm__table_insert(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
-                        pdshm_off_t v, uint64_t hash) {
+                        pdshm_off_t v, const char *name, size_t len, uint64_t hash) {
+  struct pdshm_table_ent add = tab_entry(v, name, len, hash);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, x, nvars), x->nvars + 1);
-  return tab_put(seg, ln, x, v, hash, x->nvars + 1);
+  return tab_put(seg, ln, x, &add, x->nvars + 1);
 }
 
 int pdshm__table_move(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
-                      int64_t i, uint64_t hash) {
+                      int64_t i, const char *name, size_t len, uint64_t hash) {
   struct pdshm_table_ent *e = pdshm__table_ent(seg, x, i);
-  pdshm_off_t v = e->var;
+  struct pdshm_table_ent add = tab_entry(e->var, name, len, hash);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, var), PDSHM_TOMBSTONE);
-  return tab_put(seg, ln, x, v, hash, x->nvars);
+  return tab_put(seg, ln, x, &add, x->nvars);
 }
 
 void pdshm__table_remove(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,

@@ -60,7 +60,7 @@ static int var_create_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_of
   r->scope = x;
   r->name = nm;
   r->hash = hash;
-  rc = pdshm__table_insert(seg, ln, pdshm__scope_at(seg, x), v, hash);
+  rc = pdshm__table_insert(seg, ln, pdshm__scope_at(seg, x), v, name, len, hash);
   if (!rc) *out = v;
   return rc;
 }
@@ -259,7 +259,7 @@ PDSHM_API int pdshm_var_rename(pdshm_scope *s, const char *from, const char *to)
     pdshm__j_retire(seg, ln, r->name);
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, name), nm);
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, hash), thash);
-    rc = pdshm__table_move(seg, ln, x, i, thash);
+    rc = pdshm__table_move(seg, ln, x, i, to, tlen, thash);
   }
   return var_edit_end(s, ln, rc);
 }
