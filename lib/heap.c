@@ -38,10 +38,10 @@
 #define SMALL_CLASSES 31u  /* 32..512 by 16                                */
 #define EXACT_BINS 62u     /* bins of sizes 32..1008, one per 16 bytes     */
 #define SCAN_LIMIT 16u     /* entries examined in a non-exact bin          */
-#define CACHE_BYTES (32u << 10) /* a lane caches about this much per class */
 #define CACHE_MIN 4u
-#define CACHE_MAX 64u
+#define CACHE_MAX 512u
 #define PUNCH_MIN (PDSHM_CLASS_MAX + 1) /* frees above this give pages back */
+#define RETAIN_MAX (32ull << 20)        /* large frees kept backed, at most */
 
 /* ---- sizes ---------------------------------------------------------------- */
 
@@ -61,8 +61,12 @@ unsigned pdshm__class_of(size_t bytes) {
   return SMALL_CLASSES + d * 4 + (unsigned)q - 1;
 }
 
-static unsigned cache_limit(unsigned c) {
-  uint32_t n = CACHE_BYTES / pdshm__class_size(c);
+/* Blocks of class c a lane may cache: about 1/2048 of the arena per class
+ * (16 KiB to 256 KiB), so that what caches strand stays a small share. */
+static unsigned cache_limit(const pdshm_seg *seg, unsigned c) {
+  uint64_t bytes = (seg->hdr->arena_end - seg->hdr->arena_off) / 2048;
+  bytes = bytes < (16u << 10) ? (16u << 10) : bytes > (256u << 10) ? (256u << 10) : bytes;
+  uint64_t n = bytes / pdshm__class_size(c);
   return n < CACHE_MIN ? CACHE_MIN : n > CACHE_MAX ? CACHE_MAX : n;
 }
 
@@ -178,6 +182,19 @@ static void zero_if_record(pdshm_seg *seg, pdshm_off_t off, uint64_t size, unsig
     memset(PDSHM_AT(seg->base, off + PDSHM_BLK_HDR, void), 0, size - PDSHM_BLK_HDR);
 }
 
+/* Keeps a large free backed while the budget (1/16 of the arena, at most
+ * RETAIN_MAX) allows: a tensor freed and allocated again each step then costs
+ * neither a punch nor a re-reserve.  Carving a large block spends it. */
+static bool retain(pdshm_seg *seg, uint64_t bytes) {
+  struct pdshm_heap *h = heap(seg);
+  uint64_t budget = (seg->hdr->arena_end - seg->hdr->arena_off) / 16;
+  if (budget > RETAIN_MAX) budget = RETAIN_MAX;
+  if (h->retained > budget) h->retained = budget; /* a hint: clamp after a death */
+  if (h->retained + bytes > budget) return false;
+  h->retained += bytes;
+  return true;
+}
+
 /* ---- carving and freeing (heap lock) -------------------------------------------------- */
 
 /* Takes n bytes from the front of FREE block off, in state `state`, owned by
@@ -190,6 +207,8 @@ static int carve(pdshm_seg *seg, pdshm_off_t off, uint64_t n, unsigned state, ui
   if (holey) {
     int rc = reserve(seg, off, n);
     if (rc) return rc;
+  } else if (n > PDSHM_CLASS_MAX) {
+    heap(seg)->retained -= heap(seg)->retained < n ? heap(seg)->retained : n;
   }
   bin_remove(seg, off, size);
   if (n < size) { /* invariant 2: the tail's header first */
@@ -211,8 +230,7 @@ static int carve(pdshm_seg *seg, pdshm_off_t off, uint64_t n, unsigned state, ui
 /* Returns a USED or CACHED block to the bins, merging with FREE neighbours. */
 static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
   struct pdshm_blk *b = B(seg, off);
-  uint64_t size = pdshm__blk_size(word(b)), holey = 0;
-  bool big = size >= PUNCH_MIN;
+  uint64_t size = pdshm__blk_size(word(b)), holey = 0, freed = size;
   pdshm_off_t next = off + size;
   if (next < seg->hdr->arena_end && pdshm__blk_state(word(B(seg, next))) == PDSHM_BLK_FREE) {
     uint64_t nw = word(B(seg, next));
@@ -239,7 +257,8 @@ static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
   b->owner = 0;           /* block owned, so a sweep still finds it        */
   fix_next_prev(seg, off, size);
   bin_insert(seg, off, size);
-  if (big && (holey = punch(seg, off, size))) set_word(b, size | PDSHM_BLK_FREE | holey);
+  if (freed >= PUNCH_MIN && !retain(seg, freed) && (holey = punch(seg, off, size)))
+    set_word(b, size | PDSHM_BLK_FREE | holey);
 }
 
 /* ---- the lane caches ---------------------------------------------------------------- */
@@ -283,7 +302,7 @@ static void cache_drain(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned n) 
 /* Adds up to half its limit of class-c blocks to cb (lock held). */
 static void cache_refill(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned c, uint16_t tag) {
   uint32_t size = pdshm__class_size(c);
-  for (unsigned k = cache_limit(c) / 2; k; k--) {
+  for (unsigned k = cache_limit(seg, c) / 2; k; k--) {
     pdshm_off_t off = bin_search(seg, size);
     if (!off || carve(seg, off, size, PDSHM_BLK_CACHED, tag, PDSHM_T_NONE)) return;
     if (pdshm__blk_size(word(B(seg, off))) != size) { /* too small a remainder */
@@ -377,7 +396,7 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
   if (ln && c < PDSHM_NCLASSES && pdshm__class_size(c) == size) {
     struct pdshm_cache_bin *cb = &ln->rec->cache[c];
     cache_push(seg, cb, off, ln->tag);
-    if (cb->count <= cache_limit(c)) return;
+    if (cb->count <= cache_limit(seg, c)) return;
     if (pdshm__lock(seg, PDSHM_LOCK_HEAP)) return;
     cache_drain(seg, cb, cb->count / 2);
     pdshm__unlock(seg, PDSHM_LOCK_HEAP);

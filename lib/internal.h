@@ -18,7 +18,7 @@
 
 /* A lane as this process sees it: a process-local mutex over one shared lane. */
 struct pdshm_lane_ctx {
-  pthread_mutex_t mu;          /* one thread at a time uses the lane           */
+  _Atomic int busy;            /* one thread at a time uses the lane (lane.c)  */
   struct pdshm_lane *rec;      /* in the segment                               */
   uint32_t index;
   uint16_t tag;                /* owner tag its journals mark blocks with:     */

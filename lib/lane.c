@@ -8,23 +8,37 @@
  */
 #include "config.h"
 
+#include <sched.h>
+
 #include "internal.h"
 
 static _Atomic unsigned lane_next;        /* spreads new threads over lanes */
 static _Thread_local unsigned lane_hint = ~0u;
 
-struct pdshm_lane_ctx *pdshm__lane_get(pdshm_seg *seg) {
-  if (lane_hint == ~0u) lane_hint = atomic_fetch_add(&lane_next, 1) % PDSHM_LANES;
-  for (unsigned k = 0; k < PDSHM_LANES; k++) {
-    struct pdshm_lane_ctx *ln = &seg->lanes[(lane_hint + k) % PDSHM_LANES];
-    if (pthread_mutex_trylock(&ln->mu) == 0) {
-      lane_hint = ln->index;
-      return ln;
-    }
-  }
-  struct pdshm_lane_ctx *ln = &seg->lanes[lane_hint];
-  pthread_mutex_lock(&ln->mu);
-  return ln;
+static bool lane_try(struct pdshm_lane_ctx *ln) {
+  int idle = 0;
+  return atomic_load_explicit(&ln->busy, memory_order_relaxed) == 0 &&
+         atomic_compare_exchange_strong_explicit(&ln->busy, &idle, 1, memory_order_acquire,
+                                                 memory_order_relaxed);
 }
 
-void pdshm__lane_put(struct pdshm_lane_ctx *ln) { pthread_mutex_unlock(&ln->mu); }
+/* Lanes are held for one operation (microseconds), so a thread that finds
+ * them all busy spins, then yields. */
+struct pdshm_lane_ctx *pdshm__lane_get(pdshm_seg *seg) {
+  if (lane_hint == ~0u) lane_hint = atomic_fetch_add(&lane_next, 1) % PDSHM_LANES;
+  for (unsigned round = 0;; round++) {
+    for (unsigned k = 0; k < PDSHM_LANES; k++) {
+      struct pdshm_lane_ctx *ln = &seg->lanes[(lane_hint + k) % PDSHM_LANES];
+      if (lane_try(ln)) {
+        lane_hint = ln->index;
+        return ln;
+      }
+    }
+    if (round < 64) __builtin_ia32_pause();
+    else sched_yield();
+  }
+}
+
+void pdshm__lane_put(struct pdshm_lane_ctx *ln) {
+  atomic_store_explicit(&ln->busy, 0, memory_order_release);
+}

@@ -111,6 +111,9 @@ struct pdshm_heap {
   pdshm_off_t bins[PDSHM_NBINS];       /* heads of the FREE lists (heap lock)    */
   uint64_t rebuilds;                   /* free-list rebuilds after a death        */
   uint64_t punched;                    /* bytes given back with PUNCH_HOLE        */
+  uint64_t retained;                   /* bytes of large frees kept backed: up to
+                                          a budget, to spare alloc/free cycles a
+                                          punch and a re-reserve each; a hint     */
 };
 
 /* ---- Locks -------------------------------------------------------------- */

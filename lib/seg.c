@@ -208,7 +208,7 @@ int pdshm__seg_writable(const pdshm_seg *seg) {
 /* ---- the private handle ------------------------------------------------------ */
 
 static pdshm_seg *seg_handle_new(const char *name, int fd, unsigned flags) {
-  pdshm_seg *seg = calloc(1, sizeof *seg);
+  pdshm_seg *seg = pdshm__zalloc(sizeof *seg);
   if (!seg) return NULL;
   seg->fd = fd;
   seg->flags = flags;
@@ -218,7 +218,6 @@ static pdshm_seg *seg_handle_new(const char *name, int fd, unsigned flags) {
   snprintf(seg->name, sizeof seg->name, "%s", name);
   pthread_mutex_init(&seg->reap_mu, NULL);
   for (unsigned i = 0; i < PDSHM_LANES; i++) {
-    pthread_mutex_init(&seg->lanes[i].mu, NULL);
     seg->lanes[i].index = i;
   }
   return seg;
@@ -228,8 +227,7 @@ static void seg_handle_free(pdshm_seg *seg) {
   if (seg->base) munmap(seg->base, seg->size);
   if (seg->fd >= 0) close(seg->fd);
   pthread_mutex_destroy(&seg->reap_mu);
-  for (unsigned i = 0; i < PDSHM_LANES; i++) pthread_mutex_destroy(&seg->lanes[i].mu);
-  free(seg);
+  pdshm__xfree(seg);
 }
 
 static int seg_map(pdshm_seg *seg, size_t size, int prot) {

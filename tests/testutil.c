@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TU_MAX_SEGS 64
@@ -38,6 +40,21 @@ pdshm_seg *tu_create_as(const char *name, size_t size, unsigned procs) {
   int rc = pdshm_create(name, &o, &seg);
   ck_assert_msg(rc == 0, "create %s: %s", name, pdshm_strerror(rc));
   if (tu_nmade < TU_MAX_SEGS) snprintf(tu_made[tu_nmade++], sizeof tu_made[0], "%s", name);
+  return seg;
+}
+
+void tu_track(const char *name) {
+  for (int i = 0; i < tu_nmade; i++)
+    if (!strcmp(tu_made[i], name)) return;
+  if (tu_nmade < TU_MAX_SEGS) snprintf(tu_made[tu_nmade++], sizeof tu_made[0], "%s", name);
+}
+
+pdshm_seg *tu_create_opts(const char *name, const pdshm_options *o) {
+  pdshm_seg *seg = NULL;
+  pdshm_unlink(name);
+  int rc = pdshm_create(name, o, &seg);
+  ck_assert_msg(rc == 0, "create %s: %s (%s)", name, pdshm_strerror(rc), pdshm_last_error());
+  tu_track(name);
   return seg;
 }
 
@@ -75,4 +92,23 @@ int tu_run(Suite *s) {
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
   return failed;
+}
+
+pid_t tu_spawn(int (*fn)(void *), void *arg) {
+  pid_t parent = getpid();
+  fflush(NULL);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127); /* the parent died before the prctl */
+    _exit(fn(arg));
+  }
+  return pid;
+}
+
+uint64_t tu_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }

@@ -27,4 +27,17 @@ int tu_wait(pid_t pid);
 /* A suite runner: fork mode, per-case timeout (seconds), returns failures. */
 int tu_run(Suite *s);
 
+/* pdshm_create with the caller's options under a given name (stale file
+ * unlinked first, name registered for tu_cleanup).  Fails the test on error. */
+pdshm_seg *tu_create_opts(const char *name, const pdshm_options *o);
+/* Registers a name for tu_cleanup without creating it (a segment made by the
+ * code under test, or a file a test plants under /dev/shm). */
+void tu_track(const char *name);
+/* Like tu_fork, but the child is killed (SIGKILL) when the forking thread
+ * exits, so that helpers never outlive a failed test.  Don't use it for a
+ * child that must outlive its parent. */
+pid_t tu_spawn(int (*fn)(void *), void *arg);
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t tu_now_ns(void);
+
 #endif
