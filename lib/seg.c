@@ -14,9 +14,11 @@
  *     recomputed from them) against the file's real size before it is mapped.
  *  3. A creator holds a write lock on byte PDSHM_OFD_INIT while it builds the
  *     segment; attach waits for it, so a racing attach sees a finished header.
- *  4. fork(): the child closes every inherited segment descriptor (so it does
- *     not keep its parent's slot alive) and bumps pdshm__forkgen, which makes
- *     every inherited handle answer PDSHM_EFORKED without touching the mapping.
+ *  4. fork(): the child inherits neither the mapping (MADV_DONTFORK) nor the
+ *     descriptor (closed at fork), since either would keep the parent's open
+ *     file description, hence its slot's OFD lock, alive after the parent's
+ *     death; pdshm__forkgen is bumped, so every inherited handle answers
+ *     PDSHM_EFORKED and touches nothing.
  */
 #include "config.h"
 
@@ -151,6 +153,7 @@ static void seg_atfork_child(void) {
   for (pdshm_seg *s = seg_list; s; s = s->next) {
     if (s->fd >= 0) close(s->fd);
     s->fd = -1;
+    s->base = NULL; /* not mapped here (MADV_DONTFORK) */
   }
   pthread_mutex_unlock(&seg_list_mu);
 }
@@ -230,9 +233,17 @@ static void seg_handle_free(pdshm_seg *seg) {
   pdshm__xfree(seg);
 }
 
+/* The mapping is not inherited by fork() children: it holds a reference to
+ * the open file description, which would keep our slot's OFD lock, and so
+ * our slot, alive after our death (invariant 4). */
 static int seg_map(pdshm_seg *seg, size_t size, int prot) {
   void *p = mmap(NULL, size, prot, MAP_SHARED, seg->fd, 0);
   if (p == MAP_FAILED) return pdshm__fail(-errno, "mmap of %zu bytes: %s", size, strerror(errno));
+  if (madvise(p, size, MADV_DONTFORK) < 0) {
+    int err = errno;
+    munmap(p, size);
+    return pdshm__fail(-err, "madvise(MADV_DONTFORK): %s", strerror(err));
+  }
   seg->base = p;
   seg->hdr = p;
   seg->size = size;
