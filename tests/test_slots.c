@@ -196,10 +196,13 @@ START_TEST(contention_counters) {
   ck_assert_int_eq(pdshm__lock_claim(seg, PDSHM_LK_SCOPE, 0, &lock_index), 0);
   struct pdshm_lock *l = pdshm__lockent(seg, lock_index);
   uint64_t before = l->acquisitions;
+  ck_assert_int_eq(pdshm__lock(seg, lock_index), 0); /* they start against a held lock */
   pid_t a = tu_fork(hammer, NULL), b = tu_fork(hammer, NULL);
+  usleep(100000);
+  pdshm__unlock(seg, lock_index);
   ck_assert_int_eq(tu_wait(a), 0);
   ck_assert_int_eq(tu_wait(b), 0);
-  ck_assert_uint_eq(l->acquisitions - before, 40000);
+  ck_assert_uint_eq(l->acquisitions - before, 40001);
   ck_assert_uint_gt(l->contended, 0);
   ck_assert_uint_gt(l->wait_ns, 0);
 }
