@@ -2,6 +2,7 @@
  * attach a coordinator's segment, race on shared names, churn local scopes,
  * die by SIGKILL; afterwards every byte is back and every invariant holds. */
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -355,6 +356,73 @@ START_TEST(fork_child_inherits_nothing) {
 }
 END_TEST
 
+/* Variable locks whose holders die: the next taker gets them promptly. */
+static int lock_and_die(void *arg) {
+  pdshm_seg *s;
+  pdshm_scope *r;
+  pdshm_var *v;
+  if (pdshm_attach(our_name(), NULL, &s) || pdshm_root(s, &r)) return 1;
+  if (!(v = pdshm_find_var(r, "guarded"))) return 2;
+  if (pdshm_var_lock(v, (int)(intptr_t)arg)) return 3;
+  raise(SIGKILL);
+  return 4;
+}
+
+static double seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+START_TEST(var_lock_holders_die) {
+  pdshm_var *v;
+  ck_assert_int_eq(pdshm_var_create(root, "guarded", &v), 0);
+  for (intptr_t excl = 1; excl >= 0; excl--) {
+    ck_assert_int_eq(tu_wait(tu_fork(lock_and_die, (void *)excl)), 128 + SIGKILL);
+    double t0 = seconds();
+    ck_assert_int_eq(pdshm_var_lock(v, 1), 0); /* exclusive, past the dead holder */
+    ck_assert_double_lt(seconds() - t0, 1.0);
+    ck_assert_int_eq(pdshm_var_unlock(v), 0);
+  }
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+}
+END_TEST
+
+/* Exclusive excludes shared and exclusive across processes. */
+static int contend_lock(void *arg) {
+  pdshm_seg *s;
+  pdshm_scope *r;
+  if (pdshm_attach(our_name(), NULL, &s) || pdshm_root(s, &r)) return 1;
+  pdshm_var *v = pdshm_find_var(r, "counter");
+  int64_t *n = pdshm_tensor_data(v);
+  for (int i = 0; i < 2000; i++) {
+    if (pdshm_var_lock(v, 1)) return 2;
+    int64_t x = *n;
+    if (i % 2) sched_yield();
+    *n = x + 1;
+    if (pdshm_var_unlock(v)) return 3;
+    if (pdshm_var_lock(v, 0)) return 4;
+    if (pdshm_var_unlock(v)) return 5;
+  }
+  (void)arg;
+  return pdshm_detach(s) ? 6 : 0;
+}
+
+START_TEST(var_lock_excludes) {
+  pdshm_var *v;
+  int64_t one = 1;
+  ck_assert_int_eq(pdshm_var_create(root, "counter", &v), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_I64, 1, &one), 0);
+  *(int64_t *)pdshm_tensor_data(v) = 0;
+  uint64_t ver = pdshm_var_version(v);
+  pid_t a = tu_fork(contend_lock, NULL), b = tu_fork(contend_lock, NULL);
+  ck_assert_int_eq(tu_wait(a), 0);
+  ck_assert_int_eq(tu_wait(b), 0);
+  ck_assert_int_eq(*(int64_t *)pdshm_tensor_data(v), 4000);
+  ck_assert_uint_eq(pdshm_var_version(v), ver + 4000);
+}
+END_TEST
+
 static Suite *mp_suite(void) {
   Suite *s = suite_create("model across processes");
   TCase *tc = tcase_create("processes");
@@ -365,6 +433,8 @@ static Suite *mp_suite(void) {
   tcase_add_test(tc, threads_race_in_one_scope);
   tcase_add_test(tc, stopped_is_not_dead);
   tcase_add_test(tc, fork_child_inherits_nothing);
+  tcase_add_test(tc, var_lock_holders_die);
+  tcase_add_test(tc, var_lock_excludes);
   suite_add_tcase(s, tc);
   return s;
 }
