@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "pdshm.h"
+#include "example.h"
 
 #define FEATURES 13
 #define ROWS 4096
@@ -34,16 +34,6 @@
 #define LEARNING_RATE 0.02f
 #define NOISE 0.1f
 #define MAX_TRAINERS 64
-
-#define CHECK(call)                                                                  \
-  do {                                                                               \
-    int rc_ = (call);                                                                \
-    if (rc_) {                                                                       \
-      fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,             \
-              pdshm_strerror(rc_), pdshm_last_error());                              \
-      exit(1);                                                                       \
-    }                                                                                \
-  } while (0)
 
 struct opts {
   const char *name;

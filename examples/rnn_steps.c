@@ -17,21 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pdshm.h"
+#include "example.h"
 
 #define HIDDEN 8
 #define MAX_STEPS 256
 #define STACK_MAX 16
-
-#define CHECK(call)                                                                  \
-  do {                                                                               \
-    int rc_ = (call);                                                                \
-    if (rc_) {                                                                       \
-      fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,             \
-              pdshm_strerror(rc_), pdshm_last_error());                              \
-      exit(1);                                                                       \
-    }                                                                                \
-  } while (0)
 
 /* ---- a scope stack (seed 003) --------------------------------------------- */
 
