@@ -141,6 +141,9 @@ uint64_t pdshm__now_ns(int clock) {
 
 static pthread_mutex_t seg_list_mu = PTHREAD_MUTEX_INITIALIZER;
 static pdshm_seg *seg_list;
+/* Bumped whenever an attachment goes, so that cached lookups of
+ * pdshm__seg_of can tell they may be stale. */
+static _Atomic uint64_t seg_list_gen;
 static pthread_once_t seg_once = PTHREAD_ONCE_INIT;
 
 static void seg_atfork_prepare(void) { pthread_mutex_lock(&seg_list_mu); }
@@ -171,6 +174,7 @@ static void seg_list_add(pdshm_seg *seg) {
 
 static void seg_list_remove(pdshm_seg *seg) {
   pthread_mutex_lock(&seg_list_mu);
+  atomic_fetch_add_explicit(&seg_list_gen, 1, memory_order_release);
   for (pdshm_seg **p = &seg_list; *p; p = &(*p)->next)
     if (*p == seg) {
       *p = seg->next;
@@ -179,14 +183,26 @@ static void seg_list_remove(pdshm_seg *seg) {
   pthread_mutex_unlock(&seg_list_mu);
 }
 
-/* The attachment whose mapping holds p (a variable pointer), or NULL. */
+static _Thread_local struct {
+  pdshm_seg *seg;
+  uint64_t gen;
+} seg_last;
+
+/* The attachment whose mapping holds p (a variable pointer), or NULL.  The
+ * thread's last answer is tried first: no lock on the common path. */
 pdshm_seg *pdshm__seg_of(const void *p) {
   const uint8_t *b = p;
+  uint64_t gen = atomic_load_explicit(&seg_list_gen, memory_order_acquire);
+  pdshm_seg *s = seg_last.seg;
+  if (s && seg_last.gen == gen && b >= s->base && b < s->base + s->size) return s;
   pdshm_seg *found = NULL;
   pthread_mutex_lock(&seg_list_mu);
-  for (pdshm_seg *s = seg_list; s && !found; s = s->next)
+  for (s = seg_list; s && !found; s = s->next)
     if (b >= s->base && b < s->base + s->size) found = s;
+  gen = atomic_load_explicit(&seg_list_gen, memory_order_relaxed);
   pthread_mutex_unlock(&seg_list_mu);
+  seg_last.seg = found;
+  seg_last.gen = gen;
   return found;
 }
 
