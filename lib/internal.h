@@ -16,6 +16,12 @@
 
 #define PDSHM_NOSLOT UINT32_MAX
 
+/* Marks the optimistic side of a seqlock: it reads memory that a writer may
+ * be changing (or that was freed and reused), then throws the result away if
+ * the sequence moved.  ThreadSanitizer cannot model that; the writer side
+ * stays instrumented. */
+#define PDSHM_SEQLOCK_READ __attribute__((no_sanitize("thread")))
+
 /* A lane as this process sees it: a process-local mutex over one shared lane. */
 struct pdshm_lane_ctx {
   _Atomic int busy;            /* one thread at a time uses the lane (lane.c)  */

@@ -53,7 +53,7 @@ int pdshm__name_new(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const char *s, si
 }
 
 /* Bounds-checked: NULL unless off names a whole NAME payload in the arena. */
-const struct pdshm_name *pdshm__name_at(const pdshm_seg *seg, pdshm_off_t off) {
+PDSHM_SEQLOCK_READ const struct pdshm_name *pdshm__name_at(const pdshm_seg *seg, pdshm_off_t off) {
   const struct pdshm_hdr *h = seg->hdr;
   if (off < h->arena_off + PDSHM_BLK_HDR || off % 8 || off >= h->arena_end - sizeof(uint64_t))
     return NULL;

@@ -29,11 +29,11 @@
 #define TABLE_SPINS 128u   /* odd-seq retries before yielding            */
 #define TABLE_YIELDS 2048u /* yields before taking the lock once         */
 
-static uint64_t ld(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
+PDSHM_SEQLOCK_READ static uint64_t ld(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
 
 /* ---- bounds-checked views --------------------------------------------------- */
 
-static const struct pdshm_table *tab_at(const pdshm_seg *seg, pdshm_off_t off, uint64_t *cap) {
+PDSHM_SEQLOCK_READ static const struct pdshm_table *tab_at(const pdshm_seg *seg, pdshm_off_t off, uint64_t *cap) {
   const struct pdshm_hdr *h = seg->hdr;
   if (!off || off % 16 || off < h->arena_off || off >= h->arena_end - sizeof(struct pdshm_table))
     return NULL;
@@ -49,7 +49,7 @@ static const struct pdshm_table *tab_at(const pdshm_seg *seg, pdshm_off_t off, u
 /* Word-wise compare of a NAME payload with (name, len): atomic loads only,
  * since the block may be reused under a lock-free reader (invariant 3).  The
  * last word may run past the NUL but stays inside the 16-byte-rounded block. */
-static bool name_equals(const struct pdshm_name *nm, const char *name, size_t len) {
+PDSHM_SEQLOCK_READ static bool name_equals(const struct pdshm_name *nm, const char *name, size_t len) {
   if (ld(&nm->len) != len) return false;
   const uint64_t *w = (const uint64_t *)(const void *)nm->s;
   size_t i = 0;
@@ -64,7 +64,7 @@ static bool name_equals(const struct pdshm_name *nm, const char *name, size_t le
   return (ld(w + i / 8) & mask) == k;
 }
 
-static bool var_is(const pdshm_seg *seg, pdshm_off_t v, const char *name, size_t len) {
+PDSHM_SEQLOCK_READ static bool var_is(const pdshm_seg *seg, pdshm_off_t v, const char *name, size_t len) {
   const struct pdshm_hdr *h = seg->hdr;
   if (v % 16 || v < h->arena_off || v >= h->arena_end - sizeof(struct pdshm_var_rec)) return false;
   const struct pdshm_var_rec *r = pdshm__var_at(seg, v);
@@ -81,14 +81,14 @@ static void tab_key(const char *name, size_t len, uint64_t key[PDSHM_KEY_BYTES /
 /* Does entry e hold (name, len)?  Names that fit in the key are decided by
  * it (the zero padding tells lengths apart, names have no NUL); longer ones
  * are confirmed against the record. */
-static bool ent_is(const pdshm_seg *seg, const struct pdshm_table_ent *e, pdshm_off_t v,
+PDSHM_SEQLOCK_READ static bool ent_is(const pdshm_seg *seg, const struct pdshm_table_ent *e, pdshm_off_t v,
                    const char *name, size_t len, const uint64_t key[PDSHM_KEY_BYTES / 8]) {
   if (ld(&e->key[0]) != key[0] || ld(&e->key[1]) != key[1]) return false;
   return len <= PDSHM_KEY_BYTES || var_is(seg, v, name, len);
 }
 
 /* Probe for name: its entry index, or -1.  Bounded by cap. */
-static int64_t tab_probe(const pdshm_seg *seg, const struct pdshm_table *t, uint64_t cap,
+PDSHM_SEQLOCK_READ static int64_t tab_probe(const pdshm_seg *seg, const struct pdshm_table *t, uint64_t cap,
                          const char *name, size_t len, uint64_t hash) {
   uint64_t key[PDSHM_KEY_BYTES / 8];
   tab_key(name, len, key);
@@ -115,7 +115,7 @@ static bool tab_wait(unsigned tries) {
   return tries >= TABLE_SPINS + TABLE_YIELDS;
 }
 
-pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
+PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
                               size_t len, uint64_t hash) {
   for (unsigned tries = 0;; tries++) {
     uint64_t s1 = atomic_load_explicit(&x->seq, memory_order_acquire);
@@ -137,7 +137,7 @@ pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_scope_rec *x, const c
   }
 }
 
-int pdshm__table_snapshot(pdshm_seg *seg, struct pdshm_scope_rec *x, pdshm_off_t **vars,
+PDSHM_SEQLOCK_READ int pdshm__table_snapshot(pdshm_seg *seg, struct pdshm_scope_rec *x, pdshm_off_t **vars,
                           size_t *n) {
   for (;;) {
     uint64_t s1 = atomic_load_explicit(&x->seq, memory_order_acquire), cap = 0;

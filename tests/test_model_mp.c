@@ -240,7 +240,7 @@ struct thr {
   pdshm_scope *s;
   pdshm_var *fixed;
   int id, bad;
-  volatile int *stop;
+  _Atomic int *stop;
 };
 
 static void *thr_writer(void *arg) {
@@ -290,7 +290,7 @@ START_TEST(threads_race_in_one_scope) {
   pdshm_var *fixed;
   ck_assert_int_eq(pdshm_scope_new(root, NULL, &s), 0);
   ck_assert_int_eq(pdshm_var_create(s, "fixed", &fixed), 0);
-  volatile int stop = 0;
+  _Atomic int stop = 0;
   pthread_t th[4];
   struct thr t[4];
   for (int i = 0; i < 4; i++) {
