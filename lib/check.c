@@ -81,6 +81,10 @@ static struct ck_blk *ck_want(struct ck *c, pdshm_off_t off, unsigned type, size
 
 static int ck_walk_blocks(struct ck *c) {
   const struct pdshm_hdr *h = c->seg->hdr;
+  if (!pdshm__arena_sane(c->seg)) {
+    ck_say(c, "arena bounds do not fit the mapping");
+    return 0;
+  }
   size_t cap = 1024;
   c->b = pdshm__zalloc(cap * sizeof *c->b);
   for (pdshm_off_t at = h->arena_off; c->b && at < h->arena_end;) {

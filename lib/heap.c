@@ -71,7 +71,7 @@ static unsigned cache_limit(const pdshm_seg *seg, unsigned c) {
 }
 
 /* The bin a FREE block of that size lives in. */
-static unsigned bin_of(uint64_t size) {
+unsigned pdshm__bin_of(uint64_t size) {
   if (size < 1024) return (unsigned)(size / 16 - 2);
   unsigned l = 63u - (unsigned)__builtin_clzll(size);
   return EXACT_BINS + (l - 10) * 8 + (unsigned)((size >> (l - 3)) & 7);
@@ -109,7 +109,7 @@ static void fix_next_prev(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
 
 static void bin_insert(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
   struct pdshm_heap *h = heap(seg);
-  unsigned b = bin_of(size);
+  unsigned b = pdshm__bin_of(size);
   struct pdshm_free_links *l = links(seg, off);
   l->prev = 0;
   l->next = h->bins[b];
@@ -120,7 +120,7 @@ static void bin_insert(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
 
 static void bin_remove(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
   struct pdshm_heap *h = heap(seg);
-  unsigned b = bin_of(size);
+  unsigned b = pdshm__bin_of(size);
   struct pdshm_free_links *l = links(seg, off);
   if (l->prev) links(seg, l->prev)->next = l->next;
   else h->bins[b] = l->next;
@@ -141,11 +141,14 @@ static unsigned bin_next(const struct pdshm_heap *h, unsigned b) {
  * then any block of the next non-empty bin whose floor is >= n. */
 static pdshm_off_t bin_search(pdshm_seg *seg, uint64_t n) {
   struct pdshm_heap *h = heap(seg);
-  unsigned b = bin_of(n), k = 0;
+  unsigned b = pdshm__bin_of(n), k = 0;
   for (pdshm_off_t o = h->bins[b]; o && k < SCAN_LIMIT; o = links(seg, o)->next, k++)
     if (pdshm__blk_size(word(B(seg, o))) >= n) return o;
   unsigned nb = bin_next(h, bin_floor(b) >= n && b < EXACT_BINS ? b : b + 1);
-  return nb < PDSHM_NBINS ? h->bins[nb] : 0;
+  if (nb < PDSHM_NBINS) return h->bins[nb];
+  for (pdshm_off_t o = h->bins[b]; o; o = links(seg, o)->next) /* the rest of n's bin */
+    if (pdshm__blk_size(word(B(seg, o))) >= n) return o;
+  return 0;
 }
 
 /* ---- giving pages back, taking them again ------------------------------------------ */
@@ -158,21 +161,6 @@ static int reserve(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
     return pdshm__fail(PDSHM_ENOSPC, "/dev/shm is full: cannot back %llu bytes again",
                        (unsigned long long)(hi - lo));
   return pdshm__fail(-errno, "fallocate: %s", strerror(errno));
-}
-
-/* Punches the whole pages strictly inside a FREE block, keeping its header
- * and bin links; returns the HOLEY flag to set. */
-static uint64_t punch(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
-#ifdef HAVE_PUNCH_HOLE
-  uint64_t pg = seg->hdr->page_size;
-  uint64_t lo = (off + PDSHM_BLK_MIN + pg - 1) / pg * pg, hi = (off + size) / pg * pg;
-  if (hi > lo && fallocate(seg->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)lo,
-                           (off_t)(hi - lo)) == 0) {
-    heap(seg)->punched += hi - lo;
-    return PDSHM_BLK_HOLEY;
-  }
-#endif
-  return 0;
 }
 
 /* Records of what a process holds must read as empty until a journal fills
@@ -204,8 +192,8 @@ static int carve(pdshm_seg *seg, pdshm_off_t off, uint64_t n, unsigned state, ui
   struct pdshm_blk *b = B(seg, off);
   uint64_t w = word(b), size = pdshm__blk_size(w), holey = w & PDSHM_BLK_HOLEY;
   if (size - n < PDSHM_BLK_MIN) n = size;
-  if (holey) {
-    int rc = reserve(seg, off, n);
+  if (holey) { /* what we hand out, and the tail's header and links */
+    int rc = reserve(seg, off, n < size ? n + PDSHM_BLK_MIN : n);
     if (rc) return rc;
   } else if (n > PDSHM_CLASS_MAX) {
     heap(seg)->retained -= heap(seg)->retained < n ? heap(seg)->retained : n;
@@ -227,38 +215,58 @@ static int carve(pdshm_seg *seg, pdshm_off_t off, uint64_t n, unsigned state, ui
   return 0;
 }
 
-/* Returns a USED or CACHED block to the bins, merging with FREE neighbours. */
+/* Punches the pages of a freed extent [at, at+len) that lie inside the FREE
+ * block at off, sparing its header and bin links (off .. off+BLK_MIN). */
+static void punch_extent(pdshm_seg *seg, pdshm_off_t off, pdshm_off_t at, uint64_t len) {
+#ifdef HAVE_PUNCH_HOLE
+  uint64_t pg = seg->hdr->page_size, keep = off + PDSHM_BLK_MIN;
+  uint64_t lo = ((at > keep ? at : keep) + pg - 1) / pg * pg, hi = (at + len) / pg * pg;
+  if (hi > lo && fallocate(seg->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)lo,
+                           (off_t)(hi - lo)) == 0)
+    heap(seg)->punched += hi - lo;
+#else
+  (void)seg, (void)off, (void)at, (void)len;
+#endif
+}
+
+/* Returns a USED or CACHED block to the bins, merging with FREE neighbours
+ * (up to the largest block size).  The block turns FREE first, so that a
+ * death at any later store leaves FREE blocks (merged and binned again by the
+ * rebuild) that still carry their HOLEY flags; a block is flagged HOLEY before
+ * its pages are punched, never after. */
 static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
   struct pdshm_blk *b = B(seg, off);
-  uint64_t size = pdshm__blk_size(word(b)), holey = 0, freed = size;
+  const pdshm_off_t freed_at = off;
+  const uint64_t freed = pdshm__blk_size(word(b));
+  uint64_t size = freed, holey = 0;
+  set_word(b, size | PDSHM_BLK_FREE);
+  b->type = PDSHM_T_NONE;
+  b->owner = 0;
   pdshm_off_t next = off + size;
-  if (next < seg->hdr->arena_end && pdshm__blk_state(word(B(seg, next))) == PDSHM_BLK_FREE) {
-    uint64_t nw = word(B(seg, next));
+  uint64_t nw = next < seg->hdr->arena_end ? word(B(seg, next)) : 0;
+  if (nw && pdshm__blk_state(nw) == PDSHM_BLK_FREE && size + pdshm__blk_size(nw) < PDSHM_BLK_MAX) {
     bin_remove(seg, next, pdshm__blk_size(nw));
     holey |= nw & PDSHM_BLK_HOLEY;
     size += pdshm__blk_size(nw);
-    set_word(b, size | pdshm__blk_state(word(b)));
+    set_word(b, size | PDSHM_BLK_FREE | holey);
   }
   if (off > seg->hdr->arena_off && b->prev16) {
     pdshm_off_t prev = off - (uint64_t)b->prev16 * 16;
     uint64_t pw = word(B(seg, prev));
-    if (pdshm__blk_state(pw) == PDSHM_BLK_FREE) {
+    if (pdshm__blk_state(pw) == PDSHM_BLK_FREE && size + pdshm__blk_size(pw) < PDSHM_BLK_MAX) {
       bin_remove(seg, prev, pdshm__blk_size(pw));
       holey |= pw & PDSHM_BLK_HOLEY;
       size += pdshm__blk_size(pw);
       off = prev;
       b = B(seg, prev);
+      set_word(b, size | PDSHM_BLK_FREE | holey);
     }
   }
-  /* One store makes the merged block; only then may pages inside it (old
-   * headers included) disappear. */
-  set_word(b, size | PDSHM_BLK_FREE | holey);
-  b->type = PDSHM_T_NONE; /* after the store: a death before it leaves the */
-  b->owner = 0;           /* block owned, so a sweep still finds it        */
+  bool give_back = freed >= PUNCH_MIN && !retain(seg, freed);
+  if (give_back) set_word(b, size | PDSHM_BLK_FREE | PDSHM_BLK_HOLEY);
   fix_next_prev(seg, off, size);
   bin_insert(seg, off, size);
-  if (freed >= PUNCH_MIN && !retain(seg, freed) && (holey = punch(seg, off, size)))
-    set_word(b, size | PDSHM_BLK_FREE | holey);
+  if (give_back) punch_extent(seg, off, freed_at, freed);
 }
 
 /* ---- the lane caches ---------------------------------------------------------------- */
@@ -391,7 +399,8 @@ int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsign
 
 void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload) {
   pdshm_off_t off = payload - PDSHM_BLK_HDR;
-  uint64_t size = pdshm__blk_size(word(B(seg, off)));
+  uint64_t w = word(B(seg, off)), size = pdshm__blk_size(w);
+  if (pdshm__blk_state(w) != PDSHM_BLK_USED) return; /* freed already: never twice */
   unsigned c = size <= PDSHM_CLASS_MAX ? pdshm__class_of(size) : PDSHM_NCLASSES;
   if (ln && c < PDSHM_NCLASSES && pdshm__class_size(c) == size) {
     struct pdshm_cache_bin *cb = &ln->rec->cache[c];

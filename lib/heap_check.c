@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -57,6 +58,7 @@ static void hs_count(struct pdshm_heap_stats *st, const struct pdshm_blk *b, uin
 static int hs_walk(pdshm_seg *seg, struct pdshm_heap_stats *st) {
   const struct pdshm_hdr *h = seg->hdr;
   memset(st, 0, sizeof *st);
+  if (!pdshm__arena_sane(seg)) return pdshm__fail(PDSHM_EBADSEG, "arena bounds are damaged");
   st->arena = h->arena_end - h->arena_off;
   for (unsigned c = 0; c < PDSHM_NCLASSES; c++) st->cls[c].block_size = pdshm__class_size(c);
   for (pdshm_off_t at = h->arena_off; at < h->arena_end;) {
@@ -109,6 +111,11 @@ static void hc_say(struct hc *c, const char *fmt, ...) {
 /* Invariants 2, 3 (adjacency) and 4 (cache owners), along the chain. */
 static void hc_chain(struct hc *c) {
   const struct pdshm_hdr *h = c->seg->hdr;
+  if (!pdshm__arena_sane(c->seg)) {
+    hc_say(c, "arena bounds [%#llx, %#llx) do not fit the mapping", (unsigned long long)h->arena_off,
+           (unsigned long long)h->arena_end);
+    return;
+  }
   uint64_t prev = 0;
   unsigned prev_state = ~0u;
   for (pdshm_off_t at = h->arena_off; at < h->arena_end;) {
@@ -123,7 +130,7 @@ static void hc_chain(struct hc *c) {
     if (b->prev16 != prev / 16)
       hc_say(c, "block at %#llx: prev16 %u, the previous block has %llu bytes",
              (unsigned long long)at, b->prev16, (unsigned long long)prev);
-    if (state == PDSHM_BLK_FREE && prev_state == PDSHM_BLK_FREE)
+    if (state == PDSHM_BLK_FREE && prev_state == PDSHM_BLK_FREE && prev + size < PDSHM_BLK_MAX)
       hc_say(c, "FREE blocks adjacent at %#llx", (unsigned long long)at);
     if (state > PDSHM_BLK_CACHED) hc_say(c, "block at %#llx: state %u", (unsigned long long)at, state);
     if (state == PDSHM_BLK_CACHED && (!b->owner || b->owner > h->max_procs))
@@ -142,31 +149,55 @@ static bool hc_is_block(struct hc *c, pdshm_off_t off) {
   return off >= h->arena_off && off < h->arena_end && off % PDSHM_ALIGN == 0 && hc_size(c->seg, off);
 }
 
-/* Invariant 3 (bins): each list well formed, each entry FREE and in its bin;
- * the bitmap says which lists are non-empty; every FREE block is listed. */
+static int hc_cmp(const void *a, const void *b) {
+  pdshm_off_t x = *(const pdshm_off_t *)a, y = *(const pdshm_off_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* One bin's list: well formed, each entry FREE, of this bin's sizes, linked
+ * both ways; entries appended to seen (at most cap). */
+static void hc_bin(struct hc *c, unsigned b, pdshm_off_t *seen, uint64_t *n, uint64_t cap) {
+  const struct pdshm_heap *hp = &c->seg->hdr->heap;
+  pdshm_off_t prev = 0;
+  for (pdshm_off_t o = hp->bins[b]; o; prev = o,
+                   o = PDSHM_AT(c->seg->base, o + PDSHM_BLK_HDR, struct pdshm_free_links)->next) {
+    if (!hc_is_block(c, o) || *n >= cap) {
+      hc_say(c, "bin %u: list runs off the chain or loops at %#llx", b, (unsigned long long)o);
+      return;
+    }
+    const struct pdshm_free_links *l = PDSHM_AT(c->seg->base, o + PDSHM_BLK_HDR,
+                                                struct pdshm_free_links);
+    uint64_t w = atomic_load(&hc_blk(c->seg, o)->word);
+    if (pdshm__blk_state(w) != PDSHM_BLK_FREE || l->prev != prev ||
+        pdshm__bin_of(pdshm__blk_size(w)) != b)
+      hc_say(c, "bin %u: entry %#llx is not FREE, not of this bin, or badly linked", b,
+             (unsigned long long)o);
+    seen[(*n)++] = o;
+  }
+}
+
+/* Invariant 3 (bins): the bitmap says which lists are non-empty; every FREE
+ * block is on exactly one list. */
 static void hc_bins(struct hc *c) {
   const struct pdshm_heap *hp = &c->seg->hdr->heap;
-  uint64_t listed = 0, limit = c->free_blocks + 1;
+  uint64_t cap = c->free_blocks + 1, n = 0;
+  pdshm_off_t *seen = pdshm__zalloc(cap * sizeof *seen);
+  if (!seen) {
+    hc_say(c, "out of private memory for the bin check");
+    return;
+  }
   for (unsigned b = 0; b < PDSHM_NBINS; b++) {
     bool bit = hp->nonempty[b / 64] >> (b % 64) & 1;
     if (bit != (hp->bins[b] != 0)) hc_say(c, "bin %u: bitmap says %d", b, bit);
-    pdshm_off_t prev = 0;
-    for (pdshm_off_t o = hp->bins[b]; o; prev = o, o = PDSHM_AT(c->seg->base, o + PDSHM_BLK_HDR,
-                                                              struct pdshm_free_links)->next) {
-      if (!hc_is_block(c, o) || ++listed > limit) {
-        hc_say(c, "bin %u: list runs off the chain or loops at %#llx", b, (unsigned long long)o);
-        break;
-      }
-      const struct pdshm_free_links *l = PDSHM_AT(c->seg->base, o + PDSHM_BLK_HDR,
-                                                  struct pdshm_free_links);
-      uint64_t w = atomic_load(&hc_blk(c->seg, o)->word);
-      if (pdshm__blk_state(w) != PDSHM_BLK_FREE || l->prev != prev)
-        hc_say(c, "bin %u: entry %#llx is not FREE or badly linked", b, (unsigned long long)o);
-    }
+    hc_bin(c, b, seen, &n, cap);
   }
-  if (listed != c->free_blocks)
+  qsort(seen, n, sizeof *seen, hc_cmp);
+  for (uint64_t i = 1; i < n; i++)
+    if (seen[i] == seen[i - 1]) hc_say(c, "block %#llx is on a bin list twice", (unsigned long long)seen[i]);
+  if (n != c->free_blocks)
     hc_say(c, "%llu FREE blocks in the chain, %llu on bin lists",
-           (unsigned long long)c->free_blocks, (unsigned long long)listed);
+           (unsigned long long)c->free_blocks, (unsigned long long)n);
+  pdshm__xfree(seen);
 }
 
 int pdshm__heap_check_locked(pdshm_seg *seg, FILE *report) {

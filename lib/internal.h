@@ -61,6 +61,14 @@ static inline struct pdshm_slot *pdshm__slot(const pdshm_seg *seg, uint32_t i) {
 static inline struct pdshm_lock *pdshm__lockent(const pdshm_seg *seg, uint32_t i) {
   return PDSHM_AT(seg->base, seg->hdr->locks_off, struct pdshm_lock) + i;
 }
+/* Walks trust the arena bounds only as far as this mapping goes: a header
+ * scribbled after attach must not send them outside it. */
+static inline bool pdshm__arena_sane(const pdshm_seg *seg) {
+  const struct pdshm_hdr *h = seg->hdr;
+  return h->arena_off >= sizeof *h && h->arena_off % PDSHM_ALIGN == 0 &&
+         h->arena_off < h->arena_end && h->arena_end <= seg->size;
+}
+
 static inline struct pdshm_blk *pdshm__blk(const pdshm_seg *seg, pdshm_off_t payload) {
   return PDSHM_AT(seg->base, payload - PDSHM_BLK_HDR, struct pdshm_blk);
 }
@@ -180,6 +188,8 @@ int pdshm__heap_check(pdshm_seg *seg, FILE *report);
 int pdshm__heap_check_locked(pdshm_seg *seg, FILE *report);
 /* Frees the CACHED blocks of slot `slot` (whose OFD lock the caller holds). */
 int pdshm__heap_sweep_cached(pdshm_seg *seg, uint32_t slot);
+/* The free-list bin of a FREE block of that size (heap.c; the checker). */
+unsigned pdshm__bin_of(uint64_t size);
 /* Size class helpers (exposed for the tests). */
 unsigned pdshm__class_of(size_t block_bytes); /* PDSHM_NCLASSES when large */
 uint32_t pdshm__class_size(unsigned cls);

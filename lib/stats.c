@@ -27,6 +27,7 @@ static void stats_procs(pdshm_seg *seg, pdshm_stats *st) {
  * held, or none on a read-only attachment: then bounded and validated). */
 static void stats_model(pdshm_seg *seg, pdshm_stats *st) {
   const struct pdshm_hdr *h = seg->hdr;
+  if (!pdshm__arena_sane(seg)) return;
   uint64_t guard = (h->arena_end - h->arena_off) / PDSHM_BLK_MIN;
   for (pdshm_off_t at = h->arena_off; at < h->arena_end && guard--;) {
     const struct pdshm_blk *b = PDSHM_AT(seg->base, at, const struct pdshm_blk);

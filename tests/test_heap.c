@@ -340,6 +340,47 @@ START_TEST(check_sees_broken_chain) {
 }
 END_TEST
 
+START_TEST(double_free_is_ignored) {
+  pdshm_off_t a = alloc(100);
+  release(a);
+  release(a); /* must not put it in the cache twice */
+  pdshm_off_t b = alloc(100), c = alloc(100);
+  ck_assert_uint_ne(b, c);
+  release(b);
+  release(c);
+  ck_assert_int_eq(pdshm__heap_check(seg, stderr), 0);
+}
+END_TEST
+
+START_TEST(check_sees_wrong_bin_and_bad_bounds) {
+  pdshm_off_t keep = alloc(300000), gap = alloc(300000), keep2 = alloc(300000);
+  release(gap); /* a FREE block between two USED ones */
+  pdshm_off_t blk = gap - PDSHM_BLK_HDR;
+  struct pdshm_heap *h = &seg->hdr->heap;
+  unsigned right = pdshm__bin_of(pdshm__blk_size(atomic_load(&pdshm__blk(seg, gap)->word)));
+  ck_assert_uint_eq(h->bins[right], blk);
+  ck_assert_uint_eq(PDSHM_AT(seg->base, gap, struct pdshm_free_links)->next, 0);
+  h->bins[right] = 0; /* move it to bin 5 */
+  h->nonempty[right / 64] &= ~(1ull << (right % 64));
+  h->bins[5] = blk;
+  h->nonempty[0] |= 1ull << 5;
+  ck_assert_int_gt(pdshm__heap_check(seg, NULL), 0);
+  ck_assert_int_eq(pdshm__lock(seg, PDSHM_LOCK_HEAP), 0);
+  ck_assert_int_eq(pdshm__heap_rebuild(seg), 0);
+  pdshm__unlock(seg, PDSHM_LOCK_HEAP);
+  ck_assert_int_eq(pdshm__heap_check(seg, stderr), 0);
+  pdshm_off_t end = seg->hdr->arena_end;
+  seg->hdr->arena_end = (pdshm_off_t)1 << 40; /* past the mapping */
+  ck_assert_int_gt(pdshm__heap_check(seg, NULL), 0);
+  pdshm_stats st;
+  ck_assert_int_eq(pdshm_seg_stats(seg, &st), PDSHM_EBADSEG);
+  ck_assert_int_eq(pdshm_check(seg, NULL), PDSHM_EBADSEG);
+  seg->hdr->arena_end = end;
+  release(keep);
+  release(keep2);
+}
+END_TEST
+
 static Suite *heap_suite(void) {
   Suite *s = suite_create("heap");
   TCase *tc = tcase_create("allocator");
@@ -356,6 +397,8 @@ static Suite *heap_suite(void) {
   tcase_add_test(tc, sweep_keeps_kept_types);
   tcase_add_test(tc, rebuild_after_damage);
   tcase_add_test(tc, check_sees_broken_chain);
+  tcase_add_test(tc, double_free_is_ignored);
+  tcase_add_test(tc, check_sees_wrong_bin_and_bad_bounds);
   suite_add_tcase(s, tc);
   return s;
 }
