@@ -40,7 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PDSHM_LAYOUT_VERSION 2u
+#define PDSHM_LAYOUT_VERSION 3u
 #define PDSHM_MAGIC "\x89PDSHM\r\n" /* 8 bytes, no NUL needed */
 #define PDSHM_MAGIC_LEN 8
 #define PDSHM_CACHELINE 64
@@ -145,7 +145,11 @@ struct pdshm_lock {
   _Atomic uint32_t holder_pid;  /* best effort, for the inspector: set after    */
   _Atomic uint32_t holder_slot; /* acquiring, cleared before releasing          */
   uint64_t owner_died;   /* EOWNERDEAD recoveries; under mutex                  */
-  uint64_t reserved[3];
+  _Atomic uint64_t unrecoverable; /* set (before the mutex is released for good)
+                            when a repair failed: takers get ENOTRECOVERABLE
+                            without touching the mutex (glibc's trylock on a
+                            not-recoverable robust mutex leaves it held)      */
+  uint64_t reserved[2];
 };
 
 /* ---- Process slots, lanes, journals ----------------------------------- */

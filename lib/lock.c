@@ -61,6 +61,7 @@ static int lock_recover(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l) {
   int rc = lock_repair(seg, i);
   if (rc) {
     pdshm__poison(seg, "repair after a holder's death failed");
+    atomic_store_explicit(&l->unrecoverable, 1, memory_order_release);
     pthread_mutex_unlock(&l->mutex); /* without consistent: unrecoverable */
     return PDSHM_ENOTRECOVERABLE;
   }
@@ -88,14 +89,22 @@ static int lock_result(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l, int e) 
   return 0;
 }
 
+static int lock_gone(pdshm_seg *seg, const struct pdshm_lock *l) {
+  if (!atomic_load_explicit(&l->unrecoverable, memory_order_acquire)) return 0;
+  pdshm__poison(seg, "a lock is unrecoverable");
+  return PDSHM_ENOTRECOVERABLE;
+}
+
+/* Contention is seen by peeking at the futex word (glibc's __lock) before
+ * blocking: a hint for the counters, and no trylock on the hot path. */
 int pdshm__lock(pdshm_seg *seg, uint32_t i) {
   struct pdshm_lock *l = pdshm__lockent(seg, i);
-  int e = pthread_mutex_trylock(&l->mutex);
-  if (e != EBUSY) return lock_result(seg, i, l, e);
-  uint64_t t0 = pdshm__now_ns(CLOCK_MONOTONIC);
-  e = pthread_mutex_lock(&l->mutex);
-  int rc = lock_result(seg, i, l, e);
-  if (!rc) {
+  int rc = lock_gone(seg, l);
+  if (rc) return rc;
+  bool busy = __atomic_load_n(&l->mutex.__data.__lock, __ATOMIC_RELAXED) != 0;
+  uint64_t t0 = busy ? pdshm__now_ns(CLOCK_MONOTONIC) : 0;
+  rc = lock_result(seg, i, l, pthread_mutex_lock(&l->mutex));
+  if (!rc && busy) {
     l->contended++;
     l->wait_ns += pdshm__now_ns(CLOCK_MONOTONIC) - t0;
   }
@@ -104,6 +113,8 @@ int pdshm__lock(pdshm_seg *seg, uint32_t i) {
 
 int pdshm__trylock(pdshm_seg *seg, uint32_t i) {
   struct pdshm_lock *l = pdshm__lockent(seg, i);
+  int rc = lock_gone(seg, l);
+  if (rc) return rc;
   int e = pthread_mutex_trylock(&l->mutex);
   if (e == EBUSY) return PDSHM_EBUSY;
   return lock_result(seg, i, l, e);

@@ -185,23 +185,25 @@ static void proc_take(pdshm_seg *seg, uint32_t i) {
   atomic_store_explicit(&slot->state, PDSHM_SLOT_LIVE, memory_order_release);
 }
 
+/* A dead slot we cannot reap (its repair fails: the segment is poisoned) is
+ * skipped, not taken and not fatal: attach looks for another slot. */
 int pdshm__slot_claim_own(pdshm_seg *seg) {
-  int rc = 0;
+  int last = 0;
   pthread_mutex_lock(&seg->reap_mu);
   for (uint32_t i = 0; i < seg->hdr->max_procs; i++) {
     bool was_dead = false;
     int got = proc_claim_clean(seg, i, &was_dead);
-    if (got < 0) rc = got;
+    if (got < 0) last = got;
     if (got == 1) {
       proc_take(seg, i);
       break;
     }
   }
   pthread_mutex_unlock(&seg->reap_mu);
-  if (rc) return rc;
   if (seg->slot == PDSHM_NOSLOT)
-    return pdshm__fail(PDSHM_EUSERS, "all %u process slots are held by live processes",
-                       seg->hdr->max_procs);
+    return last ? last
+                : pdshm__fail(PDSHM_EUSERS, "all %u process slots are held by live processes",
+                              seg->hdr->max_procs);
   /* Any process reaps at attach: leave no dead slot behind us. */
   pdshm__reap_dead(seg, NULL);
   return 0;
