@@ -1,7 +1,11 @@
 /* test_seg.c - segments: create, attach, detach, unlink; names and options;
  * hostile files under /dev/shm; owner and mode; read-only attachments; error
  * names; fork(); processes attaching at once and racing a creator. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* F_OFD_SETLK */
+#endif
 #include <dirent.h>
+#include <poll.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -537,6 +541,117 @@ START_TEST(altered_geometry_is_ebadseg) {
 }
 END_TEST
 
+/* ---- attaching from a helper process, with a deadline ----------------------------- */
+
+static char g_name[PDSHM_SEG_NAME_MAX + 1];
+static pdshm_seg *g_seg;
+
+struct probe {
+  int p[2];
+  unsigned flags;
+};
+
+/* In a child: attaches g_name, reports {rc, milliseconds it took}. */
+static int probe_attach(void *arg) {
+  struct probe *pr = arg;
+  close(pr->p[0]);
+  pdshm_options o = {.flags = pr->flags};
+  pdshm_seg *s;
+  uint64_t t0 = tu_now_ns();
+  int rc = pdshm_attach(g_name, &o, &s);
+  int64_t msg[2] = {rc, (int64_t)((tu_now_ns() - t0) / 1000000)};
+  if (!rc) pdshm_detach(s);
+  return write(pr->p[1], msg, sizeof msg) == sizeof msg ? 0 : 1;
+}
+
+static pid_t probe_start(struct probe *pr, unsigned flags) {
+  ck_assert_int_eq(pipe(pr->p), 0);
+  pr->flags = flags;
+  pid_t pid = tu_spawn(probe_attach, pr);
+  close(pr->p[1]);
+  return pid;
+}
+
+/* The probe's {rc, ms} within `ms` milliseconds; false when the attach is
+ * still blocked (the probe is then killed). */
+static bool probe_result(struct probe *pr, pid_t pid, int ms, int64_t out[2]) {
+  struct pollfd p = {.fd = pr->p[0], .events = POLLIN};
+  bool done = poll(&p, 1, ms) == 1 && read(pr->p[0], out, 2 * sizeof out[0]) == 2 * sizeof out[0];
+  if (!done) kill(pid, SIGKILL);
+  tu_wait(pid);
+  close(pr->p[0]);
+  return done;
+}
+
+static void init_lock(int fd, short type) {
+  struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = PDSHM_OFD_INIT, .l_len = 1};
+  ck_assert_int_eq(fcntl(fd, F_OFD_SETLK, &fl), 0);
+}
+
+/* A creator still building (it holds the init lock; no magic yet): attach
+ * waits for it; once it is done, attach succeeds.  (seg.c invariant 3) */
+START_TEST(attach_waits_for_a_creator) {
+  for (int dies = 0; dies < 2; dies++) {
+    snprintf(g_name, sizeof g_name, "%s", made_and_detached("creator", 0));
+    int fd = open(tu_path(g_name), O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    init_lock(fd, F_WRLCK);
+    uint8_t magic[PDSHM_MAGIC_LEN], zero[PDSHM_MAGIC_LEN] = {0};
+    ck_assert_int_eq(pread(fd, magic, sizeof magic, 0), sizeof magic);
+    ck_assert_int_eq(pwrite(fd, zero, sizeof zero, 0), sizeof zero);
+    struct probe pr;
+    pid_t pid = probe_start(&pr, 0);
+    nanosleep(&(struct timespec){0, 300 * 1000000}, NULL);
+    if (!dies) ck_assert_int_eq(pwrite(fd, magic, sizeof magic, 0), sizeof magic);
+    init_lock(fd, F_UNLCK); /* done, or dead without its magic */
+    int64_t r[2];
+    ck_assert_msg(probe_result(&pr, pid, 5000, r), "attach still blocked 5 s after the creator");
+    close(fd);
+    if (dies) {
+      ck_assert_msg(r[0] == PDSHM_EBADSEG, "a creator died: attach gave %s",
+                    pdshm_err_name((int)r[0]));
+    } else {
+      ck_assert_msg(r[0] == 0, "attach racing a creator gave %s", pdshm_err_name((int)r[0]));
+    }
+    ck_assert_msg(r[1] >= 250, "attach returned after %lld ms: it did not wait for the creator",
+                  (long long)r[1]);
+  }
+}
+END_TEST
+
+/* Something else than a regular file under the segment's name: every
+ * attach answers at once, with one of pdshm's own codes. */
+START_TEST(non_regular_files_refused) {
+  const char *target = made_and_detached("target", 0);
+  char target_path[PDSHM_SEG_NAME_MAX + 32];
+  snprintf(target_path, sizeof target_path, "%s", tu_path(target));
+  const char *kinds[] = {"a directory", "a FIFO", "a symbolic link to a segment"};
+  int64_t res[3][2][2];
+  bool done[3][2];
+  for (int k = 0; k < 3; k++) {
+    snprintf(g_name, sizeof g_name, "%s", tu_name("odd"));
+    const char *path = tu_path(g_name);
+    int made = k == 0 ? mkdir(path, 0700) : k == 1 ? mkfifo(path, 0600) : symlink(target_path, path);
+    ck_assert_msg(made == 0, "making %s: %s", kinds[k], strerror(errno));
+    for (int f = 0; f < 2; f++) {
+      struct probe pr;
+      pid_t pid = probe_start(&pr, f ? PDSHM_RDONLY : 0);
+      done[k][f] = probe_result(&pr, pid, 2000, res[k][f]);
+    }
+    ck_assert_int_eq(k == 0 ? rmdir(path) : unlink(path), 0);
+  }
+  for (int k = 0; k < 3; k++)
+    for (int f = 0; f < 2; f++) {
+      const char *how = f ? "read-only attach" : "attach";
+      ck_assert_msg(done[k][f], "%s of %s is still blocked after 2 s", how, kinds[k]);
+      int rc = (int)res[k][f][0];
+      ck_assert_msg(rc < 0, "%s of %s succeeded", how, kinds[k]);
+      ck_assert_msg(strcmp(pdshm_err_name(rc), "PDSHM_E?") != 0,
+                    "%s of %s gave %d, not a PDSHM_E* code", how, kinds[k], rc);
+    }
+}
+END_TEST
+
 /* ---- owner and mode ------------------------------------------------------------- */
 
 START_TEST(writable_by_others_needs_shared_users) {
@@ -659,9 +774,6 @@ END_TEST
 
 /* ---- fork() ---------------------------------------------------------------------- */
 
-static char g_name[PDSHM_SEG_NAME_MAX + 1];
-static pdshm_seg *g_seg;
-
 /* In a fork child: the inherited handle answers EFORKED and touches nothing;
  * a fresh attachment works. */
 static int forked_child(void *arg) {
@@ -722,13 +834,14 @@ END_TEST
 
 struct killed_parent {
   int to_test[2]; /* middle -> test: its slot and the grandchild's pid  */
+  int g_ready[2]; /* grandchild -> test: it runs                         */
   int hold[2];    /* the test keeps the write end: the grandchild's leash */
 };
 
 /* The grandchild: lives on, holding nothing, until the test lets go. */
 static int grandchild(struct killed_parent *kp) {
   char c = 'g';
-  if (write(kp->to_test[1], &c, 1) != 1) return 1;
+  if (write(kp->g_ready[1], &c, 1) != 1) return 1;
   while (read(kp->hold[0], &c, 1) > 0) continue;
   return 0;
 }
@@ -765,12 +878,15 @@ START_TEST(parent_killed_child_lives_on) {
   struct killed_parent kp;
   ck_assert_int_eq(pipe(kp.to_test), 0);
   ck_assert_int_eq(pipe(kp.hold), 0);
+  ck_assert_int_eq(pipe(kp.g_ready), 0);
   pid_t mid = tu_spawn(middle, &kp);
   close(kp.hold[0]);
+  close(kp.to_test[1]); /* so that a helper's early death reads as EOF */
+  close(kp.g_ready[1]);
   uint64_t msg[2];
   char c;
   read_full(kp.to_test[0], msg, sizeof msg);
-  read_full(kp.to_test[0], &c, 1);
+  read_full(kp.g_ready[0], &c, 1);
   uint32_t slot = (uint32_t)msg[0];
   pid_t g = (pid_t)msg[1];
   ck_assert_uint_eq(stats_of(g_seg).procs_alive, 2);
@@ -941,7 +1057,7 @@ static Suite *seg_suite(void) {
   tcase_add_test(tc, max_locks_limits);
   tcase_add_test(tc, unknown_create_flag_is_einval);
   tcase_add_test(tc, unknown_attach_flag_is_einval);
-  tc = tcase(s, "hostile files", 10);
+  tc = tcase(s, "hostile files", 20);
   tcase_add_test(tc, corrupt_magic_is_ebadseg);
   tcase_add_test(tc, wrong_version_or_fingerprint_is_ebadseg);
   tcase_add_test(tc, truncated_file_is_ebadseg);
@@ -949,6 +1065,8 @@ static Suite *seg_suite(void) {
   tcase_add_test(tc, empty_file_is_ebadseg);
   tcase_add_test(tc, random_file_is_ebadseg);
   tcase_add_test(tc, altered_geometry_is_ebadseg);
+  tcase_add_test(tc, attach_waits_for_a_creator);
+  tcase_add_test(tc, non_regular_files_refused);
   tc = tcase(s, "owner and mode", 10);
   tcase_add_test(tc, writable_by_others_needs_shared_users);
   tcase_add_test(tc, foreign_owner_needs_shared_users);
