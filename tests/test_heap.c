@@ -278,6 +278,7 @@ static int die_holding_blocks(void *arg) {
 START_TEST(sweep_dead_slot) {
   uint64_t base = used();
   ck_assert_int_eq(tu_wait(tu_fork(die_holding_blocks, seg->name)), 128 + SIGKILL);
+  tu_await_dead(seg, 1);
   ck_assert_uint_gt(used(), base);
   unsigned n = 0;
   ck_assert_int_eq(pdshm_reap(seg, &n), 0);

@@ -210,6 +210,7 @@ START_TEST(killed_trainers_are_reaped) {
     usleep(20000 + (useconds_t)(rand() % 30000));
     for (int k = 0; k < TRAINERS; k++) kill(pid[k], SIGKILL);
     for (int k = 0; k < TRAINERS; k++) ck_assert_int_eq(tu_wait(pid[k]), 128 + SIGKILL);
+    tu_await_dead(seg, TRAINERS);
     unsigned reaped = 0;
     ck_assert_int_eq(pdshm_reap(seg, &reaped), 0);
     ck_assert_uint_eq(reaped, TRAINERS);

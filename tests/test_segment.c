@@ -271,6 +271,7 @@ START_TEST(dead_parent_forked_child) {
   int p[2];
   ck_assert_int_eq(pipe(p), 0);
   ck_assert_int_eq(tu_wait(tu_fork(parent_dies, p)), 128 + SIGKILL);
+  tu_await_dead(parent_seg, 1);
   ck_assert_uint_eq(stats(parent_seg).procs_dead, 1);
   unsigned n = 0;
   ck_assert_int_eq(pdshm_reap(parent_seg, &n), 0);

@@ -54,6 +54,7 @@ START_TEST(exhaustion_then_reap) {
   ck_assert_int_eq(pdshm_attach(seg->name, NULL, &extra), PDSHM_EUSERS);
   kill(kids[1], SIGKILL);
   ck_assert_int_eq(tu_wait(kids[1]), 128 + SIGKILL);
+  tu_await_dead(seg, 1);
   ck_assert_int_eq(pdshm_attach(seg->name, NULL, &extra), 0); /* reaped the dead slot */
   ck_assert_uint_eq(stats().procs_alive, 4);
   pdshm_detach(extra);
@@ -70,6 +71,7 @@ START_TEST(dead_until_reaped_stopped_alive) {
   pid_t a = sleeper(p), b = sleeper(p);
   kill(a, SIGKILL);
   tu_wait(a);
+  tu_await_dead(seg, 1);
   kill(b, SIGSTOP);
   waitpid(b, NULL, WUNTRACED);
   ck_assert_uint_eq(stats().procs_dead, 1);
@@ -93,6 +95,7 @@ START_TEST(pid_reuse_does_not_matter) {
   pid_t a = sleeper(p);
   kill(a, SIGKILL);
   tu_wait(a);
+  tu_await_dead(seg, 1);
   for (uint32_t i = 0; i < seg->hdr->max_procs; i++)
     if (i != seg->slot && atomic_load(&pdshm__slot(seg, i)->state) != PDSHM_SLOT_FREE)
       pdshm__slot(seg, i)->pid = (uint32_t)getpid();
@@ -109,6 +112,7 @@ START_TEST(reaper_died_midway) {
   pid_t a = sleeper(p);
   kill(a, SIGKILL);
   tu_wait(a);
+  tu_await_dead(seg, 1);
   uint32_t dead = PDSHM_NOSLOT;
   for (uint32_t i = 0; i < seg->hdr->max_procs; i++)
     if (i != seg->slot && atomic_load(&pdshm__slot(seg, i)->state) != PDSHM_SLOT_FREE) dead = i;
@@ -133,6 +137,7 @@ static int attach_and_die(void *arg) {
 
 START_TEST(attach_reaps) {
   ck_assert_int_eq(tu_wait(tu_fork(attach_and_die, NULL)), 128 + SIGKILL);
+  tu_await_dead(seg, 1);
   ck_assert_uint_eq(stats().procs_dead, 1);
   pdshm_seg *s = tu_attach(seg->name);
   ck_assert_uint_eq(stats().procs_dead, 0);
@@ -273,6 +278,7 @@ static void journal_window(enum window w, bool by_reaper) {
   uint64_t base = used();
   struct jargs a = {.w = w, .word = jword, .old = old};
   ck_assert_int_eq(tu_wait(tu_fork(journal_and_die, &a)), 128 + SIGKILL);
+  tu_await_dead(seg, 1);
   if (by_reaper) {
     unsigned n;
     ck_assert_int_eq(pdshm_reap(seg, &n), 0);

@@ -112,3 +112,13 @@ uint64_t tu_now_ns(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+void tu_await_dead(pdshm_seg *seg, unsigned n) {
+  for (int ms = 0; ms < 5000; ms++) {
+    pdshm_stats st;
+    ck_assert_int_eq(pdshm_seg_stats(seg, &st), 0);
+    if (st.procs_dead >= n) return;
+    usleep(1000);
+  }
+  ck_abort_msg("%u dead slot(s) never showed up", n);
+}

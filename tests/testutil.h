@@ -24,6 +24,10 @@ const char *tu_path(const char *name);
 pid_t tu_fork(int (*fn)(void *), void *arg);
 /* Waits for pid; returns its exit status, or 128+signal when killed. */
 int tu_wait(pid_t pid);
+/* Waits (up to 5 s) until seg sees at least n dead slots.  The kernel drops a
+ * dead process's OFD lock when its last file reference goes, which can be a
+ * moment after waitpid() has returned. */
+void tu_await_dead(pdshm_seg *seg, unsigned n);
 /* A suite runner: fork mode, per-case timeout (seconds), returns failures. */
 int tu_run(Suite *s);
 
