@@ -118,10 +118,29 @@ static uint64_t kid_recv(struct kid *k) { return kid_recv_within(k, 10000, "stuc
 static void kid_send(struct kid *k, uint64_t v) {
   ck_assert_int_eq(write(k->down[1], &v, sizeof v), sizeof v);
 }
+/* The kernel drops a dead process's OFD locks when the last reference to its
+ * open file description goes; that can come a moment after waitpid() when
+ * someone else held the dead process's mm (a /proc reader, the OOM reaper).
+ * So after a kid's death, wait (bounded) until its slots read as dead. */
+static void await_slots_dead(pid_t pid) {
+  uint64_t deadline = tu_now_ns() + 5000000000ull;
+  for (uint32_t i = 0; i < g_seg->hdr->max_procs; i++) {
+    struct pdshm_slot *sl = pdshm__slot(g_seg, i);
+    if (sl->pid != (uint32_t)pid) continue;
+    while (atomic_load(&sl->state) != PDSHM_SLOT_FREE && pdshm__slot_alive(g_seg, i) > 0) {
+      ck_assert_msg(tu_now_ns() < deadline, "slot %u of dead kid %d still held after 5 s", i,
+                    (int)pid);
+      nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+  }
+}
+
 static int kid_end(struct kid *k) {
   close(k->up[0]);
   close(k->down[1]);
-  return tu_wait(k->pid);
+  int st = tu_wait(k->pid);
+  if (g_seg) await_slots_dead(k->pid);
+  return st;
 }
 static void kid_kill(struct kid *k) {
   ck_assert_int_eq(kill(k->pid, SIGKILL), 0);
