@@ -1,6 +1,8 @@
 /* testutil.c - helpers shared by the Check suites. */
 #include "testutil.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,12 +87,35 @@ int tu_wait(pid_t pid) {
   return WEXITSTATUS(st);
 }
 
+/* The pid in a tu_name() name ("t-<tag>-<pid>-<n>"), or 0. */
+static pid_t tu_name_pid(const char *name) {
+  const char *last = strrchr(name, '-'), *p = last;
+  if (!last || strspn(last + 1, "0123456789") != strlen(last + 1) || !last[1]) return 0;
+  while (p > name && p[-1] != '-') p--;
+  if (p == name || p == last || strspn(p, "0123456789") != (size_t)(last - p)) return 0;
+  return (pid_t)atol(p);
+}
+
+/* A failed assertion ends a fork-mode test with _exit(), before its checked
+ * teardown: unlink the segments of test processes that are gone. */
+void tu_sweep_dead(void) {
+  DIR *d = opendir("/dev/shm");
+  if (!d) return;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (strncmp(e->d_name, "pdshm.t-", 8)) continue;
+    pid_t pid = tu_name_pid(e->d_name + 8);
+    if (pid > 0 && kill(pid, 0) < 0 && errno == ESRCH) pdshm_unlink(e->d_name + 6);
+  }
+  closedir(d);
+}
+
 int tu_run(Suite *s) {
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
+  tu_sweep_dead();
   return failed;
 }
 

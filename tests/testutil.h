@@ -28,8 +28,12 @@ int tu_wait(pid_t pid);
  * dead process's OFD lock when its last file reference goes, which can be a
  * moment after waitpid() has returned. */
 void tu_await_dead(pdshm_seg *seg, unsigned n);
-/* A suite runner: fork mode, per-case timeout (seconds), returns failures. */
+/* A suite runner: fork mode, per-case timeout (seconds), returns failures.
+ * Ends with tu_sweep_dead(). */
 int tu_run(Suite *s);
+/* Unlinks every tu_name() segment whose maker's pid no longer exists: a
+ * failed assertion ends a fork-mode test before its checked teardown. */
+void tu_sweep_dead(void);
 
 /* pdshm_create with the caller's options under a given name (stale file
  * unlinked first, name registered for tu_cleanup).  Fails the test on error. */
