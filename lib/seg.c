@@ -426,9 +426,25 @@ static int seg_read_header(int fd, struct pdshm_hdr *h, struct stat *st) {
   return 0;
 }
 
-static int seg_open_existing(const char *path, unsigned flags, struct stat *st, int *fdp) {
-  int fd = shm_open(path, (flags & PDSHM_RDONLY ? O_RDONLY : O_RDWR) | O_CLOEXEC, 0);
+/* O_NONBLOCK: whatever sits at that name (a FIFO, say) must not block the
+ * open; anything but a regular file is refused right after. */
+static int seg_open_file(const char *path, unsigned flags) {
+  int fd = shm_open(path, (flags & PDSHM_RDONLY ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK, 0);
+  if (fd < 0 && errno == ELOOP) /* shm_open follows no symbolic link */
+    return pdshm__fail(PDSHM_EBADSEG, "%s is a symbolic link", path);
   if (fd < 0) return pdshm__fail(-errno, "shm_open %s: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return pdshm__fail(PDSHM_EBADSEG, "%s is not a regular file", path);
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+static int seg_open_existing(const char *path, unsigned flags, struct stat *st, int *fdp) {
+  int fd = seg_open_file(path, flags);
+  if (fd < 0) return fd;
   seg_wait_creator(fd);
   struct pdshm_hdr h;
   int rc = seg_read_header(fd, &h, st);
