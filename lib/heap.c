@@ -195,9 +195,9 @@ static int carve(pdshm_seg *seg, pdshm_off_t off, uint64_t n, unsigned state, ui
   if (holey) { /* what we hand out, and the tail's header and links */
     int rc = reserve(seg, off, n < size ? n + PDSHM_BLK_MIN : n);
     if (rc) return rc;
-  } else if (n > PDSHM_CLASS_MAX) {
-    heap(seg)->retained -= heap(seg)->retained < n ? heap(seg)->retained : n;
   }
+  if (n > PDSHM_CLASS_MAX) /* a large block in use again: budget back */
+    heap(seg)->retained -= heap(seg)->retained < n ? heap(seg)->retained : n;
   bin_remove(seg, off, size);
   if (n < size) { /* invariant 2: the tail's header first */
     struct pdshm_blk *t = B(seg, off + n);
