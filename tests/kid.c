@@ -136,9 +136,5 @@ void kid_kill(struct kid *k) {
 }
 
 TCase *kid_tcase(Suite *s, const char *name, int timeout) {
-  TCase *tc = tcase_create(name);
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, timeout);
-  suite_add_tcase(s, tc);
-  return tc;
+  return tu_tcase(s, name, timeout, setup, teardown);
 }

@@ -313,18 +313,10 @@ END_TEST
 
 /* ---- the suite ------------------------------------------------------------------------ */
 
-static TCase *tcase(Suite *s, const char *name, int timeout) {
-  TCase *tc = tcase_create(name);
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, timeout);
-  suite_add_tcase(s, tc);
-  return tc;
-}
-
 static Suite *hostile_suite(void) {
   Suite *s = suite_create("hostile segments");
   TCase *tc;
-  tc = tcase(s, "hostile files", 20);
+  tc = tu_tcase(s, "hostile files", 20, setup, teardown);
   tcase_add_test(tc, corrupt_magic_is_ebadseg);
   tcase_add_test(tc, wrong_version_or_fingerprint_is_ebadseg);
   tcase_add_test(tc, truncated_file_is_ebadseg);
@@ -334,7 +326,7 @@ static Suite *hostile_suite(void) {
   tcase_add_test(tc, altered_geometry_is_ebadseg);
   tcase_add_test(tc, attach_waits_for_a_creator);
   tcase_add_test(tc, non_regular_files_refused);
-  tc = tcase(s, "owner and mode", 10);
+  tc = tu_tcase(s, "owner and mode", 10, setup, teardown);
   tcase_add_test(tc, writable_by_others_needs_shared_users);
   tcase_add_test(tc, foreign_owner_needs_shared_users);
   return s;

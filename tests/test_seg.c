@@ -658,26 +658,18 @@ END_TEST
 
 /* ---- the suite ------------------------------------------------------------------------ */
 
-static TCase *tcase(Suite *s, const char *name, int timeout) {
-  TCase *tc = tcase_create(name);
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, timeout);
-  suite_add_tcase(s, tc);
-  return tc;
-}
-
 static Suite *seg_suite(void) {
   Suite *s = suite_create("segments");
-  TCase *tc = tcase(s, "lifecycle", 10);
+  TCase *tc = tu_tcase(s, "lifecycle", 10, setup, teardown);
   tcase_add_test(tc, create_twice_is_eexist);
   tcase_add_test(tc, attach_missing_is_enoent);
   tcase_add_test(tc, unlink_missing_is_enoent);
   tcase_add_test(tc, unlinked_segment_keeps_working);
   tcase_add_test(tc, null_arguments_are_einval);
-  tc = tcase(s, "names", 10);
+  tc = tu_tcase(s, "names", 10, setup, teardown);
   tcase_add_test(tc, bad_names_are_refused);
   tcase_add_test(tc, every_allowed_character);
-  tc = tcase(s, "options", 10);
+  tc = tu_tcase(s, "options", 10, setup, teardown);
   tcase_add_test(tc, null_options_take_defaults);
   tcase_add_test(tc, size_limits);
   tcase_add_test(tc, bigger_than_dev_shm_is_enospc);
@@ -688,15 +680,15 @@ static Suite *seg_suite(void) {
   tcase_add_test(tc, max_locks_limits);
   tcase_add_test(tc, unknown_create_flag_is_einval);
   tcase_add_test(tc, unknown_attach_flag_is_einval);
-  tc = tcase(s, "read-only", 10);
+  tc = tu_tcase(s, "read-only", 10, setup, teardown);
   tcase_add_test(tc, read_only_attach_claims_no_slot);
-  tc = tcase(s, "errors", 10);
+  tc = tu_tcase(s, "errors", 10, setup, teardown);
   tcase_add_test(tc, every_code_has_a_name_and_message);
   tcase_add_test(tc, codes_are_negative_errno);
-  tc = tcase(s, "fork", 15);
+  tc = tu_tcase(s, "fork", 15, setup, teardown);
   tcase_add_test(tc, fork_child_gets_eforked);
   tcase_add_test(tc, parent_killed_child_lives_on);
-  tc = tcase(s, "many processes", 30);
+  tc = tu_tcase(s, "many processes", 30, setup, teardown);
   tcase_add_test(tc, eight_attach_at_once);
   tcase_add_test(tc, create_races_attach);
   return s;

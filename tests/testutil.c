@@ -147,3 +147,12 @@ void tu_await_dead(pdshm_seg *seg, unsigned n) {
   }
   ck_abort_msg("%u dead slot(s) never showed up", n);
 }
+
+TCase *tu_tcase(Suite *s, const char *name, int timeout, void (*setup)(void),
+                void (*teardown)(void)) {
+  TCase *tc = tcase_create(name);
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, timeout);
+  suite_add_tcase(s, tc);
+  return tc;
+}

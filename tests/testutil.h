@@ -28,6 +28,9 @@ int tu_wait(pid_t pid);
  * dead process's OFD lock when its last file reference goes, which can be a
  * moment after waitpid() has returned. */
 void tu_await_dead(pdshm_seg *seg, unsigned n);
+/* A test case added to s, with a checked fixture and a timeout (seconds). */
+TCase *tu_tcase(Suite *s, const char *name, int timeout, void (*setup)(void),
+                void (*teardown)(void));
 /* A suite runner: fork mode, per-case timeout (seconds), returns failures.
  * Ends with tu_sweep_dead(). */
 int tu_run(Suite *s);
