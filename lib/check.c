@@ -45,12 +45,9 @@ struct ck {
 static void ck_say(struct ck *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void ck_say(struct ck *c, const char *fmt, ...) {
   c->problems++;
-  if (!c->report) return;
   va_list ap;
   va_start(ap, fmt);
-  fputs("pdshm_check: ", c->report);
-  vfprintf(c->report, fmt, ap);
-  fputc('\n', c->report);
+  pdshm__check_vsay(c->report, "", fmt, ap);
   va_end(ap);
 }
 

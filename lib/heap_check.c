@@ -96,15 +96,19 @@ struct hc {
   uint64_t free_blocks;
 };
 
+void pdshm__check_vsay(FILE *report, const char *what, const char *fmt, va_list ap) {
+  if (!report) return;
+  fprintf(report, "pdshm_check: %s", what);
+  vfprintf(report, fmt, ap);
+  fputc('\n', report);
+}
+
 static void hc_say(struct hc *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void hc_say(struct hc *c, const char *fmt, ...) {
   c->problems++;
-  if (!c->report) return;
   va_list ap;
   va_start(ap, fmt);
-  fputs("pdshm_check: heap: ", c->report);
-  vfprintf(c->report, fmt, ap);
-  fputc('\n', c->report);
+  pdshm__check_vsay(c->report, "heap: ", fmt, ap);
   va_end(ap);
 }
 

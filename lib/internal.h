@@ -6,6 +6,7 @@
 #define PDSHM_INTERNAL_H
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -97,6 +98,8 @@ int pdshm__trylock(pdshm_seg *seg, uint32_t i); /* 0, EBUSY, ENOTRECOVERABLE */
 void pdshm__unlock(pdshm_seg *seg, uint32_t i);
 /* Claims a free lock-table entry for an object being built (alloc = slot+1). */
 int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_t *out);
+/* Gives back an entry we claimed and did not publish (an abandoned build). */
+void pdshm__lock_unclaim(pdshm_seg *seg, uint32_t i);
 /* Reaper: returns the entries slot `slot` claimed but never published. */
 void pdshm__lock_sweep_slot(pdshm_seg *seg, uint32_t slot);
 void pdshm__poison(pdshm_seg *seg, const char *why);
@@ -184,6 +187,10 @@ int pdshm__heap_stats(pdshm_seg *seg, struct pdshm_heap_stats *st);
  * one line per problem to report (may be NULL); returns the problem count, or
  * a negative code when it could not look. */
 int pdshm__heap_check(pdshm_seg *seg, FILE *report);
+/* One line of a check's report ("pdshm_check: <what><message>"); report may
+ * be NULL. */
+void pdshm__check_vsay(FILE *report, const char *what, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 /* The same with the heap lock already held (pdshm_check stops the world). */
 int pdshm__heap_check_locked(pdshm_seg *seg, FILE *report);
 /* Frees the CACHED blocks of slot `slot` (whose OFD lock the caller holds). */

@@ -151,10 +151,14 @@ int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_
                      seg->hdr->max_locks);
 }
 
+/* Entry i back to AVAILABLE if slot tag `tag` claimed it and nobody published it. */
+static void lock_return(pdshm_seg *seg, uint32_t i, uint64_t tag) {
+  atomic_compare_exchange_strong(&pdshm__lockent(seg, i)->alloc, &tag, PDSHM_LOCK_AVAILABLE);
+}
+
+void pdshm__lock_unclaim(pdshm_seg *seg, uint32_t i) { lock_return(seg, i, seg->owner_tag); }
+
 void pdshm__lock_sweep_slot(pdshm_seg *seg, uint32_t slot) {
-  for (uint32_t i = PDSHM_LOCK_FIXED; i < seg->hdr->max_locks; i++) {
-    uint64_t expected = (uint64_t)slot + 1;
-    atomic_compare_exchange_strong(&pdshm__lockent(seg, i)->alloc, &expected,
-                                   PDSHM_LOCK_AVAILABLE);
-  }
+  for (uint32_t i = PDSHM_LOCK_FIXED; i < seg->hdr->max_locks; i++)
+    lock_return(seg, i, (uint64_t)slot + 1);
 }

@@ -277,11 +277,6 @@ static int scope_create_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_
   return 0;
 }
 
-static void lock_unclaim(pdshm_seg *seg, uint32_t lk) {
-  uint64_t mine = seg->owner_tag;
-  atomic_compare_exchange_strong(&pdshm__lockent(seg, lk)->alloc, &mine, PDSHM_LOCK_AVAILABLE);
-}
-
 PDSHM_API int pdshm_scope_new(pdshm_scope *parent, const char *name, pdshm_scope **out) {
   size_t len = 0;
   uint32_t lk;
@@ -302,7 +297,7 @@ PDSHM_API int pdshm_scope_new(pdshm_scope *parent, const char *name, pdshm_scope
     else pdshm__j_commit(seg, ln);
   }
   pdshm__lane_put(ln);
-  if (rc) lock_unclaim(seg, lk);
+  if (rc) pdshm__lock_unclaim(seg, lk);
 fail:
   if (rc) {
     pdshm__xfree(h);

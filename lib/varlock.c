@@ -75,15 +75,15 @@ static int vl_entry(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t *out) {
   if (rc) return rc;
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
   rc = pdshm__j_begin(seg, ln, pdshm__scope_at(seg, r->scope)->lock, PDSHM_OP_VARLOCK);
-  if (!rc && r->lock) { /* somebody else was first */
-    pdshm__j_abort(seg, ln);
-    uint64_t mine = seg->owner_tag;
-    atomic_compare_exchange_strong(&pdshm__lockent(seg, lk)->alloc, &mine, PDSHM_LOCK_AVAILABLE);
-  } else if (!rc) {
+  bool first = !rc && !r->lock;
+  if (first) {
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lock), lk);
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pdshm__lockent(seg, lk), alloc), PDSHM_LOCK_PUBLISHED);
     pdshm__j_commit(seg, ln);
+  } else if (!rc) { /* somebody else was first */
+    pdshm__j_abort(seg, ln);
   }
+  if (!first) pdshm__lock_unclaim(seg, lk); /* ours is not needed, or could not be published */
   pdshm__lane_put(ln);
   *out = (uint32_t)r->lock;
   return rc;
