@@ -12,7 +12,8 @@
  *     next holds L after the owner died finds every such journal and nobody
  *     else touches them meanwhile.
  *  2. Before COMMIT nothing shared outside newb has been written: rolling back
- *     frees newb (still owned, unpublished) and un-marks oldb.
+ *     frees newb (still owned, unpublished) and un-marks oldb (back to
+ *     owner 0, except blocks the slot owned before, flagged JRN_KEEP).
  *  3. From COMMIT on, the redo list says everything: each entry is an absolute
  *     value for a word guarded by L, so applying the list twice is applying
  *     it once.  Publishing newb (owner := 0) and freeing oldb (only blocks
@@ -102,7 +103,10 @@ void pdshm__j_set(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uin
 void pdshm__j_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload) {
   struct pdshm_journal *j = jrn(ln);
   assert(j->nold < PDSHM_J_BLOCKS);
-  j->oldb[j->nold] = payload;
+  /* A block we already own (a handle record) must stay ours on rollback:
+   * the entry says so with JRN_KEEP; a published one goes back to owner 0. */
+  pdshm_off_t keep = pdshm__blk(seg, payload)->owner == ln->tag ? JRN_KEEP : 0;
+  j->oldb[j->nold] = payload | keep;
   atomic_thread_fence(memory_order_release);
   j->nold++;
   pdshm__blk(seg, payload)->owner = ln->tag;
@@ -151,7 +155,7 @@ static void jrn_apply(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
     if (!(j->newb[i] & JRN_KEEP) && jrn_marked(seg, j->newb[i], tag))
       pdshm__blk(seg, j->newb[i])->owner = 0;
   for (uint32_t i = 0; i < j->nold && i < PDSHM_J_BLOCKS; i++)
-    if (jrn_marked(seg, j->oldb[i], tag)) pdshm__free(seg, ln, j->oldb[i]);
+    if (jrn_marked(seg, jrn_off(j->oldb[i]), tag)) pdshm__free(seg, ln, jrn_off(j->oldb[i]));
 }
 
 /* Invariant 2. */
@@ -160,7 +164,8 @@ static void jrn_rollback(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
   for (uint32_t i = 0; i < j->nnew && i < PDSHM_J_BLOCKS; i++)
     if (jrn_marked(seg, jrn_off(j->newb[i]), tag)) pdshm__free(seg, ln, jrn_off(j->newb[i]));
   for (uint32_t i = 0; i < j->nold && i < PDSHM_J_BLOCKS; i++)
-    if (jrn_marked(seg, j->oldb[i], tag)) pdshm__blk(seg, j->oldb[i])->owner = 0;
+    if (!(j->oldb[i] & JRN_KEEP) && jrn_marked(seg, j->oldb[i], tag))
+      pdshm__blk(seg, j->oldb[i])->owner = 0;
   jrn_seq_even(seg, j);
 }
 
@@ -195,7 +200,8 @@ static int jrn_sane(pdshm_seg *seg, const struct pdshm_journal *j) {
     if (b < lo || b >= hi || b % PDSHM_ALIGN) return PDSHM_EBADSEG;
   }
   for (uint32_t i = 0; i < j->nold; i++)
-    if (j->oldb[i] < lo || j->oldb[i] >= hi || j->oldb[i] % PDSHM_ALIGN) return PDSHM_EBADSEG;
+    if (jrn_off(j->oldb[i]) < lo || jrn_off(j->oldb[i]) >= hi || jrn_off(j->oldb[i]) % PDSHM_ALIGN)
+      return PDSHM_EBADSEG;
   if (j->seq && (j->seq % 8 || j->seq >= seg->size)) return PDSHM_EBADSEG;
   return 0;
 }
