@@ -126,6 +126,33 @@ PDSHM_API int pdshm_attach(const char *name, const pdshm_options *o, pdshm_seg *
 PDSHM_API int pdshm_detach(pdshm_seg *seg);
 PDSHM_API int pdshm_unlink(const char *name);
 
+/* ---- Daemon ------------------------------------------------------------- */
+/*
+ * A segment may have one daemon (pdshmd): an attachment that claims it, reaps
+ * dead processes and checks it.  The library needs none.  The claim is a lock
+ * the kernel drops when its holder dies, so a daemon killed by SIGKILL never
+ * blocks the next one; the header records the holder's pid and heartbeat.
+ */
+typedef struct pdshm_daemon_info {
+  uint32_t pid;     /* the pid the header records: the holder's, or a dead  */
+                    /* daemon's that never released; 0 when none            */
+  int alive;        /* 1 while some attachment holds the claim              */
+  uint64_t beat_ns; /* its last heartbeat, CLOCK_REALTIME ns; 0 when none   */
+} pdshm_daemon_info;
+
+/* Claims the segment for this attachment and records getpid() and a first
+ * heartbeat in the header.  EBUSY when another attachment holds the claim
+ * (pdshm_last_error() names its pid) or this one already does; EROFS on a
+ * read-only attachment; EFORKED.  A failure changes nothing. */
+PDSHM_API int pdshm_daemon_claim(pdshm_seg *seg);
+/* Records a heartbeat (now).  EPERM unless this attachment holds the claim. */
+PDSHM_API int pdshm_daemon_beat(pdshm_seg *seg);
+/* Clears the pid and heartbeat and gives the claim up; pdshm_detach does the
+ * same.  EPERM unless this attachment holds the claim. */
+PDSHM_API int pdshm_daemon_release(pdshm_seg *seg);
+/* Who holds the claim; works on a read-only attachment.  EINVAL, EFORKED. */
+PDSHM_API int pdshm_daemon_status(pdshm_seg *seg, pdshm_daemon_info *out);
+
 /* ---- Scopes ------------------------------------------------------------- */
 /*
  * A pdshm_scope * is a handle that owns one reference; release it with

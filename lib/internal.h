@@ -46,6 +46,7 @@ struct pdshm_seg {
   uint32_t pid;                /* getpid() at attach (a syscall: kept here)    */
   pthread_mutex_t reap_mu;     /* one reaper per attachment (OFD locks are     */
                                /* per descriptor, not per thread)              */
+  _Atomic bool daemon;         /* holds the daemon claim (daemon.c)            */
   struct pdshm_lane_ctx lanes[PDSHM_LANES];
   struct pdshm_seg *next;      /* the process's list of attachments (fork)     */
   char name[PDSHM_SEG_NAME_MAX + 1];
@@ -87,6 +88,10 @@ int pdshm__seg_usable(const pdshm_seg *seg);
 int pdshm__seg_writable(const pdshm_seg *seg);
 uint64_t pdshm__layout_fingerprint(void);
 uint64_t pdshm__now_ns(int clock);
+
+/* ---- daemon.c ------------------------------------------------------------- */
+/* Gives up the daemon claim if this attachment holds it (detach). */
+void pdshm__daemon_drop(pdshm_seg *seg);
 
 /* ---- lock.c --------------------------------------------------------------- */
 void pdshm__lock_init_table(pdshm_seg *seg); /* create only */

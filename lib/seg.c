@@ -496,6 +496,7 @@ PDSHM_API int pdshm_detach(pdshm_seg *seg) {
   int rc = pdshm__seg_usable(seg);
   seg_list_remove(seg);
   /* In a fork child the slot is the parent's: touch nothing, free the copy. */
+  if (!rc) pdshm__daemon_drop(seg);
   if (!rc && seg->slot != PDSHM_NOSLOT) rc = pdshm__slot_release_own(seg);
   pdshm__scope_free_handles(seg);
   seg_handle_free(seg);
