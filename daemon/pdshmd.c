@@ -59,7 +59,7 @@ static void help(void) {
          "                    create it otherwise)\n"
          "  --size SIZE       bytes of a segment it creates, with K, M, G or T (default 64M)\n"
          "  --max-procs N     process slots of a segment it creates (default %u)\n"
-         "  --interval MS     period of the heartbeat, reap and check pass (default %u)\n"
+         "  --interval MS     period of the reap and check pass (default %u)\n"
          "  --foreground      do not detach from the terminal\n"
          "  --pidfile FILE    write the daemon's pid there (removed at exit)\n"
          "  --unlink-on-exit  remove the segment's name when stopping\n"
@@ -104,6 +104,14 @@ static int parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigne
   return 0;
 }
 
+/* The daemon changes to "/": a relative pid file name must not follow it. */
+static char *absolute(const char *path) {
+  if (path[0] == '/') return strdup(path);
+  char cwd[PATH_MAX], *out = NULL;
+  if (!getcwd(cwd, sizeof cwd) || asprintf(&out, "%s/%s", cwd, path) < 0) return NULL;
+  return out;
+}
+
 enum { OPT_SIZE = 256, OPT_PROCS, OPT_CREATE, OPT_ADOPT, OPT_FG, OPT_PIDFILE, OPT_INTERVAL,
        OPT_UNLINK, OPT_SYSLOG, OPT_HELP, OPT_VERSION };
 
@@ -141,8 +149,9 @@ static int parse_opt(int c, const char *arg, struct pdshmd_cfg *cfg) {
   case OPT_FG: cfg->foreground = true; return 0;
   case OPT_PIDFILE:
     if (!*arg) return usage_error("--pidfile: empty file name");
-    cfg->pidfile = arg;
-    return 0;
+    free(cfg->pidfile);
+    cfg->pidfile = absolute(arg);
+    return cfg->pidfile ? 0 : usage_error("--pidfile %s: %s", arg, strerror(errno));
   case OPT_UNLINK: cfg->unlink_on_exit = true; return 0;
   case OPT_SYSLOG: cfg->syslog = true; return 0;
   default: return 2;
@@ -193,6 +202,8 @@ static int seg_open(const struct pdshmd_cfg *cfg, pdshm_seg **seg, bool *created
   if (rc == PDSHM_EEXIST) return fail_seg("create (it exists: use --adopt)", rc);
   if (rc == PDSHM_ENOENT) return fail_seg("adopt (no such segment: use --create)", rc);
   if (rc) return fail_seg(cfg->mode == MODE_CREATE ? "create" : "attach", rc);
+  if (!*created && (cfg->size || cfg->max_procs))
+    log_say(LVL_WARN, "the segment exists: --size and --max-procs are ignored");
   return 0;
 }
 
@@ -324,12 +335,16 @@ static int serve(const struct pdshmd_cfg *cfg, int *ready) {
 int main(int argc, char **argv) {
   struct pdshmd_cfg cfg;
   int rc = parse_args(argc, argv, &cfg);
-  if (rc) return rc < 0 ? 0 : rc;
+  if (rc) {
+    free(cfg.pidfile);
+    return rc < 0 ? 0 : rc;
+  }
   log_open(&cfg);
   raise_fd_limit();
   int ready = cfg.foreground ? -1 : daemonize();
   int status = serve(&cfg, &ready);
   report_ready(&ready, (unsigned char)status);
+  free(cfg.pidfile);
   log_close();
   return status;
 }

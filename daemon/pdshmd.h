@@ -8,7 +8,7 @@
 #include "pdshm.h"
 
 #define PROG "pdshmd"
-#define PDSHMD_INTERVAL_DEFAULT 1000u    /* ms between full passes            */
+#define PDSHMD_INTERVAL_DEFAULT 5000u    /* ms between full passes            */
 #define PDSHMD_INTERVAL_MAX 86400000u    /* one day                           */
 #define PDSHMD_SCAN_MS 200u              /* process-table re-reads, at most   */
 
@@ -21,7 +21,7 @@ struct pdshmd_cfg {
   unsigned max_procs;      /* --max-procs, 0 for the library's default        */
   enum pdshmd_mode mode;   /* --create, --adopt, or whichever applies         */
   bool foreground;         /* --foreground: no fork, no setsid                */
-  const char *pidfile;     /* --pidfile, or NULL                              */
+  char *pidfile;           /* --pidfile made absolute (malloc), or NULL       */
   unsigned interval_ms;    /* --interval                                      */
   bool unlink_on_exit;     /* --unlink-on-exit                                */
   bool syslog;             /* --syslog: log there instead of stderr           */

@@ -4,10 +4,11 @@
  * Deaths are noticed three ways, fastest first:
  *  1. a pidfd (pidfd_open(2), Linux >= 5.3) on the pid of every live slot,
  *     polled: it becomes readable when that process exits;
- *  2. a re-read of the process table (pdshm_procs) every PDSHM_SCAN_MS (or
+ *  2. a re-read of the process table (pdshm_procs) every PDSHMD_SCAN_MS (or
  *     every interval when that is shorter), which picks up new attachers to
  *     watch and reaps any slot it finds dead;
- *  3. the full pass every interval: heartbeat, pdshm_reap, pdshm_check.
+ *  3. the full pass every interval: pdshm_reap, pdshm_check.  The heartbeat
+ *     goes into the header at every re-read and every pass.
  * A pidfd is only a hint: whether a slot is dead is always decided by its
  * liveness lock (pdshm_reap), so a recycled pid or a pid from another pid
  * namespace can cost a useless pass, never a wrong reap.  A process's
@@ -166,19 +167,31 @@ static bool still_listed(const struct watch *wt, const pdshm_proc_info *p) {
   return false;
 }
 
-/* Logs each slot that was dead before and is gone now. */
-static unsigned log_reaped(const struct watch *wt, const pdshm_proc_info *dead, unsigned ndead,
-                           const char *why) {
-  unsigned gone = 0;
-  for (unsigned i = 0; i < ndead; i++) {
-    if (still_listed(wt, &dead[i])) continue;
-    char b[32];
-    log_say(LVL_INFO, "reaped pid %u (slot %u, found by %s): %llu scope handle(s), %s held",
-            dead[i].pid, dead[i].slot, why, (unsigned long long)dead[i].handles,
-            log_bytes(dead[i].bytes_held, b, sizeof b));
-    gone++;
-  }
-  return gone;
+static void log_one(const pdshm_proc_info *p, const char *why) {
+  char b[32];
+  log_say(LVL_INFO, "reaped pid %u (slot %u, found by %s): %llu scope handle(s), %s held",
+          p->pid, p->slot, why, (unsigned long long)p->handles,
+          log_bytes(p->bytes_held, b, sizeof b));
+}
+
+/* Logs the slots listed in was[] and gone now.  A dead one was reaped.  A
+ * live one died after was[] was read: it was reaped too, as many of them as
+ * pdshm_reap counted beyond the dead ones; any other one detached. */
+static unsigned log_gone(const struct watch *wt, const pdshm_proc_info *was, unsigned n,
+                         unsigned reaped, const char *why) {
+  unsigned dead = 0, logged = 0;
+  for (unsigned i = 0; i < n; i++)
+    if (was[i].state == PDSHM_PROC_DEAD && !still_listed(wt, &was[i])) {
+      log_one(&was[i], why);
+      dead++;
+    }
+  unsigned extra = reaped > dead ? reaped - dead : 0;
+  for (unsigned i = 0; i < n && logged < extra; i++)
+    if (was[i].state == PDSHM_PROC_ALIVE && !still_listed(wt, &was[i])) {
+      log_one(&was[i], why);
+      logged++;
+    }
+  return dead + logged;
 }
 
 static uint64_t used_now(struct watch *wt) {
@@ -186,27 +199,28 @@ static uint64_t used_now(struct watch *wt) {
   return pdshm_seg_stats(wt->seg, &st) == 0 ? st.used : 0;
 }
 
-/* pdshm_reap, with a line per process reaped; re-reads the table after. */
+/* pdshm_reap, with a line per process reaped; re-reads the table after.
+ * `used` is measured (a walk under the allocator lock) only when somebody
+ * is known to have died. */
 static void reap_pass(struct watch *wt, const char *why) {
-  unsigned ndead = procs_dead(wt);
-  pdshm_proc_info *dead = calloc(ndead ? ndead : 1, sizeof *dead);
-  unsigned k = 0;
-  for (unsigned i = 0; dead && i < wt->nprocs; i++)
-    if (wt->procs[i].state == PDSHM_PROC_DEAD) dead[k++] = wt->procs[i];
-  uint64_t before = ndead ? used_now(wt) : 0;
+  unsigned n = wt->nprocs;
+  pdshm_proc_info *was = malloc((n ? n : 1) * sizeof *was);
+  if (!was) return;
+  memcpy(was, wt->procs, n * sizeof *was);
+  bool died = procs_dead(wt) || !strcmp(why, "pidfd");
+  uint64_t before = died ? used_now(wt) : 0;
   unsigned reaped = 0;
   int rc = pdshm_reap(wt->seg, &reaped);
   log_rc_change(&wt->reap_rc, rc, "reaping");
   if (procs_read(wt) == 0) {
-    if (dead && log_reaped(wt, dead, k, why) && ndead) {
+    if (log_gone(wt, was, n, reaped, why) && died) {
       char a[32], b[32];
       log_say(LVL_INFO, "used %s -> %s", log_bytes(before, a, sizeof a),
               log_bytes(used_now(wt), b, sizeof b));
     }
     watch_sync(wt);
   }
-  if (reaped > k) log_say(LVL_INFO, "reaped %u more slot(s) that died meanwhile", reaped - k);
-  free(dead);
+  free(was);
 }
 
 /* ---- checking -------------------------------------------------------------------- */

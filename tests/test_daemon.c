@@ -160,9 +160,18 @@ START_TEST(one_daemon_per_segment) {
   /* The library says the same to anyone. */
   ck_assert_int_eq(pdshm_daemon_claim(seg), PDSHM_EBUSY);
   ck_assert_ptr_nonnull(strstr(pdshm_last_error(), text));
+  /* A read-only attachment (an inspector) sees who holds it. */
+  pdshm_options ro = {.flags = PDSHM_RDONLY};
+  pdshm_seg *r;
+  ck_assert_int_eq(pdshm_attach(seg_name, &ro, &r), 0);
   pdshm_daemon_info di;
-  ck_assert_int_eq(pdshm_daemon_status(seg, &di), 0);
+  ck_assert_int_eq(pdshm_daemon_status(r, &di), 0);
   ck_assert_uint_eq(di.pid, (uint32_t)d);
+  ck_assert_int_eq(di.alive, 1);
+  ck_assert_uint_gt(di.beat_ns, 0);
+  ck_assert_int_eq(pdshm_daemon_claim(r), PDSHM_EROFS);
+  ck_assert_int_eq(pdshm_daemon_status(r, NULL), PDSHM_EINVAL);
+  pdshm_detach(r);
 }
 END_TEST
 
@@ -264,8 +273,8 @@ static long read_pid(const char *path) {
 }
 
 START_TEST(daemonized_with_pidfile) {
-  char pidfile[64];
-  snprintf(pidfile, sizeof pidfile, "/tmp/pdshmd-test-%d.pid", (int)getpid());
+  char pidfile[64]; /* relative: the daemon, which changes to /, makes it absolute */
+  snprintf(pidfile, sizeof pidfile, "pdshmd-test-%d.pid", (int)getpid());
   /* The daemon's parent exits: adopt it, so that it can be waited for. */
   ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
   int st = dm_run(dm_log(), (const char *[]){seg_name, "--adopt", "--pidfile", pidfile,
