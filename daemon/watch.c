@@ -123,7 +123,12 @@ static void watch_open(struct watch *wt, struct watched *w) {
  * before (both lists are in slot order). */
 static int watch_sync(struct watch *wt) {
   struct watched *nw = calloc(wt->nprocs ? wt->nprocs : 1, sizeof *nw);
-  if (!nw) return PDSHM_ENOMEM;
+  struct pollfd *pfd = nw ? realloc(wt->pfd, (wt->nprocs + 1) * sizeof *pfd) : NULL;
+  if (!pfd) {
+    free(nw);
+    return PDSHM_ENOMEM; /* keeps watching what it watched */
+  }
+  wt->pfd = pfd;
   unsigned n = 0, old = 0;
   for (unsigned i = 0; i < wt->nprocs; i++) {
     const pdshm_proc_info *p = &wt->procs[i];
@@ -144,9 +149,6 @@ static int watch_sync(struct watch *wt) {
   free(wt->w);
   wt->w = nw;
   wt->nw = n;
-  struct pollfd *pfd = realloc(wt->pfd, (n + 1) * sizeof *pfd);
-  if (!pfd) return PDSHM_ENOMEM;
-  wt->pfd = pfd;
   for (unsigned i = 0; i < n; i++) pfd[1 + i] = (struct pollfd){.fd = nw[i].fd, .events = POLLIN};
   return 0;
 }
