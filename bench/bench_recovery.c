@@ -20,6 +20,7 @@
  *     There is no build of pdshm without its crash safety to compare with:
  *     this isolates what the journal and the robust lock add.
  *
+ * Part 2 also takes the shared hold's figure with the built pdshmd watching.
  * It uses the internals (lib/internal.h) for parts 2 and 3, as bench_alloc does.
  *
  * usage: bench_recovery [--quick]      figures on stdout, progress on stderr
@@ -245,6 +246,59 @@ static uint64_t take_after_death(pdshm_seg *seg, const struct locks *l, enum lk 
   return t;
 }
 
+/* ---- the same with pdshmd watching (PDSHMD_PATH: the built daemon) ---- */
+
+static pid_t daemon_start(void) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    freopen("/dev/null", "w", stderr);
+    execl(PDSHMD_PATH, "pdshmd", seg_name, "--adopt", "--foreground", "--interval", "60000",
+          (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* Waits until the daemon's heartbeat moved twice: it has read the process
+ * table (and watches every process attached) since this call. */
+static void await_beats(pdshm_seg *seg) {
+  pdshm_daemon_info di;
+  uint64_t last = 0;
+  for (int ms = 0, moved = -1; moved < 2; ms++) {
+    check("daemon status", pdshm_daemon_status(seg, &di));
+    moved += di.alive && di.beat_ns != last;
+    last = di.alive ? di.beat_ns : 0;
+    if (ms > 10000) die("pdshmd never beat", PDSHM_EBUSY);
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+}
+
+/* ms from kill() until an exclusive taker holds a variable a dead process
+ * held shared, pdshmd reaping. */
+static void shold_with_daemon(pdshm_seg *seg, const struct locks *l) {
+  if (access(PDSHMD_PATH, X_OK)) {
+    printf("   (%s not built: no figure with pdshmd)\n", PDSHMD_PATH);
+    return;
+  }
+  pid_t d = daemon_start();
+  uint64_t t[16];
+  for (int r = 0; r < reps; r++) {
+    struct kid kd = kid_start(kid_shold, true);
+    await_beats(seg);
+    uint64_t t0 = now_ns();
+    kill(kd.pid, SIGKILL);
+    take(seg, l, LK_SHOLD);
+    t[r] = now_ns() - t0;
+    give(seg, l, LK_SHOLD);
+    waitpid(kd.pid, NULL, 0);
+  }
+  kill(d, SIGTERM);
+  waitpid(d, NULL, 0);
+  printf("   %-40s %7.3f ms   (pdshmd reaps it: pidfd)\n", "the same, pdshmd running",
+         median(t, reps) / 1e6);
+}
+
 /* How long the kernel takes to end a process: kill() until waitpid() returns. */
 static uint64_t death_time(void) {
   struct kid kd = kid_start(kid_nothing, true);
@@ -278,6 +332,7 @@ static void dead_locks(pdshm_seg *seg) {
     double u = take_uncontended(seg, &l, (enum lk)k);
     printf("   %-40s %7.3f ms   uncontended %7.1f ns   %8.0fx\n", names[k], m / 1e6, u,
            (double)m / u);
+    if (k == LK_SHOLD) shold_with_daemon(seg, &l);
   }
   uint64_t t[16];
   for (int r = 0; r < reps; r++) t[r] = death_time();
