@@ -67,15 +67,3 @@ void log_lines(enum pdshmd_level lvl, const char *prefix, const char *text) {
     text += len + (nl != NULL);
   }
 }
-
-const char *log_bytes(uint64_t bytes, char *buf, unsigned cap) {
-  static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)bytes;
-  unsigned u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    u++;
-  }
-  snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
-  return buf;
-}

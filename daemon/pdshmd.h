@@ -35,8 +35,6 @@ void log_close(void);
 void log_say(enum pdshmd_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Each line of a buffer (a check's report), at that level, prefixed. */
 void log_lines(enum pdshmd_level lvl, const char *prefix, const char *text);
-/* "12.3 MiB" and the like, into buf. */
-const char *log_bytes(uint64_t bytes, char *buf, unsigned cap);
 
 /* ---- watch.c ----------------------------------------------------------------- */
 /* The main loop: watches, reaps, checks and beats until SIGTERM or SIGINT;

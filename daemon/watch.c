@@ -170,10 +170,9 @@ static bool still_listed(const struct watch *wt, const pdshm_proc_info *p) {
 }
 
 static void log_one(const pdshm_proc_info *p, const char *why) {
-  char b[32];
-  log_say(LVL_INFO, "reaped pid %u (slot %u, found by %s): %llu scope handle(s), %s held",
+  log_say(LVL_INFO, "reaped pid %u (slot %u, found by %s): %llu scope handle(s), %llu bytes held",
           p->pid, p->slot, why, (unsigned long long)p->handles,
-          log_bytes(p->bytes_held, b, sizeof b));
+          (unsigned long long)p->bytes_held);
 }
 
 /* Logs the slots listed in was[] and gone now.  A dead one was reaped.  A
@@ -215,11 +214,9 @@ static void reap_pass(struct watch *wt, const char *why) {
   int rc = pdshm_reap(wt->seg, &reaped);
   log_rc_change(&wt->reap_rc, rc, "reaping");
   if (procs_read(wt) == 0) {
-    if (log_gone(wt, was, n, reaped, why) && died) {
-      char a[32], b[32];
-      log_say(LVL_INFO, "used %s -> %s", log_bytes(before, a, sizeof a),
-              log_bytes(used_now(wt), b, sizeof b));
-    }
+    if (log_gone(wt, was, n, reaped, why) && died)
+      log_say(LVL_INFO, "used %llu -> %llu bytes", (unsigned long long)before,
+              (unsigned long long)used_now(wt));
     watch_sync(wt);
   }
   free(was);
