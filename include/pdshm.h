@@ -150,7 +150,8 @@ PDSHM_API int pdshm_daemon_beat(pdshm_seg *seg);
 /* Clears the pid and heartbeat and gives the claim up; pdshm_detach does the
  * same.  EPERM unless this attachment holds the claim. */
 PDSHM_API int pdshm_daemon_release(pdshm_seg *seg);
-/* Who holds the claim; works on a read-only attachment.  EINVAL, EFORKED. */
+/* Who holds the claim; works on a read-only attachment.  EINVAL, EFORKED, or
+ * -errno when the kernel cannot be asked about the lock. */
 PDSHM_API int pdshm_daemon_status(pdshm_seg *seg, pdshm_daemon_info *out);
 
 /* ---- Scopes ------------------------------------------------------------- */
