@@ -86,7 +86,9 @@ void bench_fill(const struct store_ops *ops, void *scope, char **names, int n);
 void sc_names(void);
 void sc_step_cycle(void);
 void sc_alloc(void);
-void sc_contention(void);
+void sc_contention_stores(void);
+void sc_contention_locks(void);
+void sc_contention_trainer(void);
 void sc_tensor_read(void);
 
 #endif

@@ -9,7 +9,7 @@
  *   --full    1 s per figure
  *   --json, --csv   machine-readable output instead of the table
  *   --plot DIR      gnuplot PNG charts of throughput against processes
- *   --only LIST     some of: names,step,alloc,procs,read (comma-separated)
+ *   --only LIST     some of: names,step,alloc,stores,locks,trainer,read
  * Progress on stderr, the table (or JSON/CSV) on stdout.  Every segment, Boost
  * object and LMDB environment is named after this process's pid and removed
  * at the end, also on failure or SIGINT.
@@ -55,8 +55,13 @@ static void say_skipped(void) {
 static const struct {
   const char *key;
   void (*run)(void);
-} scenarios[] = {{"names", sc_names}, {"step", sc_step_cycle}, {"alloc", sc_alloc},
-                 {"procs", sc_contention}, {"read", sc_tensor_read}};
+} scenarios[] = {{"names", sc_names},
+                 {"step", sc_step_cycle},
+                 {"alloc", sc_alloc},
+                 {"stores", sc_contention_stores},
+                 {"locks", sc_contention_locks},
+                 {"trainer", sc_contention_trainer},
+                 {"read", sc_tensor_read}};
 
 /* ---- the targets of the issue, on this run's figures ---------------------------- */
 
@@ -115,7 +120,7 @@ static void read_target(void) {
 
 static void usage(void) {
   fprintf(stderr, "usage: pdshm-bench [--quick | --full] [--json | --csv] [--plot DIR] "
-                  "[--only names,step,alloc,procs,read]\n");
+                  "[--only names,step,alloc,stores,locks,trainer,read]\n");
   exit(2);
 }
 

@@ -298,12 +298,18 @@ static void trainer_case(const char *scenario) {
   bench_names_free(t.params, STEP_PARAMS);
 }
 
-void sc_contention(void) {
+void sc_contention_stores(void) {
   store_case("5a lookups, one shared scope (10k names)", SHARED_LOOKUP, false);
   store_case("5b get-or-create + erase, one shared scope", SHARED_CREATE, true);
   store_case("5c get-or-create + erase, own local scopes", LOCAL_CREATE, false);
+}
+
+void sc_contention_locks(void) {
   lock_case("5d exclusive lock hand-off, one variable", true);
   lock_case("5e shared locks, one variable", false);
+}
+
+void sc_contention_trainer(void) {
   trainer_case("5f trainer step (scope, 10 finds, 4 tensors, 2 locks)");
 }
 
