@@ -110,7 +110,7 @@ static void scaling_targets(void) {
 }
 
 static void read_target(void) {
-  static const char s[] = "6 read a 256 MiB tensor (memcpy out)";
+  static const char s[] = "6 read a 256 MiB tensor (memcpy out, best of 3)";
   if (result_get(s, "1", "pdshm"))
     target_add("tensor read from another process vs memcpy",
                ratio(result_get(s, "1", "pdshm"), result_get(s, "1", "memcpy")), 0.9, true);

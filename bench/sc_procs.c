@@ -356,8 +356,8 @@ static void reader_work(void *c, uint64_t n) {
 }
 
 void sc_tensor_read(void) {
-  static const char scenario[] = "6 read a 256 MiB tensor (memcpy out)";
-  struct reader r = {.pdshm = true};
+  static const char scenario[] = "6 read a 256 MiB tensor (memcpy out, best of 3)";
+  struct reader r = {0};
   bench_tag(r.tag, sizeof r.tag, "read");
   bench_progress("%s", scenario);
   struct bstore *st = store_pdshm.create(r.tag);
@@ -369,13 +369,21 @@ void sc_tensor_read(void) {
   if (rc || (rc = pdshm_tensor_resize(big, PDSHM_F32, 1, &d)))
     bench_die("the 256 MiB tensor: %s", pdshm_strerror(rc));
   memset(pdshm_tensor_data(big), 1, BIG_BYTES);
+  /* Both sides in turn, three times, the best of each: the memory bus is
+   * shared with whatever else runs on the machine. */
   struct mp_job job = {.setup = reader_setup, .work = reader_work, .arg = &r,
-                       .secs = bconf.secs > 0.5 ? bconf.secs : 0.5};
-  double pdshm_rate = bench_mp_rate(&job, 1);
+                       .secs = bconf.secs > 0.3 ? bconf.secs : 0.3};
+  double pdshm_rate = 0, memcpy_rate = 0;
+  for (int rep = 0; rep < 3; rep++) {
+    r.pdshm = true;
+    double a = bench_mp_rate(&job, 1);
+    r.pdshm = false;
+    double b = bench_mp_rate(&job, 1);
+    pdshm_rate = a > pdshm_rate ? a : pdshm_rate;
+    memcpy_rate = b > memcpy_rate ? b : memcpy_rate;
+  }
   store_pdshm.scope_free(st, params);
   store_pdshm.close(st, true);
-  r.pdshm = false;
-  double memcpy_rate = bench_mp_rate(&job, 1);
   result_add(scenario, "1", "pdshm", pdshm_rate * BIG_BYTES / 1e9, U_GBS);
   result_add(scenario, "1", "memcpy", memcpy_rate * BIG_BYTES / 1e9, U_GBS);
 }
