@@ -41,7 +41,8 @@ uint32_t *bench_order(int n);
 
 /* Does n operations of a measurement on ctx. */
 typedef void (*bench_fn)(void *ctx, uint64_t n);
-/* Runs fn for bconf.secs in this process; operations per second. */
+/* Runs fn for bconf.secs in this process; operations per second (the best
+ * of three windows). */
 double bench_rate(bench_fn fn, void *ctx);
 
 /* A measurement in nproc forked processes: each runs setup (attaching what
@@ -65,8 +66,9 @@ void result_add(const char *scenario, const char *param, const char *subject, do
                 enum bench_unit unit);
 /* The figure, or 0 when it was not measured. */
 double result_get(const char *scenario, const char *param, const char *subject);
-/* A target: ratio measured against bound (at_least: ratio >= bound). */
-void target_add(const char *what, double ratio, double bound, bool at_least);
+/* A target: ratio measured against bound (at_least: ratio >= bound); note
+ * (may be NULL): context printed with it. */
+void target_add(const char *what, double ratio, double bound, bool at_least, const char *note);
 void peer_skipped(const char *name, const char *why);
 
 enum bench_format { F_TABLE, F_JSON, F_CSV };

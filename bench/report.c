@@ -31,6 +31,7 @@ struct result {
 
 struct target {
   char what[128];
+  char note[128]; /* context: what a peer did on the same machine */
   double ratio, bound;
   bool at_least;
 };
@@ -68,10 +69,11 @@ double result_get(const char *scenario, const char *param, const char *subject) 
   return r ? r->value : 0;
 }
 
-void target_add(const char *what, double ratio, double bound, bool at_least) {
+void target_add(const char *what, double ratio, double bound, bool at_least, const char *note) {
   if (ntargets == TARGETS_MAX) bench_die("too many targets");
   struct target *t = &targets[ntargets++];
   snprintf(t->what, sizeof t->what, "%s", what);
+  snprintf(t->note, sizeof t->note, "%s", note ? note : "");
   t->ratio = ratio;
   t->bound = bound;
   t->at_least = at_least;
@@ -139,8 +141,8 @@ static void write_table(FILE *f) {
   fprintf(f, "\nTargets (ratios measured in this run):\n\n");
   for (int i = 0; i < ntargets; i++) {
     const struct target *t = &targets[i];
-    fprintf(f, "- %s %s: %.2fx (target %s %.2fx)\n", target_pass(t) ? "PASS" : "MISS", t->what,
-            t->ratio, t->at_least ? ">=" : "<=", t->bound);
+    fprintf(f, "- %s %s: %.2fx (target %s %.2fx)%s%s\n", target_pass(t) ? "PASS" : "MISS",
+            t->what, t->ratio, t->at_least ? ">=" : "<=", t->bound, *t->note ? "; " : "", t->note);
   }
   if (nskipped) fprintf(f, "\nPeers skipped:");
   for (int i = 0; i < nskipped; i++) fprintf(f, "%s %s", i ? "," : "", skipped[i]);
@@ -164,23 +166,24 @@ static void write_json(FILE *f) {
   for (int i = 0; i < ntargets; i++) {
     const struct target *t = &targets[i];
     fprintf(f, "  {\"what\": \"%s\", \"ratio\": %.4f, \"bound\": %.2f, \"at_least\": %s, "
-            "\"pass\": %s}%s\n", t->what, t->ratio, t->bound, t->at_least ? "true" : "false",
-            target_pass(t) ? "true" : "false", i + 1 < ntargets ? "," : "");
+            "\"pass\": %s, \"note\": \"%s\"}%s\n", t->what, t->ratio, t->bound,
+            t->at_least ? "true" : "false", target_pass(t) ? "true" : "false", t->note,
+            i + 1 < ntargets ? "," : "");
   }
   fprintf(f, " ]\n}\n");
 }
 
 static void write_csv(FILE *f) {
-  fprintf(f, "kind,scenario,param,subject,value,unit,bound,pass\n");
+  fprintf(f, "kind,scenario,param,subject,value,unit,bound,pass,note\n");
   for (int i = 0; i < nresults; i++) {
     const struct result *r = &results[i];
-    fprintf(f, "result,\"%s\",%s,%s,%.6g,%s,,\n", r->scenario, r->param, r->subject, r->value,
+    fprintf(f, "result,\"%s\",%s,%s,%.6g,%s,,,\n", r->scenario, r->param, r->subject, r->value,
             unit_names[r->unit]);
   }
   for (int i = 0; i < ntargets; i++) {
     const struct target *t = &targets[i];
-    fprintf(f, "target,\"%s\",,,%.4f,ratio,%s%.2f,%s\n", t->what, t->ratio,
-            t->at_least ? ">=" : "<=", t->bound, target_pass(t) ? "PASS" : "MISS");
+    fprintf(f, "target,\"%s\",,,%.4f,ratio,%s%.2f,%s,\"%s\"\n", t->what, t->ratio,
+            t->at_least ? ">=" : "<=", t->bound, target_pass(t) ? "PASS" : "MISS", t->note);
   }
 }
 

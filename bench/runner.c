@@ -163,12 +163,18 @@ static uint64_t run_until(bench_fn fn, void *ctx, double until, double *stopped)
   return ops;
 }
 
+/* The best of three windows of secs/3: on a shared machine, the window
+ * least disturbed by others is the closest to what the code costs. */
 double bench_rate(bench_fn fn, void *ctx) {
-  double stopped;
+  double stopped, best = 0;
   run_until(fn, ctx, bench_now() + bconf.secs / 5, &stopped); /* warm up */
-  double t0 = bench_now();
-  uint64_t ops = run_until(fn, ctx, t0 + bconf.secs, &stopped);
-  return (double)ops / (stopped - t0);
+  for (int w = 0; w < 3; w++) {
+    double t0 = bench_now();
+    uint64_t ops = run_until(fn, ctx, t0 + bconf.secs / 3, &stopped);
+    double rate = (double)ops / (stopped - t0);
+    best = rate > best ? rate : best;
+  }
+  return best;
 }
 
 /* ---- several processes ----------------------------------------------------- */
