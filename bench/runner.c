@@ -38,12 +38,16 @@ double bench_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void bench_progress(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
+static void say(const char *fmt, va_list ap) {
   fputs("pdshm-bench: ", stderr);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
+}
+
+void bench_progress(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  say(fmt, ap);
   va_end(ap);
 }
 
@@ -93,9 +97,7 @@ __attribute__((constructor)) static void runner_init(void) {
 void bench_die(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fputs("pdshm-bench: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  say(fmt, ap);
   va_end(ap);
   if (getpid() != parent_pid) _exit(1);
   bench_cleanup();
