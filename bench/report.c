@@ -141,7 +141,7 @@ static void write_table(FILE *f) {
   fprintf(f, "\nTargets (ratios measured in this run):\n\n");
   for (int i = 0; i < ntargets; i++) {
     const struct target *t = &targets[i];
-    fprintf(f, "- %s %s: %.2fx (target %s %.2fx)%s%s\n", target_pass(t) ? "PASS" : "MISS",
+    fprintf(f, "- %s %s: %.3fx (target %s %.2fx)%s%s\n", target_pass(t) ? "PASS" : "MISS",
             t->what, t->ratio, t->at_least ? ">=" : "<=", t->bound, *t->note ? "; " : "", t->note);
   }
   if (nskipped) fprintf(f, "\nPeers skipped:");
