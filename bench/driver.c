@@ -164,6 +164,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   say_skipped();
+  char peers[128] = "";
+  for (int k = 1; bench_stores[k]; k++) /* [0] is pdshm */
+    snprintf(peers + strlen(peers), sizeof peers - strlen(peers), " %s", bench_stores[k]->name);
+  bench_progress("peers built:%s jemalloc mutex memcpy", peers);
   bench_progress("%s run, %.2f s per figure, %ld cores online", bconf.full ? "full" : "quick",
                  bconf.secs, sysconf(_SC_NPROCESSORS_ONLN));
   double t0 = bench_now();

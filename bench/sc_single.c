@@ -139,6 +139,7 @@ static void pdshm_step(void *params, uint64_t n) {
   }
 }
 
+#if HAVE_CXX
 static void paddle_step(void *params, uint64_t n) {
   for (uint64_t s = 0; s < n; s++) {
     void *local = pp_scope_new(params);
@@ -146,6 +147,7 @@ static void paddle_step(void *params, uint64_t n) {
     pp_scope_delete(local);
   }
 }
+#endif
 
 void sc_step_cycle(void) {
   static const char scenario[] = "step cycle: new scope, 10 vars x 4 KiB, release";
