@@ -22,7 +22,6 @@
  */
 #include "config.h"
 
-#include <dlfcn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +31,7 @@
 #include <unistd.h>
 
 #include "internal.h" /* pdshm__alloc, pdshm__lane_get; <jemalloc/jemalloc.h> */
+#include "peers.h"    /* peer_malloc_is_jemalloc */
 
 #define SEG_SIZE (512ull << 20)
 #define BATCH_MAX 256
@@ -122,30 +122,6 @@ static double measure(enum side side, pdshm_seg *seg, size_t size, int batch, do
     ops += 2u * (unsigned)(per_check * batch);
   } while ((t = now_s()) - t0 < seconds);
   return (double)ops / (t - t0);
-}
-
-/* ---- is malloc jemalloc? --------------------------------------------------------- */
-
-/* Prints where malloc resolves and jemalloc's version; false unless malloc
- * is jemalloc's (the bytes it hands out show in jemalloc's own counter). */
-static bool malloc_is_jemalloc(void) {
-  const char *ver = "?";
-  size_t len = sizeof ver;
-  if (mallctl("version", &ver, &len, NULL, 0)) return false;
-  Dl_info di = {0};
-  void *(*volatile mp)(size_t) = malloc;
-  dladdr((void *)mp, &di);
-  uint64_t before = 0, after = 0;
-  len = sizeof before;
-  mallctl("thread.allocated", &before, &len, NULL, 0);
-  void *volatile p = malloc(1u << 16);
-  len = sizeof after;
-  mallctl("thread.allocated", &after, &len, NULL, 0);
-  free(p);
-  bool ok = after - before >= (1u << 16);
-  printf("jemalloc   %s; malloc resolves to %s (%s)\n", ver, di.dli_fname ? di.dli_fname : "?",
-         ok ? "jemalloc: its thread.allocated counted a malloc" : "NOT jemalloc");
-  return ok;
 }
 
 /* ---- one process --------------------------------------------------------------- */
@@ -269,7 +245,7 @@ int main(int argc, char **argv) {
   }
   printf("bench_alloc: the segment's allocator against jemalloc (%s)\n",
          run_seconds < 1 ? "--quick" : "full");
-  if (!malloc_is_jemalloc()) {
+  if (!peer_malloc_is_jemalloc(stdout)) {
     fprintf(stderr, "bench_alloc: malloc is not jemalloc's: the comparison would be wrong\n");
     return 1;
   }

@@ -42,11 +42,27 @@ struct vl_held {
 };
 
 static _Thread_local struct vl_held vl_held[VL_HELD_MAX];
+/* One past the last used entry of vl_held: lookups scan only [0, vl_top),
+ * which is a few entries for a thread holding a few locks (a scan of all
+ * VL_HELD_MAX entries cost more than the lock itself). */
+static _Thread_local unsigned vl_top;
 
 static struct vl_held *vl_find(const void *var) {
-  for (unsigned i = 0; i < VL_HELD_MAX; i++)
+  for (unsigned i = 0; i < vl_top; i++)
     if (vl_held[i].var == var) return &vl_held[i];
   return NULL;
+}
+
+/* A free entry: a hole below vl_top, else the one at vl_top. */
+static struct vl_held *vl_slot_free(void) {
+  struct vl_held *h = vl_find(NULL);
+  if (!h && vl_top < VL_HELD_MAX) h = &vl_held[vl_top++];
+  return h;
+}
+
+static void vl_release(struct vl_held *h) {
+  memset(h, 0, sizeof *h);
+  while (vl_top && !vl_held[vl_top - 1].var) vl_top--;
 }
 
 static struct pdshm_var_rec *R(const pdshm_var *v) {
@@ -155,8 +171,6 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk) {
 
 /* ---- the API ------------------------------------------------------------------------- */
 
-static struct vl_held *vl_slot_free(void) { return vl_find(NULL); }
-
 PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   int rc;
   uint32_t lk;
@@ -174,10 +188,13 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   }
   if (!(held = vl_slot_free()))
     return pdshm__fail(PDSHM_ENOLCK, "this thread holds %d variable locks", VL_HELD_MAX);
-  if ((rc = vl_entry(seg, r, &lk))) return rc;
   pdshm_off_t hold = 0;
-  rc = exclusive ? vl_lock_excl(seg, r, lk) : vl_lock_shared(seg, r, lk, &hold);
-  if (rc) return rc;
+  if (!(rc = vl_entry(seg, r, &lk)))
+    rc = exclusive ? vl_lock_excl(seg, r, lk) : vl_lock_shared(seg, r, lk, &hold);
+  if (rc) {
+    vl_release(held); /* the entry stays free */
+    return rc;
+  }
   *held = (struct vl_held){.var = r, .hold = hold, .count = 1, .excl = exclusive != 0};
   return 0;
 }
@@ -200,7 +217,7 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
     rc = vl_unshare(seg, ln, r, lk, held->hold);
     pdshm__lane_put(ln);
   }
-  memset(held, 0, sizeof *held);
+  vl_release(held);
   return rc;
 }
 

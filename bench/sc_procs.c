@@ -1,0 +1,389 @@
+/*
+ * sc_procs.c - the scenarios of several processes (issue items 5 and 6).
+ * Each measurement forks N = 1, 2, 4, 8 processes (bench_mp_rate): each opens
+ * the shared store by name itself (pdshm attaches, Boost opens the segment,
+ * LMDB opens the environment) or builds its own private copy (hash, Paddle),
+ * then all start together and run for the same time:
+ *  a. lookups in one shared parameter scope (10k names);
+ *  b. get-or-create + erase in one shared scope (shared stores);
+ *  c. get-or-create + erase in each process's own local scope;
+ *  d. exclusive lock hand-off on one hot variable (+1 to its counter);
+ *  e. shared locks on it (read the counter);
+ *  f. a trainer-like step: a local scope under the parameters, 10 lookups up
+ *     the chain, 4 variables with 4 KiB tensors, a shared lock on a parameter,
+ *     an exclusive lock on the gradient, release;
+ *  6. reading a 256 MiB parameter tensor from another process (under a
+ *     shared lock) against memcpy of the same size in that process.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "pdshm.h"
+
+#define SHARED_NAMES 10000
+#define TMP_NAMES 64
+#define STEP_PARAMS 100
+#define BIG_BYTES (256ull << 20)
+
+static const int proc_counts[] = {1, 2, 4, 8};
+static volatile uintptr_t sink;
+
+static void per_procs(const char *scenario, const char *subject, const struct mp_job *job) {
+  for (size_t i = 0; i < sizeof proc_counts / sizeof proc_counts[0]; i++) {
+    char param[8];
+    snprintf(param, sizeof param, "%d", proc_counts[i]);
+    result_add(scenario, param, subject, bench_mp_rate(job, proc_counts[i]) / 1e6, U_MOPS);
+  }
+}
+
+/* ---- a, b, c: stores --------------------------------------------------------- */
+
+enum store_case { SHARED_LOOKUP, SHARED_CREATE, LOCAL_CREATE };
+
+struct store_job {
+  const struct store_ops *ops;
+  enum store_case which;
+  char tag[96];
+  char **names; /* SHARED_NAMES names of the parameter scope */
+};
+
+/* One process's state. */
+struct store_proc {
+  const struct store_job *job;
+  struct bstore *st;
+  void *scope;
+  char **tmp; /* this process's names for get-or-create + erase */
+  uint32_t *order;
+  uint64_t pos;
+};
+
+static void *store_setup(void *arg, int proc) {
+  const struct store_job *j = arg;
+  const struct store_ops *ops = j->ops;
+  struct store_proc *p = calloc(1, sizeof *p);
+  p->job = j;
+  p->st = ops->shared ? ops->attach(j->tag) : ops->create(j->tag);
+  if (!p->st) return NULL;
+  if (!ops->shared) { /* a private store: this process's own copy */
+    p->scope = ops->root(p->st);
+    if (j->which == SHARED_LOOKUP) bench_fill(ops, p->scope, j->names, SHARED_NAMES);
+  } else if (j->which == LOCAL_CREATE) {
+    p->scope = ops->scope_new(p->st, NULL, NULL);
+  } else {
+    p->scope = ops->scope_open(p->st, "params");
+  }
+  if (!p->scope) return NULL;
+  char prefix[16];
+  snprintf(prefix, sizeof prefix, "p%d.tmp", proc);
+  p->tmp = bench_names(TMP_NAMES, prefix, "");
+  p->order = bench_order(SHARED_NAMES);
+  p->pos = (uint64_t)proc * 7919;
+  return p;
+}
+
+static void store_work(void *c, uint64_t n) {
+  struct store_proc *p = c;
+  const struct store_ops *ops = p->job->ops;
+  for (uint64_t i = 0; i < n; i++) {
+    if (p->job->which == SHARED_LOOKUP) {
+      sink += (uintptr_t)ops->find(p->scope, p->job->names[p->order[p->pos++ & (BENCH_ORDER_LEN - 1)]]);
+      continue;
+    }
+    const char *name = p->tmp[p->pos++ % TMP_NAMES];
+    if (ops->get(p->scope, name) || ops->erase(p->scope, name))
+      bench_die("%s: get-or-create + erase of %s failed", ops->name, name);
+  }
+}
+
+static void store_teardown(void *c) {
+  struct store_proc *p = c;
+  p->job->ops->scope_free(p->st, p->scope);
+  p->job->ops->close(p->st, false);
+}
+
+static void store_case(const char *scenario, enum store_case which, bool shared_only) {
+  char **names = bench_names(SHARED_NAMES, "fc", ".w_0");
+  for (int k = 0; bench_stores[k]; k++) {
+    const struct store_ops *ops = bench_stores[k];
+    if (shared_only && !ops->shared) continue;
+    bench_progress("%s: %s", scenario, ops->name);
+    struct store_job j = {.ops = ops, .which = which, .names = names};
+    bench_tag(j.tag, sizeof j.tag, ops->name);
+    struct bstore *st = NULL;
+    void *params = NULL;
+    if (ops->shared) { /* made once; the processes open it by name */
+      if (!(st = ops->create(j.tag))) bench_die("%s: cannot create the store", ops->name);
+      params = ops->scope_new(st, NULL, "params");
+      if (which == SHARED_LOOKUP) bench_fill(ops, params, names, SHARED_NAMES);
+    }
+    struct mp_job job = {.setup = store_setup, .work = store_work, .teardown = store_teardown,
+                         .arg = &j};
+    per_procs(scenario, ops->name, &job);
+    if (st) {
+      ops->scope_free(st, params);
+      ops->close(st, true);
+    }
+  }
+  bench_names_free(names, SHARED_NAMES);
+}
+
+/* ---- d, e: one hot lock ------------------------------------------------------- */
+
+struct lock_job {
+  const struct lock_ops *ops;
+  bool exclusive;
+  char tag[96];
+  void *made; /* what the parent's open returned */
+};
+
+struct lock_proc {
+  const struct lock_job *job;
+  void *ctx; /* this process's open */
+};
+
+static void *lock_setup(void *arg, int proc) {
+  struct lock_job *j = arg;
+  struct lock_proc *p = malloc(sizeof *p);
+  if (!p || !(p->ctx = j->ops->open(j->tag, j->made))) return NULL;
+  p->job = j;
+  return p;
+}
+
+static void lock_work(void *c, uint64_t n) {
+  struct lock_proc *p = c;
+  const struct lock_ops *ops = p->job->ops;
+  for (uint64_t i = 0; i < n; i++) {
+    ops->lock(p->ctx, p->job->exclusive);
+    if (p->job->exclusive) ++*ops->counter(p->ctx);
+    else sink += *ops->counter(p->ctx);
+    ops->unlock(p->ctx);
+  }
+}
+
+static void lock_teardown(void *c) {
+  struct lock_proc *p = c;
+  p->job->ops->close(p->ctx, false);
+}
+
+static void lock_case(const char *scenario, bool exclusive) {
+  static const struct lock_ops *const lockers[] = {&lock_pdshm, &lock_mutex};
+  for (size_t k = 0; k < 2; k++) {
+    bench_progress("%s: %s", scenario, lockers[k]->name);
+    struct lock_job j = {.ops = lockers[k], .exclusive = exclusive};
+    bench_tag(j.tag, sizeof j.tag, "lock");
+    if (!(j.made = j.ops->open(j.tag, NULL))) bench_die("%s: cannot make the lock", j.ops->name);
+    struct mp_job job = {.setup = lock_setup, .work = lock_work, .teardown = lock_teardown,
+                         .arg = &j};
+    per_procs(scenario, j.ops->name, &job);
+    j.ops->close(j.made, true);
+  }
+}
+
+/* ---- f: a trainer-like step ------------------------------------------------- */
+
+static const char *const step_vars[4] = {"x", "h", "y", "loss"};
+
+struct trainer {
+  char tag[96];
+  char **params;     /* STEP_PARAMS names, each a 4 KiB tensor */
+  void *mutex_made;  /* the Paddle-style side's gradient lock */
+  struct bstore *st; /* per process: pdshm */
+  pdshm_scope *scope;
+  pdshm_var *grad, *w;
+  void *pp_params, *mutex;
+};
+
+static void *pdshm_trainer_setup(void *arg, int proc) {
+  struct trainer *t = malloc(sizeof *t);
+  *t = *(struct trainer *)arg;
+  if (!(t->st = store_pdshm.attach(t->tag)) || !(t->scope = store_pdshm.scope_open(t->st, "params")))
+    return NULL;
+  t->grad = pdshm_find_var(t->scope, "grad");
+  t->w = pdshm_find_var(t->scope, t->params[0]);
+  return t->grad && t->w ? t : NULL;
+}
+
+static void lock_or_die(pdshm_var *v, int exclusive) {
+  int rc = pdshm_var_lock(v, exclusive);
+  if (rc) bench_die("pdshm_var_lock: %s", pdshm_strerror(rc));
+}
+
+static void pdshm_trainer_work(void *c, uint64_t n) {
+  struct trainer *t = c;
+  int64_t d = 1024;
+  for (uint64_t s = 0; s < n; s++) {
+    pdshm_scope *local;
+    pdshm_var *v;
+    int rc = pdshm_scope_new(t->scope, NULL, &local);
+    for (int i = 0; !rc && i < 10; i++)
+      sink += (uintptr_t)pdshm_find_var(local, t->params[(s * 10 + (uint64_t)i) % STEP_PARAMS]);
+    for (int i = 0; !rc && i < 4; i++)
+      if (!(rc = pdshm_var_get(local, step_vars[i], &v))) rc = pdshm_tensor_resize(v, PDSHM_F32, 1, &d);
+    if (rc) bench_die("trainer step: %s", pdshm_strerror(rc));
+    lock_or_die(t->w, 0);
+    sink += *(float *)pdshm_tensor_data(t->w);
+    pdshm_var_unlock(t->w);
+    lock_or_die(t->grad, 1);
+    *(float *)pdshm_tensor_data(t->grad) += 1;
+    pdshm_var_unlock(t->grad);
+    pdshm_scope_release(local);
+  }
+}
+
+static void pdshm_trainer_teardown(void *c) {
+  struct trainer *t = c;
+  pdshm_scope_release(t->scope);
+  store_pdshm.close(t->st, false);
+}
+
+#if HAVE_CXX
+/* The same step on a Paddle-style scope (each process its own parameters)
+ * with the gradient under the plain robust mutex. */
+static void *paddle_trainer_setup(void *arg, int proc) {
+  struct trainer *t = malloc(sizeof *t);
+  *t = *(struct trainer *)arg;
+  t->pp_params = pp_scope_new(NULL);
+  for (int i = 0; i < STEP_PARAMS; i++) pp_resize(pp_var(t->pp_params, t->params[i]), 4096);
+  t->mutex = lock_mutex.open(NULL, t->mutex_made);
+  return t;
+}
+
+static void paddle_trainer_work(void *c, uint64_t n) {
+  struct trainer *t = c;
+  for (uint64_t s = 0; s < n; s++) {
+    void *local = pp_scope_new(t->pp_params);
+    for (int i = 0; i < 10; i++)
+      sink += (uintptr_t)store_paddle.find(local, t->params[(s * 10 + (uint64_t)i) % STEP_PARAMS]);
+    for (int i = 0; i < 4; i++) sink += (uintptr_t)pp_resize(pp_var(local, step_vars[i]), 4096);
+    lock_mutex.lock(t->mutex, false);
+    sink += *lock_mutex.counter(t->mutex);
+    lock_mutex.unlock(t->mutex);
+    lock_mutex.lock(t->mutex, true);
+    ++*lock_mutex.counter(t->mutex);
+    lock_mutex.unlock(t->mutex);
+    pp_scope_delete(local);
+  }
+}
+#endif
+
+static void trainer_case(const char *scenario) {
+  struct trainer t = {.params = bench_names(STEP_PARAMS, "fc", ".w_0")};
+  bench_tag(t.tag, sizeof t.tag, "trainer");
+  bench_progress("%s: pdshm", scenario);
+  struct bstore *st = store_pdshm.create(t.tag);
+  if (!st) bench_die("pdshm: cannot create the segment");
+  pdshm_scope *params = store_pdshm.scope_new(st, NULL, "params");
+  int64_t d = 1024;
+  for (int i = 0; i <= STEP_PARAMS; i++) {
+    pdshm_var *v;
+    int rc = pdshm_var_create(params, i < STEP_PARAMS ? t.params[i] : "grad", &v);
+    if (rc || (rc = pdshm_tensor_resize(v, PDSHM_F32, 1, &d)))
+      bench_die("trainer parameters: %s", pdshm_strerror(rc));
+  }
+  struct mp_job job = {.setup = pdshm_trainer_setup, .work = pdshm_trainer_work,
+                       .teardown = pdshm_trainer_teardown, .arg = &t};
+  per_procs(scenario, "pdshm", &job);
+  store_pdshm.scope_free(st, params);
+  store_pdshm.close(st, true);
+#if HAVE_CXX
+  bench_progress("%s: paddle + mutex", scenario);
+  t.mutex_made = lock_mutex.open(NULL, NULL);
+  job = (struct mp_job){.setup = paddle_trainer_setup, .work = paddle_trainer_work, .arg = &t};
+  per_procs(scenario, "paddle", &job);
+  lock_mutex.close(t.mutex_made, true);
+#endif
+  bench_names_free(t.params, STEP_PARAMS);
+}
+
+void sc_contention_stores(void) {
+  store_case("5a lookups, one shared scope (10k names)", SHARED_LOOKUP, false);
+  store_case("5b get-or-create + erase, one shared scope", SHARED_CREATE, true);
+  store_case("5c get-or-create + erase, own local scopes", LOCAL_CREATE, false);
+}
+
+void sc_contention_locks(void) {
+  lock_case("5d exclusive lock hand-off, one variable", true);
+  lock_case("5e shared locks, one variable", false);
+}
+
+void sc_contention_trainer(void) {
+  trainer_case("5f trainer step (scope, 10 finds, 4 tensors, 2 locks)");
+}
+
+/* ---- 6: reading a 256 MiB tensor from another process ----------------------- */
+
+struct reader {
+  bool pdshm; /* else: memcpy between two private buffers */
+  char tag[96];
+  struct bstore *st;
+  pdshm_scope *scope;
+  pdshm_var *big;
+  const void *src;
+  void *dst;
+};
+
+static void read_once(struct reader *r) {
+  if (r->pdshm) lock_or_die(r->big, 0);
+  memcpy(r->dst, r->src, BIG_BYTES);
+  if (r->pdshm) pdshm_var_unlock(r->big);
+}
+
+static void *reader_setup(void *arg, int proc) {
+  struct reader *r = malloc(sizeof *r);
+  *r = *(struct reader *)arg;
+  if (!(r->dst = malloc(BIG_BYTES))) return NULL;
+  memset(r->dst, 0, BIG_BYTES);
+  if (r->pdshm) {
+    if (!(r->st = store_pdshm.attach(r->tag)) || !(r->scope = store_pdshm.scope_open(r->st, "params")) ||
+        !(r->big = pdshm_find_var(r->scope, "big")))
+      return NULL;
+    r->src = pdshm_tensor_data(r->big);
+  } else {
+    void *src = malloc(BIG_BYTES);
+    if (!src) return NULL;
+    memset(src, 1, BIG_BYTES);
+    r->src = src;
+  }
+  read_once(r); /* maps every page */
+  return r;
+}
+
+static void reader_work(void *c, uint64_t n) {
+  for (uint64_t i = 0; i < n; i++) read_once(c);
+}
+
+void sc_tensor_read(void) {
+  static const char scenario[] = "6 read a 256 MiB tensor (memcpy out, best of 3)";
+  struct reader r = {0};
+  bench_tag(r.tag, sizeof r.tag, "read");
+  bench_progress("%s", scenario);
+  struct bstore *st = store_pdshm.create(r.tag);
+  if (!st) bench_die("pdshm: cannot create the segment");
+  pdshm_scope *params = store_pdshm.scope_new(st, NULL, "params");
+  pdshm_var *big;
+  int64_t d = BIG_BYTES / 4;
+  int rc = pdshm_var_create(params, "big", &big);
+  if (rc || (rc = pdshm_tensor_resize(big, PDSHM_F32, 1, &d)))
+    bench_die("the 256 MiB tensor: %s", pdshm_strerror(rc));
+  memset(pdshm_tensor_data(big), 1, BIG_BYTES);
+  /* Both sides in turn, three times, the best of each: the memory bus is
+   * shared with whatever else runs on the machine. */
+  struct mp_job job = {.setup = reader_setup, .work = reader_work, .arg = &r,
+                       .secs = bconf.secs > 0.3 ? bconf.secs : 0.3};
+  double pdshm_rate = 0, memcpy_rate = 0;
+  for (int rep = 0; rep < 3; rep++) {
+    r.pdshm = true;
+    double a = bench_mp_rate(&job, 1);
+    r.pdshm = false;
+    double b = bench_mp_rate(&job, 1);
+    pdshm_rate = a > pdshm_rate ? a : pdshm_rate;
+    memcpy_rate = b > memcpy_rate ? b : memcpy_rate;
+  }
+  store_pdshm.scope_free(st, params);
+  store_pdshm.close(st, true);
+  result_add(scenario, "1", "pdshm", pdshm_rate * BIG_BYTES / 1e9, U_GBS);
+  result_add(scenario, "1", "memcpy", memcpy_rate * BIG_BYTES / 1e9, U_GBS);
+}
