@@ -253,6 +253,32 @@ PDSHM_API int pdshm_reap(pdshm_seg *seg, unsigned *reaped);
  * holds, EBADSEG when something does not.  Safe on a corrupt segment. */
 PDSHM_API int pdshm_check(pdshm_seg *seg, FILE *report);
 
+/* ---- Introspection ------------------------------------------------------ */
+/*
+ * Read-only views of a live, possibly corrupt segment (pdshm-attach and the
+ * daemon use these).  They work on a PDSHM_RDONLY attachment, take no lock and
+ * store nothing: every offset is bounds-checked, every walk is bounded, a torn
+ * read is retried a few times, and a segment that stays inconsistent answers
+ * PDSHM_EBADSEG (pdshm_last_error() says what was wrong).  The figures are
+ * those of some instant during the call.
+ */
+enum { PDSHM_PROC_ALIVE = 1, PDSHM_PROC_DEAD = 2, PDSHM_PROC_REAPING = 3 };
+typedef struct pdshm_proc_info {
+  uint32_t slot;        /* index in the process table                          */
+  uint32_t pid;         /* the attacher's pid, in its own pid namespace        */
+  int      state;       /* PDSHM_PROC_*: DEAD = its liveness lock is gone and  */
+                        /* it is not yet reaped                                */
+  uint32_t reaper_pid;  /* while REAPING                                       */
+  uint64_t attach_ns;   /* CLOCK_REALTIME at attach                            */
+  uint64_t handles;     /* scope handles it holds                              */
+  uint64_t bytes_held;  /* bytes of blocks it owns (handles, holds, in flight, */
+                        /* cached)                                             */
+} pdshm_proc_info;
+/* Fills out[0..cap) with the slots in use (not FREE), in slot order, and returns
+ * how many are in use (which may exceed cap), or a negative PDSHM_E* code.
+ * Works on a read-only attachment; takes no lock, stores nothing. */
+PDSHM_API int pdshm_procs(pdshm_seg *seg, pdshm_proc_info *out, unsigned cap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,71 @@
+/*
+ * introspect_walk.c - the bounded, retried walk of the block chain and the
+ * region checks every introspection call starts with (introspect.h).
+ */
+#include "config.h"
+
+#include "introspect.h"
+
+bool pdshm__slots_sane(const pdshm_seg *seg) {
+  const struct pdshm_hdr *h = seg->hdr;
+  return h->max_procs >= 1 && h->max_procs <= PDSHM_PROCS_MAX && h->slots_off >= sizeof *h &&
+         h->slots_off <= seg->size &&
+         (uint64_t)h->max_procs * sizeof(struct pdshm_slot) <= seg->size - h->slots_off;
+}
+
+bool pdshm__locks_sane(const pdshm_seg *seg) {
+  const struct pdshm_hdr *h = seg->hdr;
+  return h->max_locks >= PDSHM_LOCKS_MIN && h->max_locks <= PDSHM_LOCKS_MAX &&
+         h->locks_off >= sizeof *h && h->locks_off <= seg->size &&
+         (uint64_t)h->max_locks * sizeof(struct pdshm_lock) <= seg->size - h->locks_off;
+}
+
+/* The size of the block at `at` if it is plausible there, else 0. */
+static uint64_t walk_size(const pdshm_seg *seg, pdshm_off_t at, uint64_t word) {
+  uint64_t size = pdshm__blk_size(word);
+  if (size < PDSHM_BLK_MIN || size % PDSHM_ALIGN || size > seg->hdr->arena_end - at) return 0;
+  return size;
+}
+
+/* One attempt: what visit returned (0 at the end), or 0 with *broke set to
+ * where the chain broke.  Sizes are at least PDSHM_BLK_MIN, so the loop ends
+ * (inv. 2). */
+static int walk_once(const pdshm_seg *seg, const struct pdshm_walker *w, pdshm_off_t *broke) {
+  const struct pdshm_hdr *h = seg->hdr;
+  if (w->reset) w->reset(w->arg);
+  for (pdshm_off_t at = h->arena_off; at < h->arena_end;) {
+    const struct pdshm_blk *b = PDSHM_AT(seg->base, at, const struct pdshm_blk);
+    uint64_t word = atomic_load_explicit(&b->word, memory_order_acquire);
+    uint64_t size = walk_size(seg, at, word);
+    if (!size) {
+      *broke = at;
+      return 0;
+    }
+    int rc = w->visit(w->arg, at, b, word);
+    if (rc) return rc;
+    at += size;
+  }
+  return 0;
+}
+
+int pdshm__walk_blocks(const pdshm_seg *seg, const struct pdshm_walker *w) {
+  if (!pdshm__arena_sane(seg)) return pdshm__fail(PDSHM_EBADSEG, "arena bounds are damaged");
+  pdshm_off_t broke = 0;
+  for (int tries = 0; tries < PDSHM_INSPECT_TRIES; tries++) {
+    broke = 0;
+    int rc = walk_once(seg, w, &broke);
+    if (rc || !broke) return rc;
+  }
+  return pdshm__fail(PDSHM_EBADSEG, "block chain broken at %#llx", (unsigned long long)broke);
+}
+
+const void *pdshm__payload_at(const pdshm_seg *seg, pdshm_off_t off, unsigned type, size_t bytes) {
+  const struct pdshm_hdr *h = seg->hdr;
+  if (off % PDSHM_ALIGN || off < h->arena_off + PDSHM_BLK_HDR || off >= h->arena_end) return NULL;
+  const struct pdshm_blk *b = pdshm__blk(seg, off);
+  uint64_t word = atomic_load_explicit(&b->word, memory_order_acquire);
+  uint64_t size = pdshm__blk_size(word);
+  if (pdshm__blk_state(word) != PDSHM_BLK_USED || b->type != type) return NULL;
+  if (size < PDSHM_BLK_HDR + bytes || size > h->arena_end - (off - PDSHM_BLK_HDR)) return NULL;
+  return seg->base + off;
+}
