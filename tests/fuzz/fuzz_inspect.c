@@ -23,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pdshm.h"
+#include "attach.h"
 #include "layout.h"
 
 #define FUZZ_IMAGE_MAX (2u << 20)
@@ -79,16 +79,19 @@ static uint64_t fuzz_image_size(uint64_t hi) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n);
 
-/* Every read-only call over the attached image. */
+/* Every view of pdshm-attach but --reap, as text and as JSON, into
+ * /dev/null (reasons too): the views call every introspection function. */
 static void fuzz_inspect(pdshm_seg *seg, const char *name) {
+  static int (*const views[])(struct ctx *) = {view_summary, view_vars, view_procs,
+                                               view_locks, view_alloc, view_check};
   static FILE *sink;
   if (!sink) sink = fopen("/dev/null", "w");
-  pdshm_stats st;
-  pdshm_proc_info pi[8];
-  (void)name;
-  pdshm_seg_stats(seg, &st);
-  pdshm_procs(seg, pi, 8);
-  pdshm_check(seg, sink);
+  attach_err = sink;
+  for (size_t v = 0; v < sizeof views / sizeof views[0]; v++)
+    for (int json = 0; json < 2; json++) {
+      struct ctx c = {.name = name, .seg = seg, .json = json, .out = sink};
+      views[v](&c);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {

@@ -1,9 +1,9 @@
 /*
  * fuzz_replay.c - the fuzz target without libFuzzer: runs every file named
  * on the command line (a directory: every file in it) through
- * LLVMFuzzerTestOneInput once.  `make check` replays the stored corpus and
- * the regression images this way (tests/fuzz/replay.sh); a crash, a hang
- * (the test's timeout) or a sanitizer report fails it.
+ * LLVMFuzzerTestOneInput once; without arguments, the directories FUZZ_DIRS
+ * names (the stored corpus and the regression images), which is how `make
+ * check` runs it.  A crash, a hang or a sanitizer report fails it.
  */
 #include <dirent.h>
 #include <stdint.h>
@@ -51,14 +51,16 @@ static int replay_dir(const char *dir, unsigned *count) {
 }
 
 int main(int argc, char **argv) {
+  static const char *dirs[] = {FUZZ_DIRS};
   unsigned count = 0;
-  int bad = 0;
-  for (int i = 1; i < argc; i++) {
+  int bad = 0, n = argc > 1 ? argc - 1 : (int)(sizeof dirs / sizeof dirs[0]);
+  for (int i = 0; i < n; i++) {
+    const char *arg = argc > 1 ? argv[i + 1] : dirs[i];
     struct stat st;
-    if (stat(argv[i], &st) == 0 && S_ISDIR(st.st_mode)) {
-      bad |= replay_dir(argv[i], &count);
+    if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode)) {
+      bad |= replay_dir(arg, &count);
     } else {
-      bad |= replay_file(argv[i]);
+      bad |= replay_file(arg);
       count++;
     }
   }

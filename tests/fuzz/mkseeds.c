@@ -21,7 +21,7 @@
 
 #include "pdshm.h"
 
-static const char *seg_name = "mkseeds";
+static char seg_name[64];
 
 static void die_rc(const char *what, int rc) {
   fprintf(stderr, "mkseeds: %s: %s (%s)\n", what, pdshm_strerror(rc), pdshm_last_error());
@@ -162,6 +162,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   pdshm_options o = {.size = 1u << 20, .max_procs = 4, .max_locks = 64};
+  snprintf(seg_name, sizeof seg_name, "mkseeds-%d", (int)getpid());
   pdshm_seg *seg;
   pdshm_scope *root, *anon;
   pdshm_var *v;
