@@ -66,16 +66,26 @@ int view_procs(struct ctx *c) {
   return 0;
 }
 
+/* Attaching for writing reaps already (the library reaps at attach), so the
+ * count is the segment's own counter of reaped slots, before and after. */
 int view_reap(struct ctx *c) {
-  unsigned reaped = 0;
-  int rc = pdshm_reap(c->seg, &reaped);
+  pdshm_seg_info before, after;
+  pdshm_seg *rw;
+  int rc = pdshm_inspect_seg(c->seg, &before);
+  if (rc) return fail_rc(c, "segment: ", rc);
+  if ((rc = pdshm_attach(c->name, NULL, &rw))) return fail_rc(c, "attach for writing: ", rc);
+  rc = pdshm_reap(rw, NULL);
+  pdshm_detach(rw);
   if (rc) return fail_rc(c, "reap: ", rc);
+  if ((rc = pdshm_inspect_seg(c->seg, &after))) return fail_rc(c, "segment: ", rc);
+  unsigned long long reaped = after.reaped - before.reaped;
   if (c->json) {
     fprintf(c->out, "{\"schema\":%d,\"view\":\"reap\",\"segment\":", ATTACH_SCHEMA);
     json_str(c->out, c->name);
-    fprintf(c->out, ",\"reaped\":%u}\n", reaped);
+    fprintf(c->out, ",\"reaped\":%llu}\n", reaped);
   } else {
-    fprintf(c->out, "%s: reaped %u dead process slot%s\n", c->name, reaped, reaped == 1 ? "" : "s");
+    fprintf(c->out, "%s: reaped %llu dead process slot%s\n", c->name, reaped,
+            reaped == 1 ? "" : "s");
   }
   return 0;
 }

@@ -26,7 +26,7 @@
 
 #include "attach.h"
 
-enum { CMD_ATTACH = 1, CMD_WRITES = 2, CMD_PATH = 4 };
+enum { CMD_ATTACH = 1, CMD_WRITES = 2 /* not with --watch */, CMD_PATH = 4 };
 
 struct cmd {
   const char *flag;            /* "" for the default view                   */
@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
   int rc = args_parse(&a, argc, argv);
   if (rc) return rc;
   if (!(a.cmd->how & CMD_ATTACH)) return a.cmd->run(&a.c);
-  pdshm_options o = {.flags = a.cmd->how & CMD_WRITES ? 0 : PDSHM_RDONLY};
+  pdshm_options o = {.flags = PDSHM_RDONLY}; /* --reap attaches for writing itself */
   if ((rc = pdshm_attach(a.c.name, &o, &a.c.seg))) return fail_rc(&a.c, "", rc);
   int status = a.watch ? run_watch(&a) : run_once(&a, 0);
   pdshm_detach(a.c.seg);
