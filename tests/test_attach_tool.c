@@ -376,6 +376,10 @@ START_TEST(damaged_segments_exit_2) {
   one_line_failure(&r);
   has(r.err, "operator list");
   run_free(&r);
+  r = TOOL(g_name, "--check");
+  ck_assert_int_eq(r.status, 1);
+  has(r.out, "readers list");
+  run_free(&r);
   ol->bytes = bytes;
   r = TOOL(g_name, "--check");
   ck_assert_int_eq(r.status, 0);

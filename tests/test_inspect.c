@@ -408,6 +408,45 @@ START_TEST(seg_and_alloc_match_the_segment) {
 }
 END_TEST
 
+static int count_scope(const pdshm_scope_info *si, void *arg) { return (void)si, ++*(int *)arg, 0; }
+static int count_var(const pdshm_var_info *vi, void *arg) { return (void)vi, ++*(int *)arg, 0; }
+static int count_lock(const pdshm_lock_info *li, void *arg) { return (void)li, ++*(int *)arg, 0; }
+
+/* Damage the walks must notice (EBADSEG, no callback made) and the checker
+ * too; undone, everything reads again. */
+START_TEST(views_refuse_damage) {
+  struct world wd;
+  world_build(&wd);
+  pdshm_seg *ro = attach_ro();
+  int calls = 0;
+  struct pdshm_var_rec *w = pdshm__var_at(g_seg, pdshm_var_ref(wd.w).off);
+  uint64_t dn = w->dtype_ndim;
+  w->dtype_ndim = (uint64_t)1000 << 32 | PDSHM_F32;
+  ck_assert_int_eq(pdshm_inspect_vars(ro, scope_id(wd.fc), count_var, &calls), PDSHM_EBADSEG);
+  ck_assert_int_eq(pdshm_check(ro, NULL), PDSHM_EBADSEG);
+  w->dtype_ndim = dn;
+  struct pdshm_lock *l = lk((uint32_t)w->lock);
+  pdshm_off_t guards = l->guards;
+  l->guards = g_seg->hdr->arena_off + 8; /* not a block */
+  ck_assert_int_eq(pdshm_inspect_locks(ro, count_lock, &calls), PDSHM_EBADSEG);
+  ck_assert_int_eq(pdshm_check(ro, NULL), PDSHM_EBADSEG);
+  l->guards = guards;
+  struct pdshm_scope_rec *params = pdshm__scope_at(g_seg, wd.params->rec);
+  pdshm_off_t parent = params->parent;
+  params->parent = wd.fc->rec; /* params <-> fc: a cycle off the root */
+  ck_assert_int_eq(pdshm_inspect_scopes(ro, count_scope, &calls), PDSHM_EBADSEG);
+  ck_assert_ptr_nonnull(strstr(pdshm_last_error(), "not reachable"));
+  params->parent = parent;
+  ck_assert_int_eq(calls, 0);
+  ck_assert_int_eq(pdshm_inspect_scopes(ro, count_scope, &calls), 0);
+  ck_assert_int_eq(pdshm_inspect_locks(ro, count_lock, &calls), 0);
+  ck_assert_int_eq(pdshm_inspect_vars(ro, scope_id(wd.fc), count_var, &calls), 0);
+  ck_assert_int_eq(calls, 6 + 9 + 2);
+  ck_assert_int_eq(pdshm_detach(ro), 0);
+  world_end(&wd);
+}
+END_TEST
+
 static Suite *inspect_suite(void) {
   Suite *s = suite_create("inspect");
   TCase *tc = kid_tcase(s, "procs", 20);
@@ -420,6 +459,7 @@ static Suite *inspect_suite(void) {
   tcase_add_test(tc, locks_show_guards_holders_counters);
   tcase_add_test(tc, locks_count_waits_and_deaths);
   tcase_add_test(tc, seg_and_alloc_match_the_segment);
+  tcase_add_test(tc, views_refuse_damage);
   return s;
 }
 
