@@ -34,9 +34,20 @@ static char *slurp(int fd) {
   return buf;
 }
 
-/* Runs the tool with argv (NULL-terminated, without the program); with
- * stop_after_ms, interrupts it (SIGINT) after that long. */
-static struct run tool_argv(const char *const *argv, int stop_after_ms) {
+/* How often marker occurs in what fd (a file) holds so far. */
+static int occurrences(int fd, const char *marker) {
+  char buf[65536];
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  int count = 0;
+  buf[n > 0 ? n : 0] = '\0';
+  for (const char *p = buf; (p = strstr(p, marker)); p += strlen(marker)) count++;
+  return count;
+}
+
+/* Runs the tool with argv (NULL-terminated, without the program); with a
+ * marker, interrupts it (SIGINT) once its output holds that marker `times`
+ * times (within 10 s). */
+static struct run tool_argv(const char *const *argv, const char *marker, int times) {
   const char *args[16] = {ATTACH_TOOL};
   for (int i = 0; argv[i]; i++) args[i + 1] = argv[i];
   char outp[] = "/tmp/attach-out-XXXXXX", errp[] = "/tmp/attach-err-XXXXXX";
@@ -52,10 +63,11 @@ static struct run tool_argv(const char *const *argv, int stop_after_ms) {
     execv(ATTACH_TOOL, (char *const *)args);
     _exit(127);
   }
-  if (stop_after_ms) {
-    nanosleep(&(struct timespec){stop_after_ms / 1000, (stop_after_ms % 1000) * 1000000L}, NULL);
-    kill(pid, SIGINT);
+  for (uint64_t end = tu_now_ns() + 10000000000ull; marker && occurrences(out, marker) < times;) {
+    ck_assert_msg(tu_now_ns() < end, "no %d x \"%s\" from the tool in 10 s", times, marker);
+    nanosleep(&(struct timespec){0, 5000000}, NULL);
   }
+  if (marker) kill(pid, SIGINT);
   struct run r = {.status = tu_wait(pid)};
   lseek(out, 0, SEEK_SET);
   lseek(err, 0, SEEK_SET);
@@ -64,7 +76,7 @@ static struct run tool_argv(const char *const *argv, int stop_after_ms) {
   return r;
 }
 
-#define TOOL(...) tool_argv((const char *const[]){__VA_ARGS__, NULL}, 0)
+#define TOOL(...) tool_argv((const char *const[]){__VA_ARGS__, NULL}, NULL, 0)
 
 static void run_free(struct run *r) {
   free(r->out);
@@ -288,11 +300,11 @@ END_TEST
 START_TEST(watch_repeats_until_interrupted) {
   make(8u << 20, 8, 0);
   struct run r = tool_argv((const char *const[]){g_name, "--procs", "--json", "--watch", "0.1",
-                                                 NULL}, 450);
+                                                 NULL}, "\n", 2);
   ck_assert_int_eq(r.status, 0);
   ck_assert_int_ge(json_lines(r.out), 2);
   run_free(&r);
-  r = tool_argv((const char *const[]){g_name, "--watch", "0.1", NULL}, 250);
+  r = tool_argv((const char *const[]){g_name, "--watch", "0.1", NULL}, "\033[H\033[2J", 2);
   ck_assert_int_eq(r.status, 0);
   has(r.out, "\033[H\033[2J");
   run_free(&r);
@@ -315,7 +327,7 @@ START_TEST(usage_errors_exit_2) {
       (const char *const[]){"bad/name", NULL},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    struct run r = tool_argv(bad[i], 0);
+    struct run r = tool_argv(bad[i], NULL, 0);
     one_line_failure(&r);
     run_free(&r);
   }
@@ -342,7 +354,7 @@ static void every_view_refuses(void) {
       int n = 1;
       if (views[i][0]) argv[n++] = views[i];
       if (json) argv[n++] = "--json";
-      struct run r = tool_argv(argv, 0);
+      struct run r = tool_argv(argv, NULL, 0);
       one_line_failure(&r);
       run_free(&r);
     }

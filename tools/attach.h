@@ -50,6 +50,9 @@ const char *printable(const char *s, char *buf, size_t cap);
 /* s as a JSON string (quotes included): escapes, invalid UTF-8 as U+FFFD. */
 void json_str(FILE *f, const char *s);
 const char *dtype_name(int dtype);
+/* An array of n elements of `size` bytes with room for one more: doubles
+ * *cap when it is full (aborts when memory runs out). */
+void *grow(void *array, size_t n, size_t *cap, size_t size);
 
 /* ---- attach_tree.c: the scope tree, shared by the views ------------------- */
 struct scope_row {

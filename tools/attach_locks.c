@@ -16,11 +16,7 @@ struct lock_rows {
 
 static int lock_add(const pdshm_lock_info *li, void *arg) {
   struct lock_rows *r = arg;
-  if (r->n == r->cap) {
-    r->cap = r->cap ? 2 * r->cap : 64;
-    r->li = realloc(r->li, r->cap * sizeof *r->li);
-    if (!r->li) abort();
-  }
+  r->li = grow(r->li, r->n, &r->cap, sizeof *r->li);
   r->li[r->n++] = *li;
   return 0;
 }

@@ -61,11 +61,7 @@ static void row_prefix(struct tree_build *b, struct scope_row *r) {
 static int tree_add(const pdshm_scope_info *si, void *arg) {
   struct tree_build *b = arg;
   struct scope_list *l = b->l;
-  if (l->n == l->cap) {
-    l->cap = l->cap ? 2 * l->cap : 64;
-    l->row = realloc(l->row, l->cap * sizeof *l->row);
-    if (!l->row) abort();
-  }
+  l->row = grow(l->row, l->n, &l->cap, sizeof *l->row);
   struct scope_row *r = &l->row[l->n++];
   *r = (struct scope_row){.si = *si};
   row_label(r);

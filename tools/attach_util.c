@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -110,4 +111,12 @@ const char *dtype_name(int dtype) {
   static const char *names[] = {"bool", "u8", "i8", "i16", "i32", "i64", "f16", "bf16", "f32",
                                 "f64"};
   return dtype >= 0 && dtype < (int)(sizeof names / sizeof names[0]) ? names[dtype] : "?";
+}
+
+void *grow(void *array, size_t n, size_t *cap, size_t size) {
+  if (n < *cap) return array;
+  *cap = *cap ? 2 * *cap : 64;
+  array = realloc(array, *cap * size);
+  if (!array) abort();
+  return array;
 }

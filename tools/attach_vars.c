@@ -68,11 +68,7 @@ static char *lock_cell(const pdshm_var_info *vi) {
 
 static int var_text_add(const pdshm_var_info *vi, void *arg) {
   struct var_rows *rs = arg;
-  if (rs->n == rs->cap) {
-    rs->cap = rs->cap ? 2 * rs->cap : 64;
-    rs->r = realloc(rs->r, rs->cap * sizeof *rs->r);
-    if (!rs->r) abort();
-  }
+  rs->r = grow(rs->r, rs->n, &rs->cap, sizeof *rs->r);
   struct var_row *r = &rs->r[rs->n++];
   char b[32], v[32];
   snprintf(v, sizeof v, "%llu", (unsigned long long)vi->version);
