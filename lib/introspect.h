@@ -13,8 +13,9 @@
  *  3. A walk that meets something inconsistent is retried a bounded number of
  *     times (PDSHM_INSPECT_TRIES: a writer may have been half way), then
  *     answered with PDSHM_EBADSEG.
- *  4. Memory allocated for an answer is bounded by the mapping's size, never
- *     by a count read from the segment.
+ *  4. Memory allocated for an answer is sized by what the walk found (at most
+ *     a few times the bytes of the records it describes, so a small multiple
+ *     of the mapping's size), never by a count read from the segment.
  */
 #ifndef PDSHM_INTROSPECT_H
 #define PDSHM_INTROSPECT_H
@@ -75,6 +76,8 @@ uint64_t pdshm__snap_bytes(const struct pdshm_snap *s, pdshm_off_t off);
 /* Copies the NAME block at off into buf (PDSHM_NAME_MAX + 1 bytes); 0 or
  * EBADSEG. */
 int pdshm__snap_name(const struct pdshm_snap *s, pdshm_off_t off, char *buf);
+/* How many published (owner 0) USED blocks of that type the snapshot has. */
+size_t pdshm__snap_count(const struct pdshm_snap *s, unsigned type);
 /* The published scope record with that id (0: the root), or NULL. */
 const struct pdshm_scope_rec *pdshm__snap_scope(const struct pdshm_snap *s, uint64_t id,
                                                 pdshm_off_t *off);

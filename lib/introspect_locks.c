@@ -17,7 +17,7 @@ struct lk_walk {
   pdshm_seg *seg;
   struct pdshm_snap snap;
   pdshm_lock_info *li;
-  size_t n;
+  size_t n, most;           /* entries filled, room                          */
 };
 
 /* What entry l guards, from the snapshot. */
@@ -43,6 +43,8 @@ static int lk_entry(struct lk_walk *w, uint32_t i) {
   const struct pdshm_lock *l = pdshm__lockent(w->seg, i);
   uint64_t alloc = atomic_load_explicit(&l->alloc, memory_order_acquire);
   if (i != PDSHM_LOCK_HEAP && alloc != PDSHM_LOCK_PUBLISHED) return 0;
+  if (w->n == w->most)
+    return pdshm__fail(PDSHM_EBADSEG, "more locks in use than scopes and variables");
   pdshm_lock_info *li = &w->li[w->n];
   *li = (pdshm_lock_info){.index = i, .acquisitions = l->acquisitions,
                           .contended = l->contended, .wait_ns = l->wait_ns,
@@ -75,7 +77,10 @@ static int lk_once(void *arg) {
   lk_free(w);
   int rc = pdshm__snap_take(w->seg, &w->snap);
   if (rc) return rc;
-  w->li = pdshm__zalloc(w->seg->hdr->max_locks * sizeof *w->li);
+  /* Entries in use guard the heap or a record the snapshot holds (inv. 4). */
+  w->most = 1 + pdshm__snap_count(&w->snap, PDSHM_T_SCOPE) +
+                pdshm__snap_count(&w->snap, PDSHM_T_VAR);
+  w->li = pdshm__zalloc(w->most * sizeof *w->li);
   if (!w->li) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
   for (uint32_t i = 0; !rc && i < w->seg->hdr->max_locks; i++) rc = lk_entry(w, i);
   return rc;

@@ -46,7 +46,7 @@ static struct sc_ent *sc_by_off(struct sc_walk *w, pdshm_off_t off) {
 
 /* One entry per published scope record, with what the record says. */
 static int sc_collect(struct sc_walk *w) {
-  w->e = pdshm__zalloc((w->snap.n ? w->snap.n : 1) * sizeof *w->e);
+  w->e = pdshm__zalloc((pdshm__snap_count(&w->snap, PDSHM_T_SCOPE) + 1) * sizeof *w->e);
   if (!w->e) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
   for (size_t i = 0; i < w->snap.n; i++) {
     const struct pdshm_snap_blk *b = &w->snap.b[i];

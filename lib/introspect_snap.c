@@ -86,6 +86,13 @@ int pdshm__snap_name(const struct pdshm_snap *s, pdshm_off_t off, char *buf) {
   return 0;
 }
 
+size_t pdshm__snap_count(const struct pdshm_snap *s, unsigned type) {
+  size_t n = 0;
+  for (size_t i = 0; i < s->n; i++)
+    n += s->b[i].type == type && s->b[i].state == PDSHM_BLK_USED && !s->b[i].owner;
+  return n;
+}
+
 const struct pdshm_scope_rec *pdshm__snap_scope(const struct pdshm_snap *s, uint64_t id,
                                                 pdshm_off_t *off) {
   if (id == 0) {

@@ -134,7 +134,7 @@ static int vr_fill(struct vr_walk *w, pdshm_off_t v, const struct pdshm_var_rec 
 }
 
 static int vr_collect(struct vr_walk *w, pdshm_off_t x) {
-  w->e = pdshm__zalloc((w->snap.n ? w->snap.n : 1) * sizeof *w->e);
+  w->e = pdshm__zalloc((pdshm__snap_count(&w->snap, PDSHM_T_VAR) + 1) * sizeof *w->e);
   if (!w->e) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
   for (size_t i = 0; i < w->snap.n; i++) {
     const struct pdshm_snap_blk *b = &w->snap.b[i];
