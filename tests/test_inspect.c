@@ -447,6 +447,66 @@ START_TEST(views_refuse_damage) {
 }
 END_TEST
 
+/* A kid that churns for arg[0] ms: local scopes with tensors, named scopes
+ * made and unlinked, variables created, renamed, erased, locked. */
+static int kid_churn(struct kid *k) {
+  pdshm_scope *root, *local, *named;
+  pdshm_var *v;
+  char name[32];
+  int64_t d = 64;
+  if (kid_attach(k) || pdshm_root(k->seg, &root)) return 1;
+  uint64_t end = tu_now_ns() + k->arg[0] * 1000000ull;
+  for (unsigned i = 0; tu_now_ns() < end; i++) {
+    snprintf(name, sizeof name, "n%d-%u", (int)getpid(), i % 4);
+    if (pdshm_scope_new(root, NULL, &local) || pdshm_var_create(local, "t", &v) ||
+        pdshm_tensor_resize(v, PDSHM_F32, 1, &d) || pdshm_var_add_reader(v, "op") ||
+        pdshm_var_lock(v, 1) || pdshm_var_unlock(v) || pdshm_var_rename(local, "t", "u"))
+      return 2;
+    if (pdshm_scope_new(root, name, &named) == 0) {
+      if (pdshm_var_get(named, "w", &v) || pdshm_scope_release(named)) return 3;
+    }
+    if (i % 2 && pdshm_scope_unlink(root, name)) return 4;
+    if (pdshm_var_erase(local, "u") || pdshm_scope_release(local)) return 5;
+  }
+  return 0;
+}
+
+static int visit_vars(const pdshm_scope_info *si, void *arg) {
+  int n = 0, rc = pdshm_inspect_vars(arg, si->id, count_var, &n);
+  return rc == PDSHM_ENOENT ? 0 : rc; /* gone since the walk: fine */
+}
+
+/* Views taken while two processes churn: every call answers (retrying torn
+ * reads), and almost always with the data. */
+START_TEST(views_on_a_churning_segment) {
+  make(16u << 20, 8, 0);
+  struct kid k[2] = {{.arg = {1500}}, {.arg = {1500}}};
+  for (int i = 0; i < 2; i++) kid_start(&k[i], kid_churn);
+  for (int i = 0; i < 2; i++) kid_recv(&k[i]);
+  pdshm_seg *ro = attach_ro();
+  unsigned calls = 0, bad = 0;
+  uint64_t end = tu_now_ns() + 1000000000ull;
+  while (tu_now_ns() < end) {
+    int n = 0, rc[4];
+    pdshm_alloc_info a;
+    rc[0] = pdshm_inspect_scopes(ro, visit_vars, ro);
+    rc[1] = pdshm_inspect_locks(ro, count_lock, &n);
+    rc[2] = pdshm_inspect_alloc(ro, &a);
+    rc[3] = pdshm_procs(ro, NULL, 0);
+    for (int i = 0; i < 4; i++) {
+      ck_assert_msg(rc[i] >= 0 || rc[i] == PDSHM_EBADSEG, "view %d: %s", i, pdshm_strerror(rc[i]));
+      bad += rc[i] < 0;
+      calls++;
+    }
+  }
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(kid_end(&k[i]), 0);
+  ck_assert_uint_gt(calls, 40);
+  ck_assert_msg(bad * 20 <= calls, "%u of %u calls gave up", bad, calls);
+  ck_assert_int_eq(pdshm_detach(ro), 0);
+  ck_assert_int_eq(pdshm_check(g_seg, stderr), 0);
+}
+END_TEST
+
 static Suite *inspect_suite(void) {
   Suite *s = suite_create("inspect");
   TCase *tc = kid_tcase(s, "procs", 20);
@@ -460,6 +520,7 @@ static Suite *inspect_suite(void) {
   tcase_add_test(tc, locks_count_waits_and_deaths);
   tcase_add_test(tc, seg_and_alloc_match_the_segment);
   tcase_add_test(tc, views_refuse_damage);
+  tcase_add_test(tc, views_on_a_churning_segment);
   return s;
 }
 
