@@ -311,6 +311,29 @@ START_TEST(watch_repeats_until_interrupted) {
 }
 END_TEST
 
+START_TEST(file_truncated_while_watching) {
+  make(8u << 20, 8, 0);
+  pdshm_detach(g_seg); /* nobody but the tool maps it when it shrinks */
+  g_seg = NULL;
+  int fd = open(tu_path(g_name), O_RDWR);
+  ck_assert_int_ge(fd, 0);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) { /* truncates once the tool has drawn a few times */
+    nanosleep(&(struct timespec){0, 300000000}, NULL);
+    _exit(ftruncate(fd, 4096) ? 1 : 0);
+  }
+  struct run r = tool_argv((const char *const[]){g_name, "--procs", "--watch", "0.1", NULL},
+                           NULL, 0);
+  ck_assert_int_eq(tu_wait(pid), 0);
+  close(fd);
+  ck_assert_int_eq(r.status, 2);
+  has(r.err, "shrank while being read");
+  ck_assert_ptr_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1);
+  run_free(&r);
+}
+END_TEST
+
 /* ---- usage ------------------------------------------------------------------------ */
 
 START_TEST(usage_errors_exit_2) {
@@ -427,6 +450,7 @@ static Suite *attach_suite(void) {
   tcase_add_test(tc, vars_view);
   tcase_add_test(tc, procs_locks_alloc_check_reap);
   tcase_add_test(tc, watch_repeats_until_interrupted);
+  tcase_add_test(tc, file_truncated_while_watching);
   tcase_add_test(tc, usage_errors_exit_2);
   tcase_add_test(tc, damaged_segments_exit_2);
   tcase_add_test(tc, hostile_files_exit_2);

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "attach.h"
 
@@ -145,6 +146,25 @@ static int args_parse(struct args *a, int argc, char **argv) {
 static volatile sig_atomic_t stop;
 static void on_signal(int sig) { stop = sig; }
 
+/* The mapping covers the file as it was at attach: if someone truncates the
+ * file meanwhile, reading past its new end raises SIGBUS.  That is the one
+ * fault a read can meet that no bounds check prevents; it ends the run with
+ * the usual one-line reason (write(2) and _exit are async-signal-safe). */
+static char sigbus_msg[PDSHM_SEG_NAME_MAX + 96];
+static void on_sigbus(int sig) {
+  (void)sig;
+  ssize_t rc = write(2, sigbus_msg, strlen(sigbus_msg));
+  (void)rc;
+  _exit(2);
+}
+
+static void catch_sigbus(const char *name) {
+  snprintf(sigbus_msg, sizeof sigbus_msg,
+           PROG ": %s: the segment file shrank while being read (SIGBUS)\n", name);
+  struct sigaction sa = {.sa_handler = on_sigbus};
+  sigaction(SIGBUS, &sa, NULL);
+}
+
 /* The view into memory, then to stdout when it completed. */
 static int run_once(struct args *a, int clear) {
   char *buf = NULL;
@@ -182,6 +202,7 @@ int main(int argc, char **argv) {
   int rc = args_parse(&a, argc, argv);
   if (rc) return rc;
   if (!(a.cmd->how & CMD_ATTACH)) return a.cmd->run(&a.c);
+  catch_sigbus(a.c.name);
   pdshm_options o = {.flags = PDSHM_RDONLY}; /* --reap attaches for writing itself */
   if ((rc = pdshm_attach(a.c.name, &o, &a.c.seg))) return fail_rc(&a.c, "", rc);
   int status = a.watch ? run_watch(&a) : run_once(&a, 0);
