@@ -288,12 +288,13 @@ typedef struct pdshm_seg_info {
   uint32_t max_locks;      /* lock-table entries                                 */
   uint32_t creator_pid;    /* who created it (its pid namespace)                 */
   uint32_t creator_uid;
-  uint32_t daemon_pid;     /* pdshmd's pid, 0 when none ever ran                 */
+  uint32_t daemon_pid;     /* pdshmd's pid, 0 when none                          */
   uint64_t created_ns;     /* CLOCK_REALTIME at create                           */
   uint64_t daemon_beat_ns; /* pdshmd's last heartbeat (CLOCK_REALTIME), 0: none  */
   uint64_t reaped;         /* slots reaped since create                          */
   int poisoned;            /* nonzero: a repair failed (ENOTRECOVERABLE)         */
 } pdshm_seg_info;
+/* Copies the header's figures (no walk).  EINVAL for a NULL out. */
 PDSHM_API int pdshm_inspect_seg(pdshm_seg *seg, pdshm_seg_info *out);
 
 /* Scopes, as a walk of the tree: every scope in the arena, the root first,
