@@ -76,7 +76,11 @@ uint64_t pdshm__snap_bytes(const struct pdshm_snap *s, pdshm_off_t off);
 /* Copies the NAME block at off into buf (PDSHM_NAME_MAX + 1 bytes); 0 or
  * EBADSEG. */
 int pdshm__snap_name(const struct pdshm_snap *s, pdshm_off_t off, char *buf);
-/* How many published (owner 0) USED blocks of that type the snapshot has. */
+/* Is b a published (owner 0) USED block of that type? */
+static inline bool pdshm__snap_published(const struct pdshm_snap_blk *b, unsigned type) {
+  return b->type == type && b->state == PDSHM_BLK_USED && !b->owner;
+}
+/* How many such blocks the snapshot has. */
 size_t pdshm__snap_count(const struct pdshm_snap *s, unsigned type);
 /* The published scope record with that id (0: the root), or NULL. */
 const struct pdshm_scope_rec *pdshm__snap_scope(const struct pdshm_snap *s, uint64_t id,

@@ -50,7 +50,7 @@ static int sc_collect(struct sc_walk *w) {
   if (!w->e) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
   for (size_t i = 0; i < w->snap.n; i++) {
     const struct pdshm_snap_blk *b = &w->snap.b[i];
-    if (b->type != PDSHM_T_SCOPE || b->state != PDSHM_BLK_USED || b->owner) continue;
+    if (!pdshm__snap_published(b, PDSHM_T_SCOPE)) continue;
     const struct pdshm_scope_rec *r = pdshm__snap_want(&w->snap, b->off, PDSHM_T_SCOPE, sizeof *r);
     if (!r || r->magic != PDSHM_SCOPE_MAGIC)
       return pdshm__fail(PDSHM_EBADSEG, "scope %#llx: bad record", (unsigned long long)b->off);
@@ -92,7 +92,7 @@ static int sc_link(struct sc_walk *w) {
 static int sc_vars(struct sc_walk *w) {
   for (size_t i = 0; i < w->snap.n; i++) {
     const struct pdshm_snap_blk *b = &w->snap.b[i];
-    if (b->type != PDSHM_T_VAR || b->state != PDSHM_BLK_USED || b->owner) continue;
+    if (!pdshm__snap_published(b, PDSHM_T_VAR)) continue;
     const struct pdshm_var_rec *r = pdshm__snap_want(&w->snap, b->off, PDSHM_T_VAR, sizeof *r);
     struct sc_ent *e = r && r->magic == PDSHM_VAR_MAGIC ? sc_by_off(w, r->scope) : NULL;
     if (!e) return pdshm__fail(PDSHM_EBADSEG, "variable %#llx: bad record or scope",

@@ -89,7 +89,7 @@ int pdshm__snap_name(const struct pdshm_snap *s, pdshm_off_t off, char *buf) {
 size_t pdshm__snap_count(const struct pdshm_snap *s, unsigned type) {
   size_t n = 0;
   for (size_t i = 0; i < s->n; i++)
-    n += s->b[i].type == type && s->b[i].state == PDSHM_BLK_USED && !s->b[i].owner;
+    n += pdshm__snap_published(&s->b[i], type);
   return n;
 }
 
@@ -103,7 +103,7 @@ const struct pdshm_scope_rec *pdshm__snap_scope(const struct pdshm_snap *s, uint
   }
   for (size_t i = 0; i < s->n; i++) {
     const struct pdshm_snap_blk *b = &s->b[i];
-    if (b->type != PDSHM_T_SCOPE || b->owner || b->state != PDSHM_BLK_USED) continue;
+    if (!pdshm__snap_published(b, PDSHM_T_SCOPE)) continue;
     const struct pdshm_scope_rec *r =
         pdshm__snap_want(s, b->off, PDSHM_T_SCOPE, sizeof(struct pdshm_scope_rec));
     if (r && r->magic == PDSHM_SCOPE_MAGIC && r->id == id) {

@@ -138,7 +138,7 @@ static int vr_collect(struct vr_walk *w, pdshm_off_t x) {
   if (!w->e) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
   for (size_t i = 0; i < w->snap.n; i++) {
     const struct pdshm_snap_blk *b = &w->snap.b[i];
-    if (b->type != PDSHM_T_VAR || b->state != PDSHM_BLK_USED || b->owner) continue;
+    if (!pdshm__snap_published(b, PDSHM_T_VAR)) continue;
     const struct pdshm_var_rec *r = pdshm__snap_want(&w->snap, b->off, PDSHM_T_VAR, sizeof *r);
     if (!r || r->magic != PDSHM_VAR_MAGIC)
       return pdshm__fail(PDSHM_EBADSEG, "variable %#llx: bad record", (unsigned long long)b->off);
