@@ -44,10 +44,13 @@ static int occurrences(int fd, const char *marker) {
   return count;
 }
 
+static void interrupt(pid_t pid) { kill(pid, SIGINT); }
+
 /* Runs the tool with argv (NULL-terminated, without the program); with a
- * marker, interrupts it (SIGINT) once its output holds that marker `times`
- * times (within 10 s). */
-static struct run tool_argv(const char *const *argv, const char *marker, int times) {
+ * marker, calls then(pid) once its output holds that marker `times` times
+ * (within 10 s). */
+static struct run tool_argv(const char *const *argv, const char *marker, int times,
+                            void (*then)(pid_t pid)) {
   const char *args[16] = {ATTACH_TOOL};
   for (int i = 0; argv[i]; i++) args[i + 1] = argv[i];
   char outp[] = "/tmp/attach-out-XXXXXX", errp[] = "/tmp/attach-err-XXXXXX";
@@ -67,7 +70,7 @@ static struct run tool_argv(const char *const *argv, const char *marker, int tim
     ck_assert_msg(tu_now_ns() < end, "no %d x \"%s\" from the tool in 10 s", times, marker);
     nanosleep(&(struct timespec){0, 5000000}, NULL);
   }
-  if (marker) kill(pid, SIGINT);
+  if (marker) then(pid);
   struct run r = {.status = tu_wait(pid)};
   lseek(out, 0, SEEK_SET);
   lseek(err, 0, SEEK_SET);
@@ -76,7 +79,7 @@ static struct run tool_argv(const char *const *argv, const char *marker, int tim
   return r;
 }
 
-#define TOOL(...) tool_argv((const char *const[]){__VA_ARGS__, NULL}, NULL, 0)
+#define TOOL(...) tool_argv((const char *const[]){__VA_ARGS__, NULL}, NULL, 0, NULL)
 
 static void run_free(struct run *r) {
   free(r->out);
@@ -258,6 +261,29 @@ START_TEST(vars_view) {
 }
 END_TEST
 
+/* Names are bytes: text shows '?' for what is not printable, JSON escapes
+ * control characters and turns invalid UTF-8 into U+FFFD. */
+START_TEST(odd_names_stay_readable) {
+  make(8u << 20, 8, 0);
+  pdshm_scope *root;
+  pdshm_var *v;
+  ck_assert_int_eq(pdshm_root(g_seg, &root), 0);
+  ck_assert_int_eq(pdshm_var_create(root, "tab\there\xff \"q\" \xc3\xa9", &v), 0);
+  ck_assert_int_eq(pdshm_var_set_label(v, "\x1b[31mred"), 0);
+  struct run r = TOOL(g_name, "--vars");
+  ck_assert_int_eq(r.status, 0);
+  has(r.out, "tab?here? \"q\" \xc3\xa9 ");
+  has(r.out, "?[31mred");
+  run_free(&r);
+  r = TOOL(g_name, "--vars", "--json");
+  ck_assert_int_eq(json_lines(r.out), 1);
+  has(r.out, "\"name\":\"tab\\u0009here\\ufffd \\\"q\\\" \xc3\xa9\"");
+  has(r.out, "\"label\":\"\\u001b[31mred\"");
+  run_free(&r);
+  pdshm_scope_release(root);
+}
+END_TEST
+
 START_TEST(procs_locks_alloc_check_reap) {
   struct world wd;
   char live[64], dead[64], holder[64];
@@ -300,33 +326,29 @@ END_TEST
 START_TEST(watch_repeats_until_interrupted) {
   make(8u << 20, 8, 0);
   struct run r = tool_argv((const char *const[]){g_name, "--procs", "--json", "--watch", "0.1",
-                                                 NULL}, "\n", 2);
+                                                 NULL}, "\n", 2, interrupt);
   ck_assert_int_eq(r.status, 0);
   ck_assert_int_ge(json_lines(r.out), 2);
   run_free(&r);
-  r = tool_argv((const char *const[]){g_name, "--watch", "0.1", NULL}, "\033[H\033[2J", 2);
+  r = tool_argv((const char *const[]){g_name, "--watch", "0.1", NULL}, "\033[H\033[2J", 2,
+                interrupt);
   ck_assert_int_eq(r.status, 0);
   has(r.out, "\033[H\033[2J");
   run_free(&r);
 }
 END_TEST
 
+static void shrink_segment(pid_t pid) {
+  (void)pid;
+  ck_assert_int_eq(truncate(tu_path(g_name), 4096), 0);
+}
+
 START_TEST(file_truncated_while_watching) {
   make(8u << 20, 8, 0);
   pdshm_detach(g_seg); /* nobody but the tool maps it when it shrinks */
   g_seg = NULL;
-  int fd = open(tu_path(g_name), O_RDWR);
-  ck_assert_int_ge(fd, 0);
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) { /* truncates once the tool has drawn a few times */
-    nanosleep(&(struct timespec){0, 300000000}, NULL);
-    _exit(ftruncate(fd, 4096) ? 1 : 0);
-  }
   struct run r = tool_argv((const char *const[]){g_name, "--procs", "--watch", "0.1", NULL},
-                           NULL, 0);
-  ck_assert_int_eq(tu_wait(pid), 0);
-  close(fd);
+                           "SLOT", 2, shrink_segment);
   ck_assert_int_eq(r.status, 2);
   has(r.err, "shrank while being read");
   ck_assert_ptr_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1);
@@ -350,7 +372,7 @@ START_TEST(usage_errors_exit_2) {
       (const char *const[]){"bad/name", NULL},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    struct run r = tool_argv(bad[i], NULL, 0);
+    struct run r = tool_argv(bad[i], NULL, 0, NULL);
     one_line_failure(&r);
     run_free(&r);
   }
@@ -377,7 +399,7 @@ static void every_view_refuses(void) {
       int n = 1;
       if (views[i][0]) argv[n++] = views[i];
       if (json) argv[n++] = "--json";
-      struct run r = tool_argv(argv, NULL, 0);
+      struct run r = tool_argv(argv, NULL, 0, NULL);
       one_line_failure(&r);
       run_free(&r);
     }
@@ -448,6 +470,7 @@ static Suite *attach_suite(void) {
   tcase_add_test(tc, json_validator_rejects_what_it_should);
   tcase_add_test(tc, summary_and_tree);
   tcase_add_test(tc, vars_view);
+  tcase_add_test(tc, odd_names_stay_readable);
   tcase_add_test(tc, procs_locks_alloc_check_reap);
   tcase_add_test(tc, watch_repeats_until_interrupted);
   tcase_add_test(tc, file_truncated_while_watching);
