@@ -24,10 +24,10 @@ static int lock_add(const pdshm_lock_info *li, void *arg) {
 /* "heap", "scope params/fc", "var params/fc/W" into buf. */
 static const char *guards(const struct scope_list *l, const pdshm_lock_info *li, char *buf,
                           size_t cap) {
-  if (li->kind == PDSHM_LOCK_OF_HEAP) return snprintf(buf, cap, "heap"), buf;
   const struct scope_row *s = scope_by_id(l, li->scope_id);
   const char *path = s ? s->path : "?";
-  if (li->kind == PDSHM_LOCK_OF_SCOPE) snprintf(buf, cap, "scope %s", path);
+  if (li->kind == PDSHM_LOCK_OF_HEAP) snprintf(buf, cap, "heap");
+  else if (li->kind == PDSHM_LOCK_OF_SCOPE) snprintf(buf, cap, "scope %s", path);
   else if (s && s->si.depth == 0) snprintf(buf, cap, "var %s", li->var);
   else snprintf(buf, cap, "var %s/%s", path, li->var);
   return buf;

@@ -26,10 +26,8 @@ static char *xstrdup(const char *s) {
 /* "#12" for an anonymous scope, "/" for the root, else its name. */
 static void row_label(struct scope_row *r) {
   char buf[32];
-  if (r->si.depth == 0) r->label = xstrdup("/");
-  else if (!r->si.named) snprintf(buf, sizeof buf, "#%llu", (unsigned long long)r->si.id),
-                         r->label = xstrdup(buf);
-  else r->label = xstrdup(r->si.name);
+  snprintf(buf, sizeof buf, "#%llu", (unsigned long long)r->si.id);
+  r->label = xstrdup(r->si.depth == 0 ? "/" : r->si.named ? r->si.name : buf);
 }
 
 /* Parent's path + "/" + label (the root's kids have no leading "/"). */

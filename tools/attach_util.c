@@ -53,9 +53,9 @@ const char *ago(uint64_t ns, char *buf, size_t cap) {
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
   uint64_t now_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
-  if (!ns || ns > now_ns) return snprintf(buf, cap, "-"), buf;
-  uint64_t s = (now_ns - ns) / 1000000000u;
-  if (s < 60) snprintf(buf, cap, "%llus", (unsigned long long)s);
+  uint64_t s = ns && ns <= now_ns ? (now_ns - ns) / 1000000000u : 0;
+  if (!ns || ns > now_ns) snprintf(buf, cap, "-");
+  else if (s < 60) snprintf(buf, cap, "%llus", (unsigned long long)s);
   else if (s < 3600) snprintf(buf, cap, "%llum%02llus", (unsigned long long)(s / 60),
                               (unsigned long long)(s % 60));
   else if (s < 86400) snprintf(buf, cap, "%lluh%02llum", (unsigned long long)(s / 3600),
