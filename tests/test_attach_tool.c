@@ -231,6 +231,28 @@ START_TEST(summary_and_tree) {
 }
 END_TEST
 
+/* What the header says about the daemon and poisoning reaches the summary. */
+START_TEST(daemon_and_poison_shown) {
+  make(8u << 20, 8, 0);
+  struct run r = TOOL(g_name);
+  has(r.out, "daemon      none\n");
+  ck_assert_ptr_null(strstr(r.out, "POISONED"));
+  run_free(&r);
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  g_seg->hdr->daemon_pid = 4242; /* as pdshmd stores them */
+  g_seg->hdr->daemon_beat_ns = ((uint64_t)now.tv_sec - 75) * 1000000000ull;
+  g_seg->hdr->poisoned = 1;
+  r = TOOL(g_name);
+  has(r.out, "daemon      pid 4242, last heartbeat 1m1");
+  has(r.out, "state       POISONED");
+  run_free(&r);
+  json_view("", (const char *const[]){"\"daemon_pid\":4242", "\"poisoned\":true", NULL});
+  g_seg->hdr->poisoned = 0;
+  g_seg->hdr->daemon_pid = 0;
+}
+END_TEST
+
 START_TEST(vars_view) {
   struct world wd;
   char held[64], anon[32];
@@ -469,6 +491,7 @@ static Suite *attach_suite(void) {
   TCase *tc = kid_tcase(s, "tool", 60);
   tcase_add_test(tc, json_validator_rejects_what_it_should);
   tcase_add_test(tc, summary_and_tree);
+  tcase_add_test(tc, daemon_and_poison_shown);
   tcase_add_test(tc, vars_view);
   tcase_add_test(tc, odd_names_stay_readable);
   tcase_add_test(tc, procs_locks_alloc_check_reap);
