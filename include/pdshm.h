@@ -256,8 +256,9 @@ PDSHM_API int pdshm_check(pdshm_seg *seg, FILE *report);
 /* ---- Introspection ------------------------------------------------------ */
 /*
  * Read-only views of a live, possibly corrupt segment (pdshm-attach and the
- * daemon use these).  They work on a PDSHM_RDONLY attachment, take no lock and
- * store nothing: every offset is bounds-checked, every walk is bounded, a torn
+ * daemon use these).  They work on a PDSHM_RDONLY attachment, store nothing
+ * and take no lock (but pdshm_inspect_alloc on a writable attachment): every
+ * offset is bounds-checked, every walk is bounded and detects cycles, a torn
  * read is retried a few times, and a segment that stays inconsistent answers
  * PDSHM_EBADSEG (pdshm_last_error() says what was wrong).  The figures are
  * those of some instant during the call.
