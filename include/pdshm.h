@@ -284,8 +284,9 @@ PDSHM_API int pdshm_check(pdshm_seg *seg, FILE *report);
 /* ---- Introspection ------------------------------------------------------ */
 /*
  * Read-only views of a live, possibly corrupt segment (pdshm-attach and the
- * daemon use these).  They work on a PDSHM_RDONLY attachment, take no lock and
- * store nothing: every offset is bounds-checked, every walk is bounded, a torn
+ * daemon use these).  They work on a PDSHM_RDONLY attachment, store nothing
+ * and take no lock (but pdshm_inspect_alloc on a writable attachment): every
+ * offset is bounds-checked, every walk is bounded and detects cycles, a torn
  * read is retried a few times, and a segment that stays inconsistent answers
  * PDSHM_EBADSEG (pdshm_last_error() says what was wrong).  The figures are
  * those of some instant during the call.
@@ -306,6 +307,129 @@ typedef struct pdshm_proc_info {
  * how many are in use (which may exceed cap), or a negative PDSHM_E* code.
  * Works on a read-only attachment; takes no lock, stores nothing. */
 PDSHM_API int pdshm_procs(pdshm_seg *seg, pdshm_proc_info *out, unsigned cap);
+
+/* The segment as its header describes it. */
+typedef struct pdshm_seg_info {
+  uint64_t size;           /* bytes of the segment file                          */
+  uint64_t arena;          /* bytes of the arena (blocks)                        */
+  uint32_t layout_version; /* of the segment's structures                        */
+  uint32_t max_procs;      /* process slots                                      */
+  uint32_t max_locks;      /* lock-table entries                                 */
+  uint32_t creator_pid;    /* who created it (its pid namespace)                 */
+  uint32_t creator_uid;
+  uint32_t daemon_pid;     /* pdshmd's pid, 0 when none                          */
+  uint64_t created_ns;     /* CLOCK_REALTIME at create                           */
+  uint64_t daemon_beat_ns; /* pdshmd's last heartbeat (CLOCK_REALTIME), 0: none  */
+  uint64_t reaped;         /* slots reaped since create                          */
+  int poisoned;            /* nonzero: a repair failed (ENOTRECOVERABLE)         */
+} pdshm_seg_info;
+/* Copies the header's figures (no walk).  EINVAL for a NULL out. */
+PDSHM_API int pdshm_inspect_seg(pdshm_seg *seg, pdshm_seg_info *out);
+
+/* Scopes, as a walk of the tree: every scope in the arena, the root first,
+ * each scope before its kids (depth first, kids by id), kids that were
+ * unlinked (drop_kids) but are still held included under their parent. */
+#define PDSHM_HOLDERS_MAX 8 /* holder pids a pdshm_scope_info lists            */
+typedef struct pdshm_scope_info {
+  uint64_t id;             /* unique for the segment's life                      */
+  uint64_t parent_id;      /* 0 for the root                                     */
+  uint32_t depth;          /* 0 for the root                                     */
+  int named;               /* created with a name (the root is not)              */
+  int linked;              /* openable by path (named and not unlinked)          */
+  int last;                /* the last kid of its parent in this walk            */
+  char name[PDSHM_NAME_MAX + 1]; /* "" for an anonymous scope and the root       */
+  uint64_t refs;           /* handles + kids + link                              */
+  uint64_t kids;           /* scopes whose parent it is                          */
+  uint64_t vars;           /* its own variables                                  */
+  uint64_t bytes;          /* of its blocks: record, name, index, variables and  */
+                           /* everything they own (tensor buffers included)      */
+  uint64_t tensor_bytes;   /* of its variables' tensors                          */
+  uint32_t creator_pid;
+  uint32_t nholders;       /* processes holding a handle on it                   */
+  uint32_t holders[PDSHM_HOLDERS_MAX]; /* the first of their pids                */
+  uint64_t handles;        /* handle records on it, all processes                */
+  uint64_t created_ns;     /* CLOCK_REALTIME                                     */
+} pdshm_scope_info;
+/* Calls fn for each scope until fn returns nonzero, which is then returned.
+ * The walk is taken from a snapshot: fn may call any introspection function.
+ * ENOMEM (private memory), EBADSEG. */
+PDSHM_API int pdshm_inspect_scopes(pdshm_seg *seg,
+                                   int (*fn)(const pdshm_scope_info *si, void *arg), void *arg);
+
+enum { PDSHM_VAR_EMPTY = 0, PDSHM_VAR_TENSOR = 1 };       /* pdshm_var_info.type */
+enum { PDSHM_VLOCK_FREE = 0, PDSHM_VLOCK_SHARED = 1, PDSHM_VLOCK_EXCLUSIVE = 2 };
+typedef struct pdshm_var_info {
+  uint64_t scope_id;       /* the scope it belongs to                            */
+  uint64_t gen;            /* its incarnation (a pdshm_varref's gen)             */
+  char name[PDSHM_NAME_MAX + 1];
+  char label[PDSHM_NAME_MAX + 1]; /* "" when none                                */
+  int type;                /* PDSHM_VAR_*                                        */
+  int dtype;               /* pdshm_dtype, when a tensor                         */
+  int ndim;                /* 0..PDSHM_NDIM_MAX, when a tensor                   */
+  int64_t dims[PDSHM_NDIM_MAX];
+  uint64_t nbytes;         /* of the tensor's data                               */
+  uint64_t bytes;          /* of its blocks: record, name, label, operator lists */
+                           /* and tensor buffer                                  */
+  uint64_t version;        /* pdshm_var_version                                  */
+  int lock_state;          /* PDSHM_VLOCK_*                                      */
+  uint64_t lock_readers;   /* shared holders                                     */
+  uint32_t lock_holder_pid;/* the exclusive holder (best effort), else 0         */
+  uint32_t lock;           /* its lock-table entry, 0 before its first lock      */
+  uint32_t nreaders, nwriters;   /* operators reading / writing it               */
+  const char *const *readers;    /* their names: valid during the callback only  */
+  const char *const *writers;
+} pdshm_var_info;
+/* Calls fn for each variable of the scope whose id is scope_id (0: the root),
+ * sorted by name, until fn returns nonzero, which is then returned.  ENOENT
+ * when there is no such scope; ENOMEM; EBADSEG. */
+PDSHM_API int pdshm_inspect_vars(pdshm_seg *seg, uint64_t scope_id,
+                                 int (*fn)(const pdshm_var_info *vi, void *arg), void *arg);
+
+enum { PDSHM_LOCK_OF_HEAP = 1, PDSHM_LOCK_OF_SCOPE = 2, PDSHM_LOCK_OF_VAR = 3 };
+typedef struct pdshm_lock_info {
+  uint32_t index;          /* in the lock table                                  */
+  int kind;                /* PDSHM_LOCK_OF_*: what it guards                    */
+  uint64_t scope_id;       /* the scope it guards, or the variable's scope       */
+  char var[PDSHM_NAME_MAX + 1]; /* the variable's name for PDSHM_LOCK_OF_VAR     */
+  int held;                /* its mutex is held right now                        */
+  uint32_t holder_pid;     /* who holds it (best effort), 0 when free            */
+  uint64_t acquisitions;
+  uint64_t contended;      /* acquisitions that had to wait                      */
+  uint64_t wait_ns;        /* total time those waited                            */
+  uint64_t owner_died;     /* holders that died holding it (recovered)           */
+  int unrecoverable;       /* a repair failed: takers get ENOTRECOVERABLE        */
+} pdshm_lock_info;
+/* Calls fn for each lock-table entry in use (the heap's, and those lent to a
+ * scope or a variable), in table order, until fn returns nonzero, which is
+ * then returned.  ENOMEM, EBADSEG. */
+PDSHM_API int pdshm_inspect_locks(pdshm_seg *seg,
+                                  int (*fn)(const pdshm_lock_info *li, void *arg), void *arg);
+
+#define PDSHM_ALLOC_CLASSES 59 /* small size classes */
+typedef struct pdshm_alloc_class {
+  uint32_t block_size;     /* bytes, header included                             */
+  uint64_t used;           /* blocks handed out                                  */
+  uint64_t cached;         /* blocks parked in process caches                    */
+} pdshm_alloc_class;
+typedef struct pdshm_alloc_info {
+  uint64_t arena;          /* bytes of the arena                                 */
+  uint64_t used, free;     /* bytes; free includes cached                        */
+  uint64_t cached;         /* bytes parked in process caches                     */
+  uint64_t blocks_used, blocks_free, blocks_cached;
+  uint64_t largest_free;   /* bytes of the largest free block                    */
+  uint64_t large_used;     /* bytes in blocks above the largest class            */
+  uint64_t large_blocks;
+  uint64_t punched;        /* bytes given back to the system (holes)             */
+  uint64_t rebuilds;       /* free-list rebuilds after a death                   */
+  double fragmentation;    /* 1 - largest_free / (free - cached); 0 when none    */
+  /* USED bytes by what they hold */
+  uint64_t scope_bytes, var_bytes, name_bytes, table_bytes, tensor_bytes, handle_bytes,
+      oplist_bytes, hold_bytes, raw_bytes;
+  pdshm_alloc_class cls[PDSHM_ALLOC_CLASSES];
+} pdshm_alloc_info;
+/* One walk of the arena (a writable attachment takes the heap lock for it,
+ * a read-only one retries torn walks).  EBADSEG. */
+PDSHM_API int pdshm_inspect_alloc(pdshm_seg *seg, pdshm_alloc_info *out);
 
 #ifdef __cplusplus
 }

@@ -118,9 +118,22 @@ static const struct pdshm_name *ck_name(struct ck *c, pdshm_off_t off, const cha
   return nm;
 }
 
-static void ck_part(struct ck *c, pdshm_off_t off, unsigned type, const char *what) {
-  struct ck_blk *b = off ? ck_want(c, off, type, 8, what) : NULL;
-  if (b) b->reached = 1;
+/* An OPLIST block: its strings fit the block and number `count`. */
+static void ck_oplist(struct ck *c, pdshm_off_t off, const char *what) {
+  struct ck_blk *b = off ? ck_want(c, off, PDSHM_T_OPLIST, sizeof(struct pdshm_oplist), what) : NULL;
+  if (!b) return;
+  b->reached = 1;
+  const struct pdshm_oplist *ol = PDSHM_AT(c->seg->base, off, const struct pdshm_oplist);
+  uint64_t bytes = ol->bytes, n = 0;
+  if (bytes > b->size - PDSHM_BLK_HDR - sizeof *ol || (bytes && ol->names[bytes - 1])) {
+    ck_say(c, "%s at %#llx: %llu bytes do not fit or end unterminated", what,
+           (unsigned long long)off, (unsigned long long)bytes);
+    return;
+  }
+  for (uint64_t at = 0; at < bytes; at += strlen(ol->names + at) + 1) n++;
+  if (n != ol->count)
+    ck_say(c, "%s at %#llx: %llu names, says %llu", what, (unsigned long long)off,
+           (unsigned long long)n, (unsigned long long)ol->count);
 }
 
 static void ck_var(struct ck *c, pdshm_off_t x, pdshm_off_t v, const struct pdshm_table_ent *e) {
@@ -138,8 +151,12 @@ static void ck_var(struct ck *c, pdshm_off_t x, pdshm_off_t v, const struct pdsh
              e->key[1] != key[1]))
     ck_say(c, "variable \"%s\": its index entry does not match its name", nm->s);
   if (r->label) ck_name(c, r->label, "label");
-  ck_part(c, r->readers, PDSHM_T_OPLIST, "readers list");
-  ck_part(c, r->writers, PDSHM_T_OPLIST, "writers list");
+  ck_oplist(c, r->readers, "readers list");
+  ck_oplist(c, r->writers, "writers list");
+  if (r->vtype == PDSHM_V_TENSOR &&
+      ((r->dtype_ndim >> 32) > PDSHM_NDIM_MAX || (uint32_t)r->dtype_ndim > PDSHM_F64))
+    ck_say(c, "variable %#llx: dtype %u with %u dims", (unsigned long long)v,
+           (unsigned)(uint32_t)r->dtype_ndim, (unsigned)(r->dtype_ndim >> 32));
   if (r->vtype == PDSHM_V_TENSOR) {
     struct ck_blk *t = ck_want(c, r->buf, PDSHM_T_TENSOR, 0, "tensor buffer");
     if (t) t->reached = 1;
@@ -241,6 +258,27 @@ static void ck_slots(struct ck *c) {
   }
 }
 
+/* Every published lock-table entry guards a live object of its kind that
+ * names it as its lock. */
+static void ck_locks(struct ck *c) {
+  for (uint32_t i = PDSHM_LOCK_FIXED; i < c->seg->hdr->max_locks; i++) {
+    const struct pdshm_lock *l = pdshm__lockent(c->seg, i);
+    if (atomic_load(&l->alloc) != PDSHM_LOCK_PUBLISHED) continue;
+    bool scope = l->kind == PDSHM_LK_SCOPE, var = l->kind == PDSHM_LK_VAR;
+    struct ck_blk *b = scope || var ? ck_find(c, l->guards) : NULL;
+    uint64_t named = UINT64_MAX;
+    if (b && b->state == PDSHM_BLK_USED && scope && b->type == PDSHM_T_SCOPE &&
+        b->size - PDSHM_BLK_HDR >= sizeof(struct pdshm_scope_rec))
+      named = pdshm__scope_at(c->seg, b->off)->lock;
+    if (b && b->state == PDSHM_BLK_USED && var && b->type == PDSHM_T_VAR &&
+        b->size - PDSHM_BLK_HDR >= sizeof(struct pdshm_var_rec))
+      named = pdshm__var_at(c->seg, b->off)->lock;
+    if (named != i)
+      ck_say(c, "lock %u (kind %u) guards %#llx, which does not use it", i, l->kind,
+             (unsigned long long)l->guards);
+  }
+}
+
 static void ck_leaks(struct ck *c) {
   for (size_t i = 0; i < c->n; i++) {
     struct ck_blk *b = &c->b[i];
@@ -268,6 +306,7 @@ static void ck_model(struct ck *c) {
   for (size_t i = 0; i < c->n; i++)
     if (c->b[i].state == PDSHM_BLK_USED && c->b[i].type == PDSHM_T_SCOPE && !c->b[i].owner)
       ck_scope(c, &c->b[i]);
+  ck_locks(c);
   ck_leaks(c);
 }
 

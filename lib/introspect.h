@@ -13,8 +13,9 @@
  *  3. A walk that meets something inconsistent is retried a bounded number of
  *     times (PDSHM_INSPECT_TRIES: a writer may have been half way), then
  *     answered with PDSHM_EBADSEG.
- *  4. Memory allocated for an answer is bounded by the mapping's size, never
- *     by a count read from the segment.
+ *  4. Memory allocated for an answer is sized by what the walk found (at most
+ *     a few times the bytes of the records it describes, so a small multiple
+ *     of the mapping's size), never by a count read from the segment.
  */
 #ifndef PDSHM_INTROSPECT_H
 #define PDSHM_INTROSPECT_H
@@ -43,5 +44,51 @@ bool pdshm__locks_sane(const pdshm_seg *seg);
 /* The payload at `off` when it starts a USED block of `type` at least
  * `bytes` long inside the arena, else NULL. */
 const void *pdshm__payload_at(const pdshm_seg *seg, pdshm_off_t off, unsigned type, size_t bytes);
+
+/* Runs once(arg) until it returns anything but EBADSEG, at most
+ * PDSHM_INSPECT_TRIES times (inv. 3), yielding between tries. */
+int pdshm__inspect_retry(int (*once)(void *arg), void *arg);
+
+/* ---- introspect_snap.c: the blocks of the arena at one instant ---------------- */
+struct pdshm_snap_blk {
+  pdshm_off_t off;         /* payload                                         */
+  uint64_t size;           /* of the block, header included                   */
+  uint16_t type, owner;    /* as the block header said                        */
+  uint8_t state;           /* PDSHM_BLK_*                                     */
+};
+struct pdshm_snap {
+  const pdshm_seg *seg;
+  struct pdshm_snap_blk *b; /* in chain order (so sorted by offset)            */
+  size_t n, cap;
+};
+/* One walk of the chain (pdshm__walk_blocks); 0, ENOMEM, EBADSEG.  Its memory
+ * grows with the blocks found, so with the mapping's size (inv. 4). */
+int pdshm__snap_take(const pdshm_seg *seg, struct pdshm_snap *s);
+void pdshm__snap_free(struct pdshm_snap *s);
+/* The block whose payload starts at off, or NULL. */
+const struct pdshm_snap_blk *pdshm__snap_find(const struct pdshm_snap *s, pdshm_off_t off);
+/* The payload at off if the snapshot has a USED block of that type there
+ * with at least `need` payload bytes (and it still is one), else NULL. */
+const void *pdshm__snap_want(const struct pdshm_snap *s, pdshm_off_t off, unsigned type,
+                             size_t need);
+/* Block bytes of the block at off (0 when none, or off is 0). */
+uint64_t pdshm__snap_bytes(const struct pdshm_snap *s, pdshm_off_t off);
+/* Copies the NAME block at off into buf (PDSHM_NAME_MAX + 1 bytes); 0 or
+ * EBADSEG. */
+int pdshm__snap_name(const struct pdshm_snap *s, pdshm_off_t off, char *buf);
+/* Is b a published (owner 0) USED block of that type? */
+static inline bool pdshm__snap_published(const struct pdshm_snap_blk *b, unsigned type) {
+  return b->type == type && b->state == PDSHM_BLK_USED && !b->owner;
+}
+/* How many such blocks the snapshot has. */
+size_t pdshm__snap_count(const struct pdshm_snap *s, unsigned type);
+/* The published scope record with that id (0: the root), or NULL. */
+const struct pdshm_scope_rec *pdshm__snap_scope(const struct pdshm_snap *s, uint64_t id,
+                                                pdshm_off_t *off);
+
+/* ---- introspect_vars.c ------------------------------------------------------- */
+/* Block bytes of variable v (record r) and of everything it owns. */
+uint64_t pdshm__inspect_var_bytes(const struct pdshm_snap *s, pdshm_off_t v,
+                                  const struct pdshm_var_rec *r);
 
 #endif /* PDSHM_INTROSPECT_H */
