@@ -14,6 +14,7 @@
 
 #include "pdshm.h"
 #include "layout.h"
+#include "crashpoint.h"
 
 #define PDSHM_NOSLOT UINT32_MAX
 

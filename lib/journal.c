@@ -50,7 +50,9 @@ int pdshm__j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uin
   atomic_store_explicit(&j->lock, lock, memory_order_relaxed);
   int rc = pdshm__lock(seg, lock);
   if (rc) return rc;
+  PDSHM_CRASHPOINT("j.locked");
   jrn_arm(j, op);
+  PDSHM_CRASHPOINT("j.armed");
   return 0;
 }
 
@@ -62,6 +64,7 @@ void pdshm__j_begin_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t l
   assert(atomic_load(&j->state) == PDSHM_J_IDLE);
   atomic_store_explicit(&j->lock, lock, memory_order_relaxed);
   jrn_arm(j, op);
+  PDSHM_CRASHPOINT("j.armed");
 }
 
 /* newb entries are 16-aligned; bit 0 marks a block the slot keeps owning
@@ -76,9 +79,11 @@ static int jrn_alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, un
   assert(j->nnew < PDSHM_J_BLOCKS);
   int rc = pdshm__alloc(seg, ln, bytes, type, payload);
   if (rc) return rc;
+  PDSHM_CRASHPOINT("j.alloc.unrecorded");
   j->newb[j->nnew] = *payload | keep;
   atomic_thread_fence(memory_order_release); /* entry before count */
   j->nnew++;
+  PDSHM_CRASHPOINT("j.alloc.recorded");
   return 0;
 }
 
@@ -98,6 +103,7 @@ void pdshm__j_set(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uin
   j->redo[j->nredo] = (struct pdshm_redo){.at = at, .val = val};
   atomic_thread_fence(memory_order_release);
   j->nredo++;
+  PDSHM_CRASHPOINT("j.set");
 }
 
 void pdshm__j_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload) {
@@ -109,7 +115,9 @@ void pdshm__j_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payl
   j->oldb[j->nold] = payload | keep;
   atomic_thread_fence(memory_order_release);
   j->nold++;
+  PDSHM_CRASHPOINT("j.retire.unmarked");
   pdshm__blk(seg, payload)->owner = ln->tag;
+  PDSHM_CRASHPOINT("j.retire.marked");
 }
 
 void pdshm__j_seq(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t seq) {
@@ -148,32 +156,47 @@ static void jrn_apply(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
     if (!(v & 1)) atomic_store_explicit(seq, v + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release); /* odd before the stores */
   }
-  for (uint32_t i = 0; i < nredo; i++)
+  for (uint32_t i = 0; i < nredo; i++) {
     atomic_store_explicit(jrn_word(seg, j->redo[i].at), j->redo[i].val, memory_order_release);
+    PDSHM_CRASHPOINT("j.apply.store");
+  }
   jrn_seq_even(seg, j);
   for (uint32_t i = 0; i < j->nnew && i < PDSHM_J_BLOCKS; i++)
-    if (!(j->newb[i] & JRN_KEEP) && jrn_marked(seg, j->newb[i], tag))
+    if (!(j->newb[i] & JRN_KEEP) && jrn_marked(seg, j->newb[i], tag)) {
       pdshm__blk(seg, j->newb[i])->owner = 0;
+      PDSHM_CRASHPOINT("j.apply.publish");
+    }
   for (uint32_t i = 0; i < j->nold && i < PDSHM_J_BLOCKS; i++)
-    if (jrn_marked(seg, jrn_off(j->oldb[i]), tag)) pdshm__free(seg, ln, jrn_off(j->oldb[i]));
+    if (jrn_marked(seg, jrn_off(j->oldb[i]), tag)) {
+      pdshm__free(seg, ln, jrn_off(j->oldb[i]));
+      PDSHM_CRASHPOINT("j.apply.free");
+    }
 }
 
 /* Invariant 2. */
 static void jrn_rollback(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
                          struct pdshm_lane_ctx *ln) {
   for (uint32_t i = 0; i < j->nnew && i < PDSHM_J_BLOCKS; i++)
-    if (jrn_marked(seg, jrn_off(j->newb[i]), tag)) pdshm__free(seg, ln, jrn_off(j->newb[i]));
+    if (jrn_marked(seg, jrn_off(j->newb[i]), tag)) {
+      pdshm__free(seg, ln, jrn_off(j->newb[i]));
+      PDSHM_CRASHPOINT("j.rollback.free");
+    }
   for (uint32_t i = 0; i < j->nold && i < PDSHM_J_BLOCKS; i++)
-    if (!(j->oldb[i] & JRN_KEEP) && jrn_marked(seg, j->oldb[i], tag))
+    if (!(j->oldb[i] & JRN_KEEP) && jrn_marked(seg, j->oldb[i], tag)) {
       pdshm__blk(seg, j->oldb[i])->owner = 0;
+      PDSHM_CRASHPOINT("j.rollback.unmark");
+    }
   jrn_seq_even(seg, j);
 }
 
 void pdshm__j_commit(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_journal *j = jrn(ln);
+  PDSHM_CRASHPOINT("j.commit.before");
   atomic_store_explicit(&j->state, PDSHM_J_COMMIT, memory_order_release); /* commit point */
+  PDSHM_CRASHPOINT("j.commit.after");
   jrn_apply(seg, j, ln->tag, ln->direct ? NULL : ln);
   atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
+  PDSHM_CRASHPOINT("j.idle");
   pdshm__unlock(seg, atomic_load_explicit(&j->lock, memory_order_relaxed));
 }
 
@@ -181,6 +204,7 @@ void pdshm__j_abort(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_journal *j = jrn(ln);
   jrn_rollback(seg, j, ln->tag, ln->direct ? NULL : ln);
   atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
+  PDSHM_CRASHPOINT("j.idle");
   pdshm__unlock(seg, atomic_load_explicit(&j->lock, memory_order_relaxed));
 }
 
@@ -213,6 +237,7 @@ static int jrn_repair_one(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag)
     jrn_apply(seg, j, tag, NULL);
   else
     jrn_rollback(seg, j, tag, NULL);
+  PDSHM_CRASHPOINT("j.repair.done");
   atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
   return 0;
 }

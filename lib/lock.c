@@ -58,6 +58,7 @@ static int lock_repair(pdshm_seg *seg, uint32_t i) {
 
 static int lock_recover(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l) {
   l->owner_died++;
+  PDSHM_CRASHPOINT("lock.recover.begin");
   int rc = lock_repair(seg, i);
   if (rc) {
     pdshm__poison(seg, "repair after a holder's death failed");
@@ -65,6 +66,7 @@ static int lock_recover(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l) {
     pthread_mutex_unlock(&l->mutex); /* without consistent: unrecoverable */
     return PDSHM_ENOTRECOVERABLE;
   }
+  PDSHM_CRASHPOINT("lock.recover.repaired");
   pthread_mutex_consistent(&l->mutex);
   return 0;
 }
@@ -141,6 +143,7 @@ int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_
     uint64_t expected = PDSHM_LOCK_AVAILABLE;
     if (atomic_load_explicit(&l->alloc, memory_order_relaxed) != expected) continue;
     if (!atomic_compare_exchange_strong(&l->alloc, &expected, seg->owner_tag)) continue;
+    PDSHM_CRASHPOINT("lock.claimed");
     l->kind = kind;
     l->guards = guards;
     atomic_store_explicit(&lock_hint, i, memory_order_relaxed);

@@ -110,6 +110,7 @@ PDSHM_API int pdshm_tensor_resize(pdshm_var *v, pdshm_dtype dt, int ndim, const 
     else pdshm__j_commit(seg, ln);
   }
   pdshm__lane_put(ln);
+  PDSHM_CRASHPOINT("tensor.resize.committed");
   /* The version is also bumped by exclusive unlocks, under another lock: an
    * atomic add, after the commit (a death in between loses only the bump). */
   if (!rc) atomic_fetch_add_explicit(&r->version, 1, memory_order_release);

@@ -116,6 +116,7 @@ PDSHM_API int pdshm_var_new(pdshm_scope *s, pdshm_var **out) {
     int rc = s ? pdshm__seg_writable(s->seg) : pdshm__fail(PDSHM_EINVAL, "NULL scope handle");
     if (rc) return rc;
     uint64_t n = atomic_fetch_add_explicit(&s->seg->hdr->name_counter, 1, memory_order_relaxed);
+    PDSHM_CRASHPOINT("var.new.counted");
     snprintf(name, sizeof name, VAR_GEN_PREFIX "%llu", (unsigned long long)n);
     rc = var_make(s, name, VAR_CREATE, out);
     if (rc != PDSHM_EEXIST) return rc;
@@ -196,14 +197,19 @@ void pdshm__var_free_unreachable(pdshm_seg *seg, struct pdshm_lane_ctx *ln,
   unsigned n = pdshm__var_blocks(seg, v, blocks);
   /* Marked first: if we die after clearing the entry, the reaper's sweep
    * frees what is marked; before clearing, it redoes all of this. */
-  for (unsigned i = 0; i < n; i++) pdshm__blk(seg, blocks[i])->owner = ln->tag;
+  for (unsigned i = 0; i < n; i++) {
+    pdshm__blk(seg, blocks[i])->owner = ln->tag;
+    PDSHM_CRASHPOINT("var.free.mark");
+  }
   const struct pdshm_var_rec *r = pdshm__var_at(seg, v);
   if (r->lock) {
     struct pdshm_lock *l = pdshm__lockent(seg, (uint32_t)r->lock);
     uint64_t pub = PDSHM_LOCK_PUBLISHED;
     if (l->guards == v) atomic_compare_exchange_strong(&l->alloc, &pub, PDSHM_LOCK_AVAILABLE);
+    PDSHM_CRASHPOINT("var.free.lock");
   }
   atomic_store_explicit((_Atomic uint64_t *)&e->var, 0, memory_order_release);
+  PDSHM_CRASHPOINT("var.free.cleared");
   for (unsigned i = 0; i < n; i++) pdshm__free(seg, ln->direct ? NULL : ln, blocks[i]);
 }
 

@@ -73,6 +73,7 @@ static int vl_entry(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t *out) {
   uint32_t lk;
   int rc = pdshm__lock_claim(seg, PDSHM_LK_VAR, r->self, &lk);
   if (rc) return rc;
+  PDSHM_CRASHPOINT("varlock.entry.claimed");
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
   rc = pdshm__j_begin(seg, ln, pdshm__scope_at(seg, r->scope)->lock, PDSHM_OP_VARLOCK);
   bool first = !rc && !r->lock;
@@ -140,9 +141,11 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk) {
     if (rc) return rc;
     if (!r->lk_readers) {
       r->lk_wwait = 0;
+      PDSHM_CRASHPOINT("varlock.excl.held");
       return 0;
     }
     r->lk_wwait = 1;
+    PDSHM_CRASHPOINT("varlock.excl.waiting");
     pdshm__unlock(seg, lk);
     uint64_t now = pdshm__now_ns(CLOCK_MONOTONIC);
     if (now >= next_reap) { /* invariant 3: a dead reader may be what we wait for */
@@ -194,6 +197,7 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
   uint32_t lk = (uint32_t)r->lock;
   if (held->excl) {
     atomic_fetch_add_explicit(&r->version, 1, memory_order_release);
+    PDSHM_CRASHPOINT("varlock.excl.bumped");
     pdshm__unlock(seg, lk);
   } else {
     struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);

@@ -1,0 +1,479 @@
+/* test_crash.c - every mutating operation killed at every crash window.
+ *
+ * For each operation: a fresh segment holds a committed world (named scopes,
+ * tensors, labels, operator lists, variable locks, an anonymous scope this
+ * process holds); a child attaches, prepares (not counted), runs the
+ * operation with the crash points counting, and dies.  A first run counts
+ * the windows the operation passes (N) and gives the state after it; then
+ * for every k in 1..N a child dies at window k.  After each death this
+ * process reaps, requires pdshm_check to pass with an empty report, every
+ * slot and lock to be free, and the model (scopes, variables, names, labels,
+ * operator lists, tensor shapes and bytes, refs, `used`) to be one of the
+ * states the operation may leave: before it, after it, or, for operations
+ * made of several atomic steps, between two of them (the steps' boundary
+ * crash point names them).  Reapers are killed at each of their windows too.
+ */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "crashsnap.h"
+#include "model_int.h"
+#include "testutil.h"
+
+#define SEG_SIZE (2u << 20)
+#define MAX_REFS 64
+
+static char g_name[PDSHM_SEG_NAME_MAX + 1];
+static uint64_t g_points; /* (op, k) crash points exercised by this test */
+
+static void setup(void) { snprintf(g_name, sizeof g_name, "%s", tu_name("crash")); }
+static void teardown(void) { tu_cleanup(); }
+
+/* ---- the committed world ---------------------------------------------------------- */
+
+static void fill(pdshm_var *v, unsigned seed) {
+  uint8_t *p = pdshm_tensor_data(v);
+  for (size_t i = 0; i < pdshm_tensor_nbytes(v); i++) p[i] = (uint8_t)(i * 31 + seed);
+}
+
+static pdshm_var *tensor(pdshm_scope *s, const char *name, pdshm_dtype dt, int ndim,
+                         const int64_t *dims) {
+  pdshm_var *v;
+  ck_assert_int_eq(pdshm_var_create(s, name, &v), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(v, dt, ndim, dims), 0);
+  fill(v, (unsigned)strlen(name));
+  return v;
+}
+
+static void kid(pdshm_scope *p, const char *name, const char *var, int64_t elems) {
+  pdshm_scope *s;
+  ck_assert_int_eq(pdshm_scope_new(p, name, &s), 0);
+  if (var) tensor(s, var, PDSHM_F32, 1, &elems);
+  ck_assert_int_eq(pdshm_scope_release(s), 0);
+}
+
+/* root/params {w, b, e, big, lk} with kids fc, sub/deep and one anonymous
+ * scope this process holds; root/full with five variables (its index grows
+ * at the next one). */
+static pdshm_seg *world(void) {
+  pdshm_options o = {.size = SEG_SIZE, .max_procs = 8};
+  pdshm_seg *seg = tu_create_opts(g_name, &o);
+  pdshm_scope *root, *params, *anon, *full, *sub;
+  ck_assert_int_eq(pdshm_root(seg, &root), 0);
+  ck_assert_int_eq(pdshm_scope_new(root, "params", &params), 0);
+  pdshm_var *w = tensor(params, "w", PDSHM_F32, 2, (int64_t[]){32, 32}), *v;
+  ck_assert_int_eq(pdshm_var_set_label(w, "parameter"), 0);
+  ck_assert_int_eq(pdshm_var_add_reader(w, "fc"), 0);
+  ck_assert_int_eq(pdshm_var_add_writer(w, "sgd"), 0);
+  ck_assert_int_eq(pdshm_var_lock(w, 1), 0);
+  ck_assert_int_eq(pdshm_var_unlock(w), 0);
+  tensor(params, "b", PDSHM_F32, 1, (int64_t[]){32});
+  ck_assert_int_eq(pdshm_var_create(params, "e", &v), 0);
+  tensor(params, "big", PDSHM_U8, 1, (int64_t[]){320 << 10});
+  v = tensor(params, "lk", PDSHM_I64, 1, (int64_t[]){8});
+  ck_assert_int_eq(pdshm_var_lock(v, 0), 0);
+  ck_assert_int_eq(pdshm_var_unlock(v), 0);
+  kid(params, "fc", "w2", 16384);
+  ck_assert_int_eq(pdshm_scope_new(params, "sub", &sub), 0);
+  tensor(sub, "s", PDSHM_F64, 1, (int64_t[]){100});
+  kid(sub, "deep", "d", 1000);
+  ck_assert_int_eq(pdshm_scope_release(sub), 0);
+  ck_assert_int_eq(pdshm_scope_new(params, NULL, &anon), 0);
+  tensor(anon, "tmp", PDSHM_U8, 1, (int64_t[]){256});
+  ck_assert_int_eq(pdshm_scope_new(root, "full", &full), 0);
+  for (int i = 0; i < 5; i++) {
+    char n[8];
+    snprintf(n, sizeof n, "a%d", i);
+    ck_assert_int_eq(pdshm_var_create(full, n, &v), 0);
+  }
+  ck_assert_int_eq(pdshm_scope_release(full), 0);
+  return seg; /* root, params and anon stay held until detach */
+}
+
+/* ---- operations, as the child runs them --------------------------------------------- */
+
+struct cx {
+  pdshm_seg *seg;
+  pdshm_scope *root, *params, *s;
+  pdshm_var *v;
+};
+
+static int open_params(struct cx *c) {
+  return pdshm_root(c->seg, &c->root) || pdshm_scope_open(c->seg, "params", &c->params);
+}
+static int prep_var(struct cx *c, const char *name) {
+  if (open_params(c)) return 1;
+  c->v = pdshm_find_local_var(c->params, name);
+  return !c->v;
+}
+static int prep_w(struct cx *c) { return prep_var(c, "w"); }
+static int prep_b(struct cx *c) { return prep_var(c, "b"); }
+static int prep_e(struct cx *c) { return prep_var(c, "e"); }
+static int prep_lk(struct cx *c) { return prep_var(c, "lk"); }
+
+/* A local scope with three tensors, a label and operator lists. */
+static int prep_local(struct cx *c) {
+  pdshm_var *v;
+  if (open_params(c) || pdshm_scope_new(c->params, NULL, &c->s)) return 1;
+  for (int i = 0; i < 3; i++) {
+    const char *n[] = {"x", "y", "z"};
+    int64_t d = (int64_t[]){16, 4096, 65536}[i];
+    if (pdshm_var_create(c->s, n[i], &v) || pdshm_tensor_resize(v, PDSHM_F32, 1, &d)) return 1;
+  }
+  return pdshm_var_set_label(v, "input") || pdshm_var_add_reader(v, "mul");
+}
+
+/* A local scope whose parent is another local scope only it keeps alive. */
+static int prep_chain(struct cx *c) {
+  pdshm_scope *a;
+  pdshm_var *v;
+  int64_t d = 1024;
+  if (open_params(c) || pdshm_scope_new(c->params, NULL, &a) ||
+      pdshm_scope_new(a, NULL, &c->s) || pdshm_var_get(a, "va", &v) ||
+      pdshm_tensor_resize(v, PDSHM_U8, 1, &d) || pdshm_var_get(c->s, "vb", &v))
+    return 1;
+  return pdshm_scope_release(a);
+}
+
+/* big's 320 KiB freed (more than the retain budget of a 2 MiB segment): its pages are given back, and e's resize below carves
+ * from a block whose pages must be reserved again. */
+static int prep_holey(struct cx *c) {
+  pdshm_var *big;
+  int64_t one = 1;
+  if (prep_e(c) || !(big = pdshm_find_local_var(c->params, "big"))) return 1;
+  return pdshm_tensor_resize(big, PDSHM_U8, 1, &one);
+}
+
+static int run_new_named(struct cx *c) { return pdshm_scope_new(c->params, "fresh", &c->s); }
+static int run_new_anon(struct cx *c) {
+  pdshm_var *v;
+  int64_t d = 512;
+  return pdshm_scope_new(c->params, NULL, &c->s) || pdshm_var_get(c->s, "t", &v) ||
+         pdshm_tensor_resize(v, PDSHM_F32, 1, &d);
+}
+static int run_release(struct cx *c) { return pdshm_scope_release(c->s); }
+static int run_handles(struct cx *c) {
+  pdshm_scope *a, *b, *d;
+  return pdshm_scope_dup(c->params, &a) || pdshm_scope_parent(c->params, &b) ||
+         pdshm_scope_open(c->seg, "params/sub/deep", &d) || pdshm_scope_release(a) ||
+         pdshm_scope_release(b) || pdshm_scope_release(d);
+}
+static int run_unlink(struct cx *c) { return pdshm_scope_unlink(c->params, "sub"); }
+static int run_drop_kids(struct cx *c) { return pdshm_scope_drop_kids(c->params); }
+static int run_get(struct cx *c) { return pdshm_var_get(c->params, "fresh", &c->v); }
+static int run_create(struct cx *c) { return pdshm_var_create(c->params, "made", &c->v); }
+static int run_var_new(struct cx *c) { return pdshm_var_new(c->params, &c->v); }
+static int run_grow(struct cx *c) {
+  pdshm_scope *full;
+  return pdshm_scope_open(c->seg, "full", &full) || pdshm_var_get(full, "a5", &c->v);
+}
+static int run_erase(struct cx *c) { return pdshm_var_erase(c->params, "w"); }
+static int run_rename(struct cx *c) { return pdshm_var_rename(c->params, "w", "w.renamed"); }
+static int run_label_new(struct cx *c) { return pdshm_var_set_label(c->v, "input"); }
+static int run_label_swap(struct cx *c) { return pdshm_var_set_label(c->v, "objective"); }
+static int run_label_clear(struct cx *c) { return pdshm_var_set_label(c->v, NULL); }
+static int run_reader(struct cx *c) { return pdshm_var_add_reader(c->v, "matmul"); }
+static int run_writer(struct cx *c) { return pdshm_var_add_writer(c->v, "adam"); }
+static int run_resize_grow(struct cx *c) {
+  return pdshm_tensor_resize(c->v, PDSHM_F32, 2, (int64_t[]){64, 64});
+}
+static int run_resize_same(struct cx *c) {
+  return pdshm_tensor_resize(c->v, PDSHM_I32, 2, (int64_t[]){64, 16});
+}
+static int run_resize_zero(struct cx *c) {
+  return pdshm_tensor_resize(c->v, PDSHM_F32, 2, (int64_t[]){0, 7});
+}
+static int run_resize_large(struct cx *c) {
+  return pdshm_tensor_resize(c->v, PDSHM_U8, 1, (int64_t[]){300 << 10});
+}
+static int run_lock_excl(struct cx *c) { return pdshm_var_lock(c->v, 1) || pdshm_var_unlock(c->v); }
+static int run_lock_shared(struct cx *c) {
+  return pdshm_var_lock(c->v, 0) || pdshm_var_unlock(c->v);
+}
+static int run_hold_excl(struct cx *c) { return pdshm_var_lock(c->v, 1); }
+static int run_hold_shared(struct cx *c) { return pdshm_var_lock(c->v, 0); }
+static int run_unique(struct cx *c) {
+  char buf[64];
+  return pdshm_unique_name(c->seg, "step", buf, sizeof buf);
+}
+static int run_detach(struct cx *c) { return pdshm_detach(c->seg); }
+static int run_attach(struct cx *c) { return 0; } /* the attach itself, armed first */
+
+/* The allocator on its own: every size class path, cache refills and
+ * drains, a large block, a punched one reserved again. */
+static int run_heap(struct cx *c) {
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(c->seg);
+  pdshm_off_t p[48];
+  int rc = 0;
+  for (int i = 0; i < 48 && !rc; i++) {
+    size_t n = i % 12 == 11 ? (size_t)(200u << 10) : (size_t)(24u << (i % 12));
+    rc = pdshm__alloc(c->seg, ln, n, PDSHM_T_RAW, &p[i]);
+  }
+  for (int i = 0; i < 48 && !rc; i += 2) pdshm__free(c->seg, ln, p[i]);
+  if (!rc) pdshm__cache_flush(c->seg, ln);
+  for (int i = 1; i < 48 && !rc; i += 2) pdshm__free(c->seg, ln, p[i]);
+  pdshm__lane_put(ln);
+  return rc;
+}
+
+struct op {
+  const char *name;
+  int (*prep)(struct cx *);  /* in the child, before counting; NULL: none */
+  int (*run)(struct cx *);   /* the operation                            */
+  const char *boundary;      /* crash point between its atomic steps     */
+  bool arm_first;            /* count from before the attach             */
+};
+
+static const struct op ops[] = {
+    {"attach", NULL, run_attach, NULL, true},
+    {"detach", prep_local, run_detach, NULL, false},
+    {"heap", NULL, run_heap, NULL, false},
+    {"scope_new_named", open_params, run_new_named, NULL, false},
+    {"scope_new_anon", open_params, run_new_anon, NULL, false},
+    {"scope_release", prep_local, run_release, NULL, false},
+    {"scope_release_cascade", prep_chain, run_release, NULL, false},
+    {"scope_handles", open_params, run_handles, NULL, false},
+    {"scope_unlink", open_params, run_unlink, NULL, false},
+    {"scope_drop_kids", open_params, run_drop_kids, "scope.drop_kids.one", false},
+    {"var_get", open_params, run_get, NULL, false},
+    {"var_create", open_params, run_create, NULL, false},
+    {"var_new", open_params, run_var_new, NULL, false},
+    {"var_get_grows_index", open_params, run_grow, NULL, false},
+    {"var_erase", open_params, run_erase, NULL, false},
+    {"var_rename", open_params, run_rename, NULL, false},
+    {"set_label_new", prep_e, run_label_new, NULL, false},
+    {"set_label_replace", prep_w, run_label_swap, NULL, false},
+    {"set_label_clear", prep_w, run_label_clear, NULL, false},
+    {"add_reader", prep_w, run_reader, NULL, false},
+    {"add_writer", prep_w, run_writer, NULL, false},
+    {"resize_grow", prep_b, run_resize_grow, NULL, false},
+    {"resize_in_place", prep_w, run_resize_same, NULL, false},
+    {"resize_to_zero", prep_w, run_resize_zero, NULL, false},
+    {"resize_large", prep_e, run_resize_large, NULL, false},
+    {"resize_reserve_again", prep_holey, run_resize_large, NULL, false},
+    {"var_lock_first", prep_e, run_lock_excl, NULL, false},
+    {"var_lock_exclusive", prep_lk, run_lock_excl, NULL, false},
+    {"var_lock_shared", prep_lk, run_lock_shared, NULL, false},
+    {"var_lock_die_exclusive", prep_lk, run_hold_excl, NULL, false},
+    {"var_lock_die_shared", prep_lk, run_hold_shared, NULL, false},
+    {"unique_name", NULL, run_unique, NULL, false},
+};
+#define NOPS (sizeof ops / sizeof ops[0])
+
+/* ---- one child --------------------------------------------------------------------- */
+
+/* Where the child is once prepared: a preparation that changes committed
+ * state (prep_holey) makes that state one the operation may leave too. */
+static const char PREPARED[] = "test.prepared";
+
+struct plan {
+  const struct op *op;
+  uint64_t k;            /* die at this hit (0: run to the end)           */
+  const char *point;     /* count only this point's hits                  */
+  int fd;                /* the child reports its hit count here          */
+};
+
+/* In the child: attach, prepare, run armed; a finished run reports its hits
+ * and dies anyway, so that every state is seen after a death and a reap. */
+static int child_main(void *arg) {
+  const struct plan *pl = arg;
+  struct cx c = {0};
+  if (pl->op->arm_first || pl->point == PREPARED) pdshm__crash_arm(pl->k, pl->point);
+  if (pdshm_attach(g_name, NULL, &c.seg)) return 10;
+  if (pl->op->prep && pl->op->prep(&c)) return 11;
+  pdshm__crashpoint(PREPARED);
+  if (!pl->op->arm_first) pdshm__crash_arm(pl->k, pl->point);
+  if (pl->op->run(&c)) return 12;
+  uint64_t hits = pdshm__crash_hits(); /* the names are read before any other hit */
+  if (write(pl->fd, &hits, sizeof hits) != sizeof hits) return 13;
+  for (uint64_t i = 1; i <= hits; i++) {
+    const char *n = pdshm__crash_name(i);
+    char line[64] = {0};
+    snprintf(line, sizeof line, "%s", n ? n : "?");
+    if (write(pl->fd, line, sizeof line) != sizeof line) return 14;
+  }
+  raise(SIGKILL);
+  return 15;
+}
+
+struct outcome {
+  char *before, *after;  /* the model before the child ran, and after      */
+  uint64_t hits;         /* when the child ran to the end                   */
+  char (*names)[64];     /* the point of each hit (counting run)            */
+  bool finished;         /* the child reached the end of the operation      */
+};
+
+static void outcome_free(struct outcome *o) {
+  free(o->before);
+  free(o->after);
+  free(o->names);
+  memset(o, 0, sizeof *o);
+}
+
+static void read_report(int fd, struct outcome *o) {
+  uint64_t hits;
+  if (read(fd, &hits, sizeof hits) != sizeof hits) return;
+  o->finished = true;
+  o->hits = hits;
+  o->names = calloc(hits + 1, sizeof *o->names);
+  for (uint64_t i = 0; i < hits; i++)
+    if (read(fd, o->names[i], sizeof o->names[i]) != sizeof o->names[i]) break;
+}
+
+/* A fresh world, one child run by `pl`, then reap and verify: the returned
+ * outcome's `after` is the model once the dead child has been reaped. */
+static struct outcome run_child(const struct op *op, uint64_t k, const char *point,
+                                const struct op *second, uint64_t k2) {
+  struct outcome o = {0};
+  pdshm_seg *seg = world();
+  o.before = snap_model(seg, 0, true);
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  struct plan pl = {.op = op, .k = k, .point = point, .fd = fds[1]};
+  pid_t pid = tu_spawn(child_main, &pl);
+  close(fds[1]);
+  read_report(fds[0], &o);
+  close(fds[0]);
+  int st = tu_wait(pid);
+  ck_assert_msg(st == 128 + SIGKILL, "%s k=%llu: the child ended with %d", op->name,
+                (unsigned long long)k, st);
+  if (second) { /* a reaper, killed at its window k2 */
+    struct plan p2 = {.op = second, .k = k2, .fd = -1};
+    int st2 = tu_wait(tu_spawn(child_main, &p2));
+    ck_assert_msg(st2 == 128 + SIGKILL, "reaper k=%llu ended with %d", (unsigned long long)k2,
+                  st2);
+  }
+  char why[1024];
+  int rc = snap_reap_all(seg);
+  ck_assert_msg(rc == 0, "%s k=%llu: reap: %s (%s)", op->name, (unsigned long long)k,
+                pdshm_strerror(rc), pdshm_last_error());
+  ck_assert_msg(!snap_clean(seg, why, sizeof why), "%s k=%llu%s%s: %s", op->name,
+                (unsigned long long)k, point ? " of " : "", point ? point : "", why);
+  o.after = snap_model(seg, 0, true);
+  ck_assert_int_eq(pdshm_detach(seg), 0);
+  ck_assert_int_eq(pdshm_unlink(g_name), 0);
+  return o;
+}
+
+/* ---- the states an operation may leave ---------------------------------------------- */
+
+struct refs {
+  char *s[MAX_REFS];
+  unsigned n;
+};
+
+static void refs_add(struct refs *r, const char *s) {
+  for (unsigned i = 0; i < r->n; i++)
+    if (!strcmp(r->s[i], s)) return;
+  ck_assert_uint_lt(r->n, MAX_REFS);
+  r->s[r->n++] = strdup(s);
+}
+
+static bool refs_has(const struct refs *r, const char *s) {
+  for (unsigned i = 0; i < r->n; i++)
+    if (!strcmp(r->s[i], s)) return true;
+  return false;
+}
+
+static void refs_free(struct refs *r) {
+  for (unsigned i = 0; i < r->n; i++) free(r->s[i]);
+  r->n = 0;
+}
+
+/* The first line where a and b differ, for a failure message. */
+static const char *first_diff(const char *a, const char *b, char *out, size_t cap) {
+  size_t i = 0, line = 0;
+  while (a[i] && a[i] == b[i]) {
+    if (a[i] == '\n') line = i + 1;
+    i++;
+  }
+  const char *e1 = strchr(a + line, '\n'), *e2 = strchr(b + line, '\n');
+  snprintf(out, cap, "got \"%.*s\" where a state has \"%.*s\"",
+           (int)(e1 ? e1 - (a + line) : 80), a + line, (int)(e2 ? e2 - (b + line) : 80),
+           b + line);
+  return out;
+}
+
+/* Counts the op's windows, collects its before/after (and in-between) states. */
+static uint64_t op_count(const struct op *op, struct refs *r, char (**names)[64]) {
+  struct outcome o = run_child(op, 0, NULL, NULL, 0);
+  ck_assert_msg(o.finished, "%s did not finish", op->name);
+  uint64_t n = o.hits;
+  refs_add(r, o.before);
+  refs_add(r, o.after);
+  *names = o.names;
+  o.names = NULL;
+  outcome_free(&o);
+  o = run_child(op, 1, PREPARED, NULL, 0);
+  refs_add(r, o.after);
+  outcome_free(&o);
+  for (uint64_t b = 1; op->boundary; b++) {
+    o = run_child(op, b, op->boundary, NULL, 0);
+    bool done = o.finished;
+    refs_add(r, o.after);
+    outcome_free(&o);
+    if (done) break;
+  }
+  return n;
+}
+
+/* Loops pass the same window many times (a cache refill carves a block per
+ * turn): window k is tried unless the same point between the same
+ * neighbours was tried twice already.  CRASH_ALL=1 tries every k. */
+static bool window_seen(char (*names)[64], uint64_t n, uint64_t k) {
+  if (getenv("CRASH_ALL")) return false;
+  unsigned same = 0;
+  for (uint64_t j = 3; j < k && same < 2; j++) {
+    bool eq = true;
+    for (int d = -2; d <= 1 && eq; d++) {
+      uint64_t a = j + d, b = k + d;
+      eq = (a > n) == (b > n) && (a > n || !strcmp(names[a - 1], names[b - 1]));
+    }
+    same += eq;
+  }
+  return same >= 2;
+}
+
+static void op_all_windows(const struct op *op) {
+  struct refs r = {0};
+  char (*names)[64];
+  uint64_t n = op_count(op, &r, &names), tried = 0;
+  ck_assert_msg(n > 0, "%s passes no crash window", op->name);
+  for (uint64_t k = 1; k <= n; k++) {
+    if (window_seen(names, n, k)) continue;
+    tried++;
+    struct outcome o = run_child(op, k, NULL, NULL, 0);
+    char d[400];
+    ck_assert_msg(!o.finished, "%s k=%llu: finished (the window count moved)", op->name,
+                  (unsigned long long)k);
+    ck_assert_msg(!strcmp(o.before, r.s[0]), "%s: the world is not deterministic", op->name);
+    ck_assert_msg(refs_has(&r, o.after), "%s: died at window %llu (%s): %s", op->name,
+                  (unsigned long long)k, names[k - 1], first_diff(o.after, r.s[0], d, sizeof d));
+    outcome_free(&o);
+    g_points++;
+  }
+  printf("crash: %-24s %3llu windows passed, %3llu tried, %u states accepted\n", op->name,
+         (unsigned long long)n, (unsigned long long)tried, r.n);
+  free(names);
+  refs_free(&r);
+}
+
+/* Check runs each loop iteration as a test of its own. */
+START_TEST(every_window_of_every_op) {
+  op_all_windows(&ops[_i]);
+  printf("crash: %llu (op, k) points\n", (unsigned long long)g_points);
+}
+END_TEST
+
+Suite *crash_suite(void);
+Suite *crash_suite(void) {
+  Suite *s = suite_create("crash");
+  TCase *tc = tu_tcase(s, "windows", 120, setup, teardown);
+  tcase_add_loop_test(tc, every_window_of_every_op, 0, NOPS);
+  return s;
+}
+
+int main(void) { return tu_run(crash_suite()) ? EXIT_FAILURE : EXIT_SUCCESS; }
