@@ -323,39 +323,51 @@ static void read_report(int fd, struct outcome *o) {
     if (read(fd, o->names[i], sizeof o->names[i]) != sizeof o->names[i]) break;
 }
 
-/* A fresh world, one child run by `pl`, then reap and verify: the returned
- * outcome's `after` is the model once the dead child has been reaped. */
-static struct outcome run_child(const struct op *op, uint64_t k, const char *point,
-                                const struct op *second, uint64_t k2) {
-  struct outcome o = {0};
-  pdshm_seg *seg = world();
-  o.before = snap_model(seg, 0, true);
+/* Forks the child of plan pl and waits for its death; its report, when it
+ * ran to the end, goes to o. */
+static void child_run(struct plan pl, struct outcome *o) {
   int fds[2];
   ck_assert_int_eq(pipe(fds), 0);
-  struct plan pl = {.op = op, .k = k, .point = point, .fd = fds[1]};
+  pl.fd = fds[1];
   pid_t pid = tu_spawn(child_main, &pl);
   close(fds[1]);
-  read_report(fds[0], &o);
+  read_report(fds[0], o);
   close(fds[0]);
   int st = tu_wait(pid);
-  ck_assert_msg(st == 128 + SIGKILL, "%s k=%llu: the child ended with %d", op->name,
-                (unsigned long long)k, st);
-  if (second) { /* a reaper, killed at its window k2 */
-    struct plan p2 = {.op = second, .k = k2, .fd = -1};
-    int st2 = tu_wait(tu_spawn(child_main, &p2));
-    ck_assert_msg(st2 == 128 + SIGKILL, "reaper k=%llu ended with %d", (unsigned long long)k2,
-                  st2);
-  }
+  ck_assert_msg(st == 128 + SIGKILL, "%s k=%llu: the child ended with %d", pl.op->name,
+                (unsigned long long)pl.k, st);
+}
+
+/* Reaps what the dead left and verifies the segment is clean. */
+static void reap_verify(pdshm_seg *seg, const char *what, uint64_t k) {
   char why[1024];
   int rc = snap_reap_all(seg);
-  ck_assert_msg(rc == 0, "%s k=%llu: reap: %s (%s)", op->name, (unsigned long long)k,
+  ck_assert_msg(rc == 0, "%s k=%llu: reap: %s (%s)", what, (unsigned long long)k,
                 pdshm_strerror(rc), pdshm_last_error());
-  ck_assert_msg(!snap_clean(seg, why, sizeof why), "%s k=%llu%s%s: %s", op->name,
-                (unsigned long long)k, point ? " of " : "", point ? point : "", why);
+  ck_assert_msg(!snap_clean(seg, why, sizeof why), "%s k=%llu: %s", what,
+                (unsigned long long)k, why);
+}
+
+/* A fresh world, the child of plan a (then, if b is not NULL, the child of
+ * plan b: a reaper), then reap and verify.  The outcome's `after` is the
+ * model once the dead have been reaped; its report is the last child's. */
+static struct outcome run_plans(const struct plan *a, const struct plan *b) {
+  struct outcome o = {0}, ignored = {0};
+  pdshm_seg *seg = world();
+  o.before = snap_model(seg, 0, true);
+  child_run(*a, b ? &ignored : &o);
+  outcome_free(&ignored);
+  if (b) child_run(*b, &o);
+  reap_verify(seg, (b ? b : a)->op->name, (b ? b : a)->k);
   o.after = snap_model(seg, 0, true);
   ck_assert_int_eq(pdshm_detach(seg), 0);
   ck_assert_int_eq(pdshm_unlink(g_name), 0);
   return o;
+}
+
+static struct outcome run_child(const struct op *op, uint64_t k, const char *point) {
+  struct plan pl = {.op = op, .k = k, .point = point};
+  return run_plans(&pl, NULL);
 }
 
 /* ---- the states an operation may leave ---------------------------------------------- */
@@ -399,7 +411,7 @@ static const char *first_diff(const char *a, const char *b, char *out, size_t ca
 
 /* Counts the op's windows, collects its before/after (and in-between) states. */
 static uint64_t op_count(const struct op *op, struct refs *r, char (**names)[64]) {
-  struct outcome o = run_child(op, 0, NULL, NULL, 0);
+  struct outcome o = run_child(op, 0, NULL);
   ck_assert_msg(o.finished, "%s did not finish", op->name);
   uint64_t n = o.hits;
   refs_add(r, o.before);
@@ -407,11 +419,11 @@ static uint64_t op_count(const struct op *op, struct refs *r, char (**names)[64]
   *names = o.names;
   o.names = NULL;
   outcome_free(&o);
-  o = run_child(op, 1, PREPARED, NULL, 0);
+  o = run_child(op, 1, PREPARED);
   refs_add(r, o.after);
   outcome_free(&o);
   for (uint64_t b = 1; op->boundary; b++) {
-    o = run_child(op, b, op->boundary, NULL, 0);
+    o = run_child(op, b, op->boundary);
     bool done = o.finished;
     refs_add(r, o.after);
     outcome_free(&o);
@@ -445,7 +457,7 @@ static void op_all_windows(const struct op *op) {
   for (uint64_t k = 1; k <= n; k++) {
     if (window_seen(names, n, k)) continue;
     tried++;
-    struct outcome o = run_child(op, k, NULL, NULL, 0);
+    struct outcome o = run_child(op, k, NULL);
     char d[400];
     ck_assert_msg(!o.finished, "%s k=%llu: finished (the window count moved)", op->name,
                   (unsigned long long)k);
@@ -461,6 +473,137 @@ static void op_all_windows(const struct op *op) {
   refs_free(&r);
 }
 
+/* ---- reapers killed mid-reap ------------------------------------------------------- */
+
+static int run_reap(struct cx *c) { return pdshm_reap(c->seg, NULL); }
+/* Attaching reaps the dead slot it is about to take: armed from the start. */
+static const struct op reaper = {"reaper", NULL, run_reap, NULL, true};
+
+static const struct op *op_named(const char *name) {
+  for (size_t i = 0; i < NOPS; i++)
+    if (!strcmp(ops[i].name, name)) return &ops[i];
+  ck_abort_msg("no op %s", name);
+  return NULL;
+}
+
+/* Deaths that leave a reaper work of each kind: a destruction half done, an
+ * unlink chain pending, a shared hold, a committed journal not applied, an
+ * armed one, a detach half done. */
+static const struct {
+  const char *op, *point;
+  uint64_t n;
+} dead[] = {
+    {"scope_release", "scope.destroy.unhooked", 1}, {"scope_drop_kids", "scope.drop_kids.one", 1},
+    {"var_lock_die_shared", NULL, 0},               {"resize_large", "j.commit.after", 1},
+    {"scope_new_named", "j.alloc.recorded", 1},     {"detach", "slot.release.holds", 1},
+};
+
+/* A reaper killed at each of its windows leaves work the next reaper
+ * finishes: the result is what one undisturbed reap gives, nothing undone
+ * and nothing done twice. */
+START_TEST(reaper_killed_at_every_window) {
+  struct plan a = {.op = op_named(dead[_i].op), .k = dead[_i].n, .point = dead[_i].point};
+  struct outcome o = run_plans(&a, NULL);
+  char *expect = o.after, d[400];
+  o.after = NULL;
+  outcome_free(&o);
+  struct plan b = {.op = &reaper};
+  o = run_plans(&a, &b);
+  ck_assert_msg(o.finished && !strcmp(o.after, expect), "the reaper's own run differs");
+  uint64_t n = o.hits, tried = 0;
+  char(*names)[64] = o.names;
+  o.names = NULL;
+  outcome_free(&o);
+  for (b.k = 1; b.k <= n; b.k++) {
+    if (window_seen(names, n, b.k)) continue;
+    o = run_plans(&a, &b);
+    ck_assert_msg(!o.finished, "reaper k=%llu finished", (unsigned long long)b.k);
+    ck_assert_msg(!strcmp(o.after, expect), "after %s, a reaper killed at %llu (%s): %s",
+                  dead[_i].op, (unsigned long long)b.k, names[b.k - 1],
+                  first_diff(o.after, expect, d, sizeof d));
+    outcome_free(&o);
+    tried++;
+  }
+  printf("crash: reaper after %-20s %3llu windows passed, %3llu tried\n", dead[_i].op,
+         (unsigned long long)n, (unsigned long long)tried);
+  free(names);
+  free(expect);
+}
+END_TEST
+
+/* ---- lock holders killed ------------------------------------------------------------ */
+
+static double ms_since(uint64_t t0) { return (double)(tu_now_ns() - t0) / 1e6; }
+
+/* A child killed inside the heap lock (a block half split): the next
+ * allocation gets the lock at once and finds the bins rebuilt. */
+START_TEST(heap_lock_holder_killed) {
+  pdshm_seg *seg = world();
+  uint64_t rebuilds = seg->hdr->heap.rebuilds;
+  struct outcome o = {0};
+  child_run((struct plan){.op = op_named("heap"), .k = 1, .point = "heap.carve.tail"}, &o);
+  uint64_t t0 = tu_now_ns();
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
+  pdshm_off_t p;
+  ck_assert_int_eq(pdshm__alloc(seg, ln, 100000, PDSHM_T_RAW, &p), 0);
+  double ms = ms_since(t0);
+  pdshm__free(seg, ln, p);
+  pdshm__lane_put(ln);
+  printf("crash: heap lock of a killed holder taken in %.3f ms\n", ms);
+  ck_assert_double_lt(ms, 100);
+  ck_assert_uint_eq(seg->hdr->heap.rebuilds, rebuilds + 1);
+  reap_verify(seg, "heap lock", 0);
+  ck_assert_int_eq(pdshm_detach(seg), 0);
+}
+END_TEST
+
+/* Killed under a scope's lock with its journal half applied: the next
+ * taker redoes it (the variable is there) before it goes on. */
+START_TEST(scope_lock_holder_killed) {
+  pdshm_seg *seg = world();
+  struct outcome o = {0};
+  child_run((struct plan){.op = op_named("var_get"), .k = 2, .point = "j.apply.store"}, &o);
+  uint64_t t0 = tu_now_ns();
+  pdshm_scope *params;
+  pdshm_var *v;
+  ck_assert_int_eq(pdshm_scope_open(seg, "params", &params), 0);
+  ck_assert_int_eq(pdshm_var_get(params, "after", &v), 0);
+  double ms = ms_since(t0);
+  printf("crash: scope lock of a killed holder taken in %.3f ms\n", ms);
+  ck_assert_double_lt(ms, 100);
+  ck_assert_ptr_nonnull(pdshm_find_local_var(params, "fresh"));
+  ck_assert_uint_eq(pdshm__scope_at(seg, params->rec)->seq % 2, 0);
+  reap_verify(seg, "scope lock", 0);
+  ck_assert_int_eq(pdshm_detach(seg), 0);
+}
+END_TEST
+
+/* An exclusive holder killed: the next exclusive taker gets it at once; a
+ * shared holder killed: once its share is reaped (the waiting writer reaps). */
+START_TEST(var_lock_holders_killed) {
+  const char *ops_held[] = {"var_lock_die_exclusive", "var_lock_die_shared"};
+  for (int i = 0; i < 2; i++) {
+    pdshm_seg *seg = world();
+    struct outcome o = {0};
+    child_run((struct plan){.op = op_named(ops_held[i])}, &o);
+    outcome_free(&o);
+    pdshm_scope *params;
+    ck_assert_int_eq(pdshm_scope_open(seg, "params", &params), 0);
+    pdshm_var *v = pdshm_find_local_var(params, "lk");
+    uint64_t t0 = tu_now_ns();
+    ck_assert_int_eq(pdshm_var_lock(v, 1), 0);
+    double ms = ms_since(t0);
+    ck_assert_int_eq(pdshm_var_unlock(v), 0);
+    printf("crash: variable lock of a killed %s holder taken in %.3f ms\n",
+           i ? "shared" : "exclusive", ms);
+    ck_assert_double_lt(ms, 100);
+    reap_verify(seg, ops_held[i], 0);
+    ck_assert_int_eq(pdshm_detach(seg), 0);
+    ck_assert_int_eq(pdshm_unlink(g_name), 0);
+  }
+}
+END_TEST
+
 /* Check runs each loop iteration as a test of its own. */
 START_TEST(every_window_of_every_op) {
   op_all_windows(&ops[_i]);
@@ -473,6 +616,12 @@ Suite *crash_suite(void) {
   Suite *s = suite_create("crash");
   TCase *tc = tu_tcase(s, "windows", 120, setup, teardown);
   tcase_add_loop_test(tc, every_window_of_every_op, 0, NOPS);
+  tc = tu_tcase(s, "reapers", 120, setup, teardown);
+  tcase_add_loop_test(tc, reaper_killed_at_every_window, 0, sizeof dead / sizeof dead[0]);
+  tc = tu_tcase(s, "locks", 30, setup, teardown);
+  tcase_add_test(tc, heap_lock_holder_killed);
+  tcase_add_test(tc, scope_lock_holder_killed);
+  tcase_add_test(tc, var_lock_holders_killed);
   return s;
 }
 
