@@ -21,7 +21,7 @@
  *     away when someone reaps it.
  *  4. pthread mutexes are per thread: a thread unlocks what it locked.  This
  *     thread's holds are kept in a thread-local table, which answers EDEADLK
- *     and EPERM.
+ *     and EPERM; a fork child inherits the table but none of the holds.
  */
 #include "config.h"
 
@@ -36,6 +36,9 @@
 
 struct vl_held {
   const void *var;   /* the record (its address in this mapping)            */
+  uint64_t forkgen;  /* pdshm__forkgen when taken: a fork child's new
+                        attachment may map the segment where its parent's
+                        was, and must not take the parent's holds for its own */
   pdshm_off_t hold;  /* our HOLD block when shared                          */
   uint32_t count;    /* shared re-entries                                   */
   bool excl;
@@ -43,9 +46,14 @@ struct vl_held {
 
 static _Thread_local struct vl_held vl_held[VL_HELD_MAX];
 
+/* This thread's entry for var, or (var NULL) a free one; entries made
+ * before a fork are free in the child. */
 static struct vl_held *vl_find(const void *var) {
-  for (unsigned i = 0; i < VL_HELD_MAX; i++)
-    if (vl_held[i].var == var) return &vl_held[i];
+  uint64_t gen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
+  for (unsigned i = 0; i < VL_HELD_MAX; i++) {
+    bool live = vl_held[i].var && vl_held[i].forkgen == gen;
+    if (live ? vl_held[i].var == var : !var) return &vl_held[i];
+  }
   return NULL;
 }
 
@@ -181,7 +189,8 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   pdshm_off_t hold = 0;
   rc = exclusive ? vl_lock_excl(seg, r, lk) : vl_lock_shared(seg, r, lk, &hold);
   if (rc) return rc;
-  *held = (struct vl_held){.var = r, .hold = hold, .count = 1, .excl = exclusive != 0};
+  *held = (struct vl_held){.var = r, .hold = hold, .count = 1, .excl = exclusive != 0,
+                           .forkgen = atomic_load(&pdshm__forkgen)};
   return 0;
 }
 
