@@ -15,8 +15,9 @@
  *     mutex.  A dead reader's HOLD blocks are found by its reaper, which drops
  *     each share the same way.
  *  3. A writer waiting for readers to drain does not hold the mutex while it
- *     sleeps; it sets lk_wwait so new readers back off (for a bounded time:
- *     a writer that died waiting must not lock readers out), and it reaps
+ *     sleeps; it marks lk_wwait with its slot and epoch so new readers back
+ *     off (for a bounded time; and not at all once that slot is dead or taken
+ *     again: a writer that died waiting must not slow readers), and it reaps
  *     dead processes now and then, since a dead reader's share only goes
  *     away when someone reaps it.
  *  4. pthread mutexes are per thread: a thread unlocks what it locked.  This
@@ -118,12 +119,29 @@ static int vl_share(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk, pdshm_
   return rc;
 }
 
+/* What a waiting writer leaves in lk_wwait: who it is. */
+static uint64_t vl_writer_mark(pdshm_seg *seg) {
+  return (seg->slot + 1u) | atomic_load(&pdshm__slot(seg, seg->slot)->epoch) << 16;
+}
+
+/* Invariant 3: a writer that died waiting (its slot dead, or taken again
+ * since) no longer makes readers back off.  The var lock is held. */
+static bool vl_writer_waits(pdshm_seg *seg, struct pdshm_var_rec *r) {
+  uint64_t w = r->lk_wwait, s = (w & 0xffff) - 1;
+  if (!w) return false;
+  if (s < seg->hdr->max_procs && w >> 16 == atomic_load(&pdshm__slot(seg, (uint32_t)s)->epoch) &&
+      pdshm__slot_alive(seg, (uint32_t)s) != 0)
+    return true;
+  r->lk_wwait = 0;
+  return false;
+}
+
 static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk,
                           pdshm_off_t *hold) {
   for (unsigned round = 0;; round++) {
     int rc = pdshm__lock(seg, lk);
     if (rc) return rc;
-    if (!r->lk_wwait || round >= VL_READER_BACKOFF) return vl_share(seg, r, lk, hold);
+    if (round >= VL_READER_BACKOFF || !vl_writer_waits(seg, r)) return vl_share(seg, r, lk, hold);
     pdshm__unlock(seg, lk);
     vl_pause(round);
   }
@@ -152,7 +170,7 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk) {
       PDSHM_CRASHPOINT("varlock.excl.held");
       return 0;
     }
-    r->lk_wwait = 1;
+    r->lk_wwait = vl_writer_mark(seg);
     PDSHM_CRASHPOINT("varlock.excl.waiting");
     pdshm__unlock(seg, lk);
     uint64_t now = pdshm__now_ns(CLOCK_MONOTONIC);

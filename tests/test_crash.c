@@ -604,6 +604,30 @@ START_TEST(var_lock_holders_killed) {
 }
 END_TEST
 
+/* A writer killed while it waited for readers to drain leaves its "writer
+ * waiting" mark: readers must not keep deferring to it. */
+START_TEST(dead_waiting_writer_does_not_hold_readers) {
+  pdshm_seg *seg = world();
+  pdshm_scope *params;
+  ck_assert_int_eq(pdshm_scope_open(seg, "params", &params), 0);
+  pdshm_var *v = pdshm_find_local_var(params, "lk");
+  ck_assert_int_eq(pdshm_var_lock(v, 0), 0);
+  struct outcome o = {0};
+  child_run((struct plan){.op = op_named("var_lock_die_exclusive"), .k = 1,
+                          .point = "varlock.excl.waiting"},
+            &o);
+  ck_assert_int_eq(pdshm_var_unlock(v), 0);
+  uint64_t t0 = tu_now_ns();
+  ck_assert_int_eq(pdshm_var_lock(v, 0), 0);
+  double ms = ms_since(t0);
+  ck_assert_int_eq(pdshm_var_unlock(v), 0);
+  printf("crash: shared lock after a writer died waiting taken in %.3f ms\n", ms);
+  ck_assert_double_lt(ms, 20);
+  reap_verify(seg, "waiting writer", 0);
+  ck_assert_int_eq(pdshm_detach(seg), 0);
+}
+END_TEST
+
 /* Check runs each loop iteration as a test of its own. */
 START_TEST(every_window_of_every_op) {
   op_all_windows(&ops[_i]);
@@ -622,6 +646,7 @@ Suite *crash_suite(void) {
   tcase_add_test(tc, heap_lock_holder_killed);
   tcase_add_test(tc, scope_lock_holder_killed);
   tcase_add_test(tc, var_lock_holders_killed);
+  tcase_add_test(tc, dead_waiting_writer_does_not_hold_readers);
   return s;
 }
 
