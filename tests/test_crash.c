@@ -189,6 +189,11 @@ static int run_resize_zero(struct cx *c) {
 static int run_resize_large(struct cx *c) {
   return pdshm_tensor_resize(c->v, PDSHM_U8, 1, (int64_t[]){300 << 10});
 }
+/* More than the segment holds: the allocator flushes its caches and takes
+ * dead processes' before it answers ENOMEM, and nothing changes. */
+static int run_resize_enomem(struct cx *c) {
+  return pdshm_tensor_resize(c->v, PDSHM_U8, 1, (int64_t[]){SEG_SIZE}) != PDSHM_ENOMEM;
+}
 static int run_lock_excl(struct cx *c) { return pdshm_var_lock(c->v, 1) || pdshm_var_unlock(c->v); }
 static int run_lock_shared(struct cx *c) {
   return pdshm_var_lock(c->v, 0) || pdshm_var_unlock(c->v);
@@ -254,6 +259,7 @@ static const struct op ops[] = {
     {"resize_to_zero", prep_w, run_resize_zero, NULL, false},
     {"resize_large", prep_e, run_resize_large, NULL, false},
     {"resize_reserve_again", prep_holey, run_resize_large, NULL, false},
+    {"resize_enomem", prep_b, run_resize_enomem, NULL, false},
     {"var_lock_first", prep_e, run_lock_excl, NULL, false},
     {"var_lock_exclusive", prep_lk, run_lock_excl, NULL, false},
     {"var_lock_shared", prep_lk, run_lock_shared, NULL, false},
@@ -449,6 +455,19 @@ static bool window_seen(char (*names)[64], uint64_t n, uint64_t k) {
   return same >= 2;
 }
 
+/* How many distinct crash points the hits name; CRASH_NAMES=1 lists them. */
+static unsigned points(char (*names)[64], uint64_t n) {
+  unsigned distinct = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t j = 0;
+    while (j < i && strcmp(names[j], names[i])) j++;
+    if (j < i) continue;
+    distinct++;
+    if (getenv("CRASH_NAMES")) printf("crash:   %s\n", names[i]);
+  }
+  return distinct;
+}
+
 static void op_all_windows(const struct op *op) {
   struct refs r = {0};
   char (*names)[64];
@@ -467,8 +486,8 @@ static void op_all_windows(const struct op *op) {
     outcome_free(&o);
     g_points++;
   }
-  printf("crash: %-24s %3llu windows passed, %3llu tried, %u states accepted\n", op->name,
-         (unsigned long long)n, (unsigned long long)tried, r.n);
+  printf("crash: %-24s %3llu windows passed, %3llu tried, %u states accepted, %u points\n",
+         op->name, (unsigned long long)n, (unsigned long long)tried, r.n, points(names, n));
   free(names);
   refs_free(&r);
 }
