@@ -123,7 +123,8 @@ static int prep_local(struct cx *c) {
     int64_t d = (int64_t[]){16, 4096, 65536}[i];
     if (pdshm_var_create(c->s, n[i], &v) || pdshm_tensor_resize(v, PDSHM_F32, 1, &d)) return 1;
   }
-  return pdshm_var_set_label(v, "input") || pdshm_var_add_reader(v, "mul");
+  return pdshm_var_set_label(v, "input") || pdshm_var_add_reader(v, "mul") ||
+         pdshm_var_lock(v, 1) || pdshm_var_unlock(v); /* a lock entry to give back */
 }
 
 /* A local scope whose parent is another local scope only it keeps alive. */
@@ -543,8 +544,8 @@ START_TEST(reaper_killed_at_every_window) {
     outcome_free(&o);
     tried++;
   }
-  printf("crash: reaper after %-20s %3llu windows passed, %3llu tried\n", dead[_i].op,
-         (unsigned long long)n, (unsigned long long)tried);
+  printf("crash: reaper after %-20s %3llu windows passed, %3llu tried, %u points\n",
+         dead[_i].op, (unsigned long long)n, (unsigned long long)tried, points(names, n));
   free(names);
   free(expect);
 }

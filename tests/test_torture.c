@@ -1,9 +1,9 @@
 /* test_torture.c - workers churn the model while a driver SIGKILLs them.
  *
- * Workers attach on their own and loop at random over local and named
- * scopes, variables, tensors of 64 B to 1 MiB, labels, operator lists,
- * shared and exclusive variable locks and unique names; under a shared lock
- * they verify the committed parameters' bytes.  The driver kills a random
+ * Workers attach on their own and, in two threads each, loop at random over
+ * local and named scopes, variables, tensors of 64 B to 1 MiB, labels,
+ * operator lists, shared and exclusive variable locks and unique names; under
+ * a variable lock they verify the committed parameters' bytes.  The driver kills a random
  * worker at a random instant and starts another (whose attach reaps the
  * dead: a reaper that may be killed in turn), and now and then kills a
  * process in the middle of pdshm_reap.  After each round every process is
@@ -14,6 +14,7 @@
  * make check runs it for TORTURE_SECONDS (default 20); make torture runs
  * TORTURE_KILLS kills (default 10000).
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,7 @@
 #define WORKERS 4
 #define KILLS_PER_ROUND 25
 #define NPARAMS 6
-#define SEG_SIZE (48u << 20)
+#define SEG_SIZE (20u << 20) /* small enough to be filled now and then */
 
 /* Shared with the workers through an anonymous MAP_SHARED mapping. */
 struct board {
@@ -181,20 +182,32 @@ static int w_params(struct worker *w) {
   return 0;
 }
 
+static void *worker_loop(void *arg) {
+  struct worker *w = arg;
+  for (;;) {
+    uint64_t r = rnd(w) % 10;
+    int rc = r < 5 ? w_local(w) : r < 8 ? w_named(w) : w_params(w);
+    if (rc) _exit(1);
+    g_board->ops++;
+  }
+  return NULL;
+}
+
+/* Two threads, so that a death can leave journals open on two lanes. */
 static int worker_main(void *arg) {
-  struct worker w = {.rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull | 1};
+  struct worker w = {.rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull | 1}, w2;
   (void)arg;
   int rc = pdshm_attach(g_name, NULL, &w.seg);
   if (!rc) rc = pdshm_root(w.seg, &w.root);
   if (!rc) rc = pdshm_scope_open(w.seg, "params", &w.params);
   if (!rc) rc = pdshm_scope_open(w.seg, "work", &w.work);
   if (rc) return w_fail("attach", rc);
-  for (;;) {
-    uint64_t r = rnd(&w) % 10;
-    rc = r < 5 ? w_local(&w) : r < 8 ? w_named(&w) : w_params(&w);
-    if (rc) return 1;
-    g_board->ops++;
-  }
+  w2 = w;
+  w2.rng = ~w.rng | 1;
+  pthread_t t;
+  if ((rc = pthread_create(&t, NULL, worker_loop, &w2))) return w_fail("thread", -rc);
+  worker_loop(&w);
+  return 1;
 }
 
 /* A process that does nothing but reap (the driver kills it mid-way). */
