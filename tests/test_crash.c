@@ -508,7 +508,8 @@ static const struct op *op_named(const char *name) {
 
 /* Deaths that leave a reaper work of each kind: a destruction half done, an
  * unlink chain pending, a shared hold, a committed journal not applied, an
- * armed one, a detach half done. */
+ * armed one with a new block, a detach half done, an armed one that retired
+ * published blocks. */
 static const struct {
   const char *op, *point;
   uint64_t n;
@@ -516,6 +517,7 @@ static const struct {
     {"scope_release", "scope.destroy.unhooked", 1}, {"scope_drop_kids", "scope.drop_kids.one", 1},
     {"var_lock_die_shared", NULL, 0},               {"resize_large", "j.commit.after", 1},
     {"scope_new_named", "j.alloc.recorded", 1},     {"detach", "slot.release.holds", 1},
+    {"var_erase", "j.retire.marked", 2},
 };
 
 /* A reaper killed at each of its windows leaves work the next reaper
