@@ -118,6 +118,10 @@ int pdshm__j_alloc_keep(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes,
 void pdshm__j_begin_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op);
 /* A word store applied at commit (absolute value: redo is idempotent). */
 void pdshm__j_set(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uint64_t val);
+/* A counter incremented at commit, after the stores.  Not idempotent: a
+ * repair may apply it twice, so only for words whose readers look for a
+ * change (versions), never for a count. */
+void pdshm__j_bump(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at);
 /* A block freed at commit. */
 void pdshm__j_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload);
 /* The seqlock word this op makes odd while it applies its stores. */

@@ -16,7 +16,9 @@
  *     owner 0, except blocks the slot owned before, flagged JRN_KEEP).
  *  3. From COMMIT on, the redo list says everything: each entry is an absolute
  *     value for a word guarded by L, so applying the list twice is applying
- *     it once.  Publishing newb (owner := 0) and freeing oldb (only blocks
+ *     it once; except bumps (JRN_BUMP), which a repair may apply twice.  A
+ *     bump happens once the stores are visible, so a reader that sees it
+ *     sees the change it announces.  Publishing newb (owner := 0) and freeing oldb (only blocks
  *     still USED and marked with this slot, so never a block reused since)
  *     are idempotent too.
  *  4. A seqlock word the op made odd is made even by whoever finishes the op,
@@ -97,13 +99,25 @@ int pdshm__j_alloc_keep(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes,
   return jrn_alloc(seg, ln, bytes, type, payload, JRN_KEEP);
 }
 
-void pdshm__j_set(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uint64_t val) {
+/* Redo entries' offsets are 8-aligned; bit 0 marks a bump. */
+#define JRN_BUMP 1u
+
+static void jrn_redo(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uint64_t val,
+                     pdshm_off_t bump) {
   struct pdshm_journal *j = jrn(ln);
   assert(j->nredo < PDSHM_J_REDO && at % 8 == 0 && at < seg->size);
-  j->redo[j->nredo] = (struct pdshm_redo){.at = at, .val = val};
+  j->redo[j->nredo] = (struct pdshm_redo){.at = at | bump, .val = val};
   atomic_thread_fence(memory_order_release);
   j->nredo++;
   PDSHM_CRASHPOINT("j.set");
+}
+
+void pdshm__j_set(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uint64_t val) {
+  jrn_redo(seg, ln, at, val, 0);
+}
+
+void pdshm__j_bump(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at) {
+  jrn_redo(seg, ln, at, 1, JRN_BUMP);
 }
 
 void pdshm__j_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload) {
@@ -157,7 +171,11 @@ static void jrn_apply(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
     atomic_thread_fence(memory_order_release); /* odd before the stores */
   }
   for (uint32_t i = 0; i < nredo; i++) {
-    atomic_store_explicit(jrn_word(seg, j->redo[i].at), j->redo[i].val, memory_order_release);
+    pdshm_off_t at = j->redo[i].at & ~(pdshm_off_t)JRN_BUMP;
+    if (j->redo[i].at & JRN_BUMP)
+      atomic_fetch_add_explicit(jrn_word(seg, at), j->redo[i].val, memory_order_release);
+    else
+      atomic_store_explicit(jrn_word(seg, at), j->redo[i].val, memory_order_release);
     PDSHM_CRASHPOINT("j.apply.store");
   }
   jrn_seq_even(seg, j);
@@ -215,9 +233,10 @@ void pdshm__j_abort(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
 static int jrn_sane(pdshm_seg *seg, const struct pdshm_journal *j) {
   if (j->nredo > PDSHM_J_REDO || j->nnew > PDSHM_J_BLOCKS || j->nold > PDSHM_J_BLOCKS)
     return PDSHM_EBADSEG;
-  for (uint32_t i = 0; i < j->nredo; i++)
-    if (j->redo[i].at % 8 || j->redo[i].at < seg->hdr->slots_off || j->redo[i].at >= seg->size)
-      return PDSHM_EBADSEG;
+  for (uint32_t i = 0; i < j->nredo; i++) {
+    pdshm_off_t at = j->redo[i].at & ~(pdshm_off_t)JRN_BUMP;
+    if (at % 8 || at < seg->hdr->slots_off || at >= seg->size) return PDSHM_EBADSEG;
+  }
   const pdshm_off_t lo = seg->hdr->arena_off + PDSHM_BLK_HDR, hi = seg->hdr->arena_end;
   for (uint32_t i = 0; i < j->nnew; i++) {
     pdshm_off_t b = jrn_off(j->newb[i]);

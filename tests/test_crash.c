@@ -231,42 +231,54 @@ struct op {
   int (*run)(struct cx *);   /* the operation                            */
   const char *boundary;      /* crash point between its atomic steps     */
   bool arm_first;            /* count from before the attach             */
+  void (*verify)(pdshm_seg *); /* more to require once the dead are reaped */
 };
 
+/* A resize that happened bumped the version, whenever its process died: the
+ * version is what other processes poll to see a change. */
+static void resized_means_bumped(pdshm_seg *seg) {
+  pdshm_scope *params;
+  ck_assert_int_eq(pdshm_scope_open(seg, "params", &params), 0);
+  pdshm_var *b = pdshm_find_local_var(params, "b");
+  if (pdshm_tensor_nbytes(b) != 32 * sizeof(float))
+    ck_assert_msg(pdshm_var_version(b) > 1, "b was resized, its version was not bumped");
+  ck_assert_int_eq(pdshm_scope_release(params), 0);
+}
+
 static const struct op ops[] = {
-    {"attach", NULL, run_attach, NULL, true},
-    {"detach", prep_local, run_detach, NULL, false},
-    {"heap", NULL, run_heap, NULL, false},
-    {"scope_new_named", open_params, run_new_named, NULL, false},
-    {"scope_new_anon", open_params, run_new_anon, NULL, false},
-    {"scope_release", prep_local, run_release, NULL, false},
-    {"scope_release_cascade", prep_chain, run_release, NULL, false},
-    {"scope_handles", open_params, run_handles, NULL, false},
-    {"scope_unlink", open_params, run_unlink, NULL, false},
-    {"scope_drop_kids", open_params, run_drop_kids, "scope.drop_kids.one", false},
-    {"var_get", open_params, run_get, NULL, false},
-    {"var_create", open_params, run_create, NULL, false},
-    {"var_new", open_params, run_var_new, NULL, false},
-    {"var_get_grows_index", open_params, run_grow, NULL, false},
-    {"var_erase", open_params, run_erase, NULL, false},
-    {"var_rename", open_params, run_rename, NULL, false},
-    {"set_label_new", prep_e, run_label_new, NULL, false},
-    {"set_label_replace", prep_w, run_label_swap, NULL, false},
-    {"set_label_clear", prep_w, run_label_clear, NULL, false},
-    {"add_reader", prep_w, run_reader, NULL, false},
-    {"add_writer", prep_w, run_writer, NULL, false},
-    {"resize_grow", prep_b, run_resize_grow, NULL, false},
-    {"resize_in_place", prep_w, run_resize_same, NULL, false},
-    {"resize_to_zero", prep_w, run_resize_zero, NULL, false},
-    {"resize_large", prep_e, run_resize_large, NULL, false},
-    {"resize_reserve_again", prep_holey, run_resize_large, NULL, false},
-    {"resize_enomem", prep_b, run_resize_enomem, NULL, false},
-    {"var_lock_first", prep_e, run_lock_excl, NULL, false},
-    {"var_lock_exclusive", prep_lk, run_lock_excl, NULL, false},
-    {"var_lock_shared", prep_lk, run_lock_shared, NULL, false},
-    {"var_lock_die_exclusive", prep_lk, run_hold_excl, NULL, false},
-    {"var_lock_die_shared", prep_lk, run_hold_shared, NULL, false},
-    {"unique_name", NULL, run_unique, NULL, false},
+    {"attach", NULL, run_attach, NULL, true, NULL},
+    {"detach", prep_local, run_detach, NULL, false, NULL},
+    {"heap", NULL, run_heap, NULL, false, NULL},
+    {"scope_new_named", open_params, run_new_named, NULL, false, NULL},
+    {"scope_new_anon", open_params, run_new_anon, NULL, false, NULL},
+    {"scope_release", prep_local, run_release, NULL, false, NULL},
+    {"scope_release_cascade", prep_chain, run_release, NULL, false, NULL},
+    {"scope_handles", open_params, run_handles, NULL, false, NULL},
+    {"scope_unlink", open_params, run_unlink, NULL, false, NULL},
+    {"scope_drop_kids", open_params, run_drop_kids, "scope.drop_kids.one", false, NULL},
+    {"var_get", open_params, run_get, NULL, false, NULL},
+    {"var_create", open_params, run_create, NULL, false, NULL},
+    {"var_new", open_params, run_var_new, NULL, false, NULL},
+    {"var_get_grows_index", open_params, run_grow, NULL, false, NULL},
+    {"var_erase", open_params, run_erase, NULL, false, NULL},
+    {"var_rename", open_params, run_rename, NULL, false, NULL},
+    {"set_label_new", prep_e, run_label_new, NULL, false, NULL},
+    {"set_label_replace", prep_w, run_label_swap, NULL, false, NULL},
+    {"set_label_clear", prep_w, run_label_clear, NULL, false, NULL},
+    {"add_reader", prep_w, run_reader, NULL, false, NULL},
+    {"add_writer", prep_w, run_writer, NULL, false, NULL},
+    {"resize_grow", prep_b, run_resize_grow, NULL, false, resized_means_bumped},
+    {"resize_in_place", prep_w, run_resize_same, NULL, false, NULL},
+    {"resize_to_zero", prep_w, run_resize_zero, NULL, false, NULL},
+    {"resize_large", prep_e, run_resize_large, NULL, false, NULL},
+    {"resize_reserve_again", prep_holey, run_resize_large, NULL, false, NULL},
+    {"resize_enomem", prep_b, run_resize_enomem, NULL, false, NULL},
+    {"var_lock_first", prep_e, run_lock_excl, NULL, false, NULL},
+    {"var_lock_exclusive", prep_lk, run_lock_excl, NULL, false, NULL},
+    {"var_lock_shared", prep_lk, run_lock_shared, NULL, false, NULL},
+    {"var_lock_die_exclusive", prep_lk, run_hold_excl, NULL, false, NULL},
+    {"var_lock_die_shared", prep_lk, run_hold_shared, NULL, false, NULL},
+    {"unique_name", NULL, run_unique, NULL, false, NULL},
 };
 #define NOPS (sizeof ops / sizeof ops[0])
 
@@ -367,6 +379,7 @@ static struct outcome run_plans(const struct plan *a, const struct plan *b) {
   if (b) child_run(*b, &o);
   reap_verify(seg, (b ? b : a)->op->name, (b ? b : a)->k);
   o.after = snap_model(seg, 0, true);
+  if ((b ? b : a)->op->verify) (b ? b : a)->op->verify(seg);
   ck_assert_int_eq(pdshm_detach(seg), 0);
   ck_assert_int_eq(pdshm_unlink(g_name), 0);
   return o;
@@ -497,7 +510,7 @@ static void op_all_windows(const struct op *op) {
 
 static int run_reap(struct cx *c) { return pdshm_reap(c->seg, NULL); }
 /* Attaching reaps the dead slot it is about to take: armed from the start. */
-static const struct op reaper = {"reaper", NULL, run_reap, NULL, true};
+static const struct op reaper = {"reaper", NULL, run_reap, NULL, true, NULL};
 
 static const struct op *op_named(const char *name) {
   for (size_t i = 0; i < NOPS; i++)
