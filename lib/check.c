@@ -215,6 +215,9 @@ static void ck_scope(struct ck *c, struct ck_blk *b) {
   if (r->lock >= c->seg->hdr->max_locks ||
       atomic_load(&pdshm__lockent(c->seg, r->lock)->alloc) != PDSHM_LOCK_PUBLISHED)
     ck_say(c, "scope %#llx: its lock %u is not published", (unsigned long long)b->off, r->lock);
+  else if (pdshm__lockent(c->seg, r->lock)->guards != b->off) /* shared with another */
+    ck_say(c, "scope %#llx: its lock %u guards %#llx", (unsigned long long)b->off, r->lock,
+           (unsigned long long)pdshm__lockent(c->seg, r->lock)->guards);
   ck_table(c, b->off, r);
   uint64_t n = 0;
   for (pdshm_off_t k = r->first_kid, prev = 0; k; prev = k, k = pdshm__scope_at(c->seg, k)->next_sib) {

@@ -101,6 +101,10 @@ void pdshm__unlock(pdshm_seg *seg, uint32_t i);
 int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_t *out);
 /* Gives back an entry we claimed and did not publish (an abandoned build). */
 void pdshm__lock_unclaim(pdshm_seg *seg, uint32_t i);
+/* Gives back entry i if it is held by slot tag `tag` (slot+1): what an
+ * object's death does once the journal that moved the entry to `tag` is
+ * over (lock.c, invariant 4). */
+void pdshm__lock_return(pdshm_seg *seg, uint32_t i, uint16_t tag);
 /* Reaper: returns the entries slot `slot` claimed but never published. */
 void pdshm__lock_sweep_slot(pdshm_seg *seg, uint32_t slot);
 void pdshm__poison(pdshm_seg *seg, const char *why);

@@ -537,18 +537,21 @@ static void destroy_vars(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t 
 static int destroy_record(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
   struct pdshm_scope_rec *r = SC(seg, x);
-  int rc = pdshm__j_begin(seg, ln, r->lock, PDSHM_OP_DESTROY);
+  const uint32_t lk = r->lock;
+  int rc = pdshm__j_begin(seg, ln, lk, PDSHM_OP_DESTROY);
   if (rc) return rc;
   if (r->table) pdshm__j_retire(seg, ln, r->table);
   if (r->name) pdshm__j_retire(seg, ln, r->name);
   pdshm__j_retire(seg, ln, x);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pdshm__lockent(seg, r->lock), alloc),
-               PDSHM_LOCK_AVAILABLE);
+  /* The entry comes back to us, and is given back once the journal is over
+   * (lock.c, invariant 4); a death in between leaves it to our reaper. */
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pdshm__lockent(seg, lk), alloc), ln->tag);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, destroy), t->next);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, next), 0);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), t->next ? 1 : 0);
   pdshm__j_commit(seg, ln);
   PDSHM_CRASHPOINT("scope.destroy.record");
+  pdshm__lock_return(seg, lk, ln->tag);
   return 0;
 }
 

@@ -58,8 +58,10 @@ static void kid(pdshm_scope *p, const char *name, const char *var, int64_t elems
 /* root/params {w, b, e, big, lk} with kids fc, sub/deep and one anonymous
  * scope this process holds; root/full with five variables (its index grows
  * at the next one). */
+static unsigned g_max_locks; /* 0: the default */
+
 static pdshm_seg *world(void) {
-  pdshm_options o = {.size = SEG_SIZE, .max_procs = 8};
+  pdshm_options o = {.size = SEG_SIZE, .max_procs = 8, .max_locks = g_max_locks};
   pdshm_seg *seg = tu_create_opts(g_name, &o);
   pdshm_scope *root, *params, *anon, *full, *sub;
   ck_assert_int_eq(pdshm_root(seg, &root), 0);
@@ -663,6 +665,48 @@ START_TEST(dead_waiting_writer_does_not_hold_readers) {
 }
 END_TEST
 
+/* Giving back a lock entry (a scope destroyed, a locked variable erased)
+ * happens in a journal.  Killed while applying it, its process leaves the
+ * entry AVAILABLE while the journal waits for a repair: a new scope may
+ * claim and publish the entry meanwhile, and the repair (re-applying the
+ * journal) would then give the new scope's entry back again. */
+static const struct {
+  const char *op, *after; /* the entry's store: the first after this point */
+  const char *under;      /* where the new scopes go                       */
+} giveback[] = {{"scope_release", "scope.destroy.vars", "params"}, {"var_erase", NULL, "full"}};
+
+START_TEST(lock_entry_given_back_by_a_killed_process) {
+  g_max_locks = PDSHM_LOCKS_MIN;
+  const struct op *op = op_named(giveback[_i].op);
+  struct outcome o = run_child(op, 0, NULL);
+  uint64_t k = 0;
+  bool past = !giveback[_i].after;
+  for (uint64_t i = 1; i <= o.hits && !k; i++) {
+    past |= giveback[_i].after && !strcmp(o.names[i - 1], giveback[_i].after);
+    if (past && !strcmp(o.names[i - 1], "j.apply.store")) k = i;
+  }
+  outcome_free(&o);
+  ck_assert_uint_gt(k, 0);
+  pdshm_seg *seg = world();
+  child_run((struct plan){.op = op, .k = k}, &o);
+  pdshm_scope *under, *params, *s[PDSHM_LOCKS_MIN];
+  ck_assert_int_eq(pdshm_scope_open(seg, giveback[_i].under, &under), 0);
+  int n = 0, rc = 0;
+  while (n < (int)PDSHM_LOCKS_MIN && !(rc = pdshm_scope_new(under, NULL, &s[n]))) {
+    pdshm_var *v;
+    ck_assert_int_eq(pdshm_var_get(s[n++], "x", &v), 0); /* takes the new scope's lock */
+  }
+  ck_assert_int_eq(rc, PDSHM_ENOLCK);
+  ck_assert_int_eq(pdshm_scope_open(seg, "params", &params), 0); /* its lock: repaired */
+  reap_verify(seg, "scopes on every lock", k);
+  for (int i = 0; i < n; i++) ck_assert_int_eq(pdshm_scope_release(s[i]), 0);
+  ck_assert_int_eq(pdshm_scope_release(under), 0);
+  ck_assert_int_eq(pdshm_scope_release(params), 0);
+  reap_verify(seg, giveback[_i].op, k);
+  ck_assert_int_eq(pdshm_detach(seg), 0);
+}
+END_TEST
+
 /* Check runs each loop iteration as a test of its own. */
 START_TEST(every_window_of_every_op) {
   op_all_windows(&ops[_i]);
@@ -682,6 +726,7 @@ Suite *crash_suite(void) {
   tcase_add_test(tc, scope_lock_holder_killed);
   tcase_add_test(tc, var_lock_holders_killed);
   tcase_add_test(tc, dead_waiting_writer_does_not_hold_readers);
+  tcase_add_loop_test(tc, lock_entry_given_back_by_a_killed_process, 0, 2);
   return s;
 }
 
