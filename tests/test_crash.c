@@ -5,9 +5,11 @@
  * process holds); a child attaches, prepares (not counted), runs the
  * operation with the crash points counting, and dies.  A first run counts
  * the windows the operation passes (N) and gives the state after it; then
- * for every k in 1..N a child dies at window k.  After each death this
- * process reaps, requires pdshm_check to pass with an empty report, every
- * slot and lock to be free, and the model (scopes, variables, names, labels,
+ * for every k in 1..N a child dies at window k (inside loops, each window
+ * twice: window_seen; CRASH_ALL=1: every k).  After each death, before
+ * anyone reaps, this process works beside the dead (bystander); then it
+ * reaps, requires pdshm_check to pass with an empty report, every slot and
+ * lock to be free, and the model (scopes, variables, names, labels,
  * operator lists, tensor shapes and bytes, refs, `used`) to be one of the
  * states the operation may leave: before it, after it, or, for operations
  * made of several atomic steps, between two of them (the steps' boundary
