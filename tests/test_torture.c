@@ -267,8 +267,8 @@ static void kill_one(pid_t pid) {
 }
 
 static void pause_us(struct driver *d, unsigned max) {
-  nanosleep(&(struct timespec){0, (long)(d->rng = d->rng * 6364136223846793005ull + 1) % max * 1000},
-            NULL);
+  d->rng = d->rng * 6364136223846793005ull + 1442695040888963407ull;
+  nanosleep(&(struct timespec){0, (long)((d->rng >> 33) % max) * 1000}, NULL);
 }
 
 static void round_end(struct driver *d) {
@@ -297,14 +297,14 @@ static void round_run(struct driver *d) {
   for (int i = 0; i < WORKERS; i++) d->pid[i] = tu_spawn(worker_main, NULL);
   for (int n = 0; n < KILLS_PER_ROUND; n++) {
     pause_us(d, 20000);
-    if (d->rng % 8 == 0) { /* a reaper, killed mid-reap */
+    if ((d->rng >> 45) % 8 == 0) { /* a reaper, killed mid-reap (an LCG's high bits) */
       pid_t r = tu_spawn(reaper_main, NULL);
       pause_us(d, 3000);
       kill(r, SIGKILL);
       tu_wait(r);
       d->reaper_kills++;
     }
-    int i = (int)(d->rng >> 33) % WORKERS;
+    int i = (int)((d->rng >> 53) % WORKERS);
     kill_one(d->pid[i]);
     d->kills++;
     d->pid[i] = tu_spawn(worker_main, NULL);
