@@ -5,7 +5,7 @@
  * other than the heap's own bins runs as one journal under one lock L:
  *
  *   IDLE --begin: lock:=L, take L--> ARMED --commit point--> COMMIT
- *        <--------------- release L, state:=IDLE <------------ apply
+ *        <-- release L, free oldb <-- state:=IDLE <-- apply, publish newb
  *
  * Invariants:
  *  1. state != IDLE only while the journal's owner holds `lock`; so whoever
@@ -18,11 +18,18 @@
  *     value for a word guarded by L, so applying the list twice is applying
  *     it once; except bumps (JRN_BUMP), which a repair may apply twice.  A
  *     bump happens once the stores are visible, so a reader that sees it
- *     sees the change it announces.  Publishing newb (owner := 0) and freeing oldb (only blocks
- *     still USED and marked with this slot, so never a block reused since)
- *     are idempotent too.
+ *     sees the change it announces.  Publishing newb (owner := 0) and
+ *     freeing oldb (only blocks still USED and marked with this slot, so
+ *     never a block another slot reused since; for this slot's, see 5) are
+ *     idempotent too.
  *  4. A seqlock word the op made odd is made even by whoever finishes the op,
  *     so lock-free readers never wait on a dead writer.
+ *  5. The owner marks its journal IDLE before it frees blocks (the retired
+ *     ones of a commit, the new ones of an abort): a freed block may be
+ *     handed at once to another thread of the same slot, with the same owner
+ *     tag, and must not be freed again by a repair re-running the journal.
+ *     Blocks not yet freed are still the slot's, freed by its reaper's sweep
+ *     (a retired HANDLE or HOLD record has its scope cleared by then).
  *
  * Crash windows (each one is finished by pdshm__journal_repair_lock):
  *  - after alloc, before newb is recorded: the block stays owned by the dead
@@ -159,10 +166,8 @@ static bool jrn_marked(pdshm_seg *seg, pdshm_off_t payload, uint16_t tag) {
   return pdshm__blk_state(w) == PDSHM_BLK_USED && b->owner == tag;
 }
 
-/* Invariant 3.  ln is the caller's lane when it is the journal's owner, NULL
- * for a repairer (blocks then go straight back to the heap). */
-static void jrn_apply(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
-                      struct pdshm_lane_ctx *ln) {
+/* Invariant 3, first the stores and the publications. */
+static void jrn_apply_stores(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag) {
   uint32_t nredo = j->nredo < PDSHM_J_REDO ? j->nredo : PDSHM_J_REDO;
   if (j->seq) {
     _Atomic uint64_t *seq = jrn_word(seg, j->seq);
@@ -184,6 +189,12 @@ static void jrn_apply(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
       pdshm__blk(seg, j->newb[i])->owner = 0;
       PDSHM_CRASHPOINT("j.apply.publish");
     }
+}
+
+/* Then the retired blocks.  ln is the caller's lane when it is the
+ * journal's owner, NULL for a repairer (blocks go straight to the heap). */
+static void jrn_free_old(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
+                         struct pdshm_lane_ctx *ln) {
   for (uint32_t i = 0; i < j->nold && i < PDSHM_J_BLOCKS; i++)
     if (jrn_marked(seg, jrn_off(j->oldb[i]), tag)) {
       pdshm__free(seg, ln, jrn_off(j->oldb[i]));
@@ -191,14 +202,15 @@ static void jrn_apply(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
     }
 }
 
-/* Invariant 2. */
-static void jrn_rollback(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
-                         struct pdshm_lane_ctx *ln) {
-  for (uint32_t i = 0; i < j->nnew && i < PDSHM_J_BLOCKS; i++)
-    if (jrn_marked(seg, jrn_off(j->newb[i]), tag)) {
-      pdshm__free(seg, ln, jrn_off(j->newb[i]));
-      PDSHM_CRASHPOINT("j.rollback.free");
-    }
+/* A repairer's: the owner is dead, nobody can take the freed blocks back
+ * before the journal reads IDLE. */
+static void jrn_apply(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag) {
+  jrn_apply_stores(seg, j, tag);
+  jrn_free_old(seg, j, tag, NULL);
+}
+
+/* Invariant 2: the retired blocks back to their owners first... */
+static void jrn_unretire(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag) {
   for (uint32_t i = 0; i < j->nold && i < PDSHM_J_BLOCKS; i++)
     if (!(j->oldb[i] & JRN_KEEP) && jrn_marked(seg, j->oldb[i], tag)) {
       pdshm__blk(seg, j->oldb[i])->owner = 0;
@@ -207,22 +219,41 @@ static void jrn_rollback(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
   jrn_seq_even(seg, j);
 }
 
+/* ...then the new blocks freed (ln: see jrn_free_old). */
+static void jrn_free_new(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
+                         struct pdshm_lane_ctx *ln) {
+  for (uint32_t i = 0; i < j->nnew && i < PDSHM_J_BLOCKS; i++)
+    if (jrn_marked(seg, jrn_off(j->newb[i]), tag)) {
+      pdshm__free(seg, ln, jrn_off(j->newb[i]));
+      PDSHM_CRASHPOINT("j.rollback.free");
+    }
+}
+
 void pdshm__j_commit(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_journal *j = jrn(ln);
   PDSHM_CRASHPOINT("j.commit.before");
   atomic_store_explicit(&j->state, PDSHM_J_COMMIT, memory_order_release); /* commit point */
   PDSHM_CRASHPOINT("j.commit.after");
-  jrn_apply(seg, j, ln->tag, ln->direct ? NULL : ln);
+  jrn_apply_stores(seg, j, ln->tag);
+  /* IDLE before the frees: a freed block may at once be handed to another
+   * thread of this slot, with the same owner tag, and a repair re-running
+   * this journal after a death would free that thread's block.  A death
+   * during the frees leaves retired blocks owned by the slot (kept records
+   * with their scope cleared), which its reaper's sweep frees. */
   atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
   PDSHM_CRASHPOINT("j.idle");
+  jrn_free_old(seg, j, ln->tag, ln->direct ? NULL : ln);
   pdshm__unlock(seg, atomic_load_explicit(&j->lock, memory_order_relaxed));
 }
 
+/* IDLE before the frees, as for a commit; the new blocks are still ours
+ * until freed, so a death in between leaves them to the reaper's sweep. */
 void pdshm__j_abort(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_journal *j = jrn(ln);
-  jrn_rollback(seg, j, ln->tag, ln->direct ? NULL : ln);
+  jrn_unretire(seg, j, ln->tag);
   atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
   PDSHM_CRASHPOINT("j.idle");
+  jrn_free_new(seg, j, ln->tag, ln->direct ? NULL : ln);
   pdshm__unlock(seg, atomic_load_explicit(&j->lock, memory_order_relaxed));
 }
 
@@ -253,9 +284,11 @@ static int jrn_repair_one(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag)
   int rc = jrn_sane(seg, j);
   if (rc) return rc;
   if (atomic_load_explicit(&j->state, memory_order_acquire) == PDSHM_J_COMMIT)
-    jrn_apply(seg, j, tag, NULL);
-  else
-    jrn_rollback(seg, j, tag, NULL);
+    jrn_apply(seg, j, tag);
+  else {
+    jrn_unretire(seg, j, tag);
+    jrn_free_new(seg, j, tag, NULL);
+  }
   PDSHM_CRASHPOINT("j.repair.done");
   atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
   return 0;
