@@ -191,14 +191,15 @@ static void jrn_apply_stores(pdshm_seg *seg, struct pdshm_journal *j, uint16_t t
     }
 }
 
-/* Then the retired blocks.  ln is the caller's lane when it is the
- * journal's owner, NULL for a repairer (blocks go straight to the heap). */
-static void jrn_free_old(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
-                         struct pdshm_lane_ctx *ln) {
-  for (uint32_t i = 0; i < j->nold && i < PDSHM_J_BLOCKS; i++)
-    if (jrn_marked(seg, jrn_off(j->oldb[i]), tag)) {
-      pdshm__free(seg, ln, jrn_off(j->oldb[i]));
-      PDSHM_CRASHPOINT("j.apply.free");
+/* Frees the blocks of a list (oldb or newb) still marked with this slot.
+ * ln is the caller's lane when it is the journal's owner, NULL for a
+ * repairer (blocks go straight to the heap). */
+static void jrn_free_list(pdshm_seg *seg, const pdshm_off_t *list, uint32_t n, uint16_t tag,
+                          struct pdshm_lane_ctx *ln) {
+  for (uint32_t i = 0; i < n && i < PDSHM_J_BLOCKS; i++)
+    if (jrn_marked(seg, jrn_off(list[i]), tag)) {
+      pdshm__free(seg, ln, jrn_off(list[i]));
+      PDSHM_CRASHPOINT("j.free");
     }
 }
 
@@ -206,10 +207,11 @@ static void jrn_free_old(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
  * before the journal reads IDLE. */
 static void jrn_apply(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag) {
   jrn_apply_stores(seg, j, tag);
-  jrn_free_old(seg, j, tag, NULL);
+  jrn_free_list(seg, j->oldb, j->nold, tag, NULL);
 }
 
-/* Invariant 2: the retired blocks back to their owners first... */
+/* Invariant 2: the retired blocks back to their owners, before the new
+ * ones are freed (jrn_free_list on newb). */
 static void jrn_unretire(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag) {
   for (uint32_t i = 0; i < j->nold && i < PDSHM_J_BLOCKS; i++)
     if (!(j->oldb[i] & JRN_KEEP) && jrn_marked(seg, j->oldb[i], tag)) {
@@ -219,15 +221,6 @@ static void jrn_unretire(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag) 
   jrn_seq_even(seg, j);
 }
 
-/* ...then the new blocks freed (ln: see jrn_free_old). */
-static void jrn_free_new(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
-                         struct pdshm_lane_ctx *ln) {
-  for (uint32_t i = 0; i < j->nnew && i < PDSHM_J_BLOCKS; i++)
-    if (jrn_marked(seg, jrn_off(j->newb[i]), tag)) {
-      pdshm__free(seg, ln, jrn_off(j->newb[i]));
-      PDSHM_CRASHPOINT("j.rollback.free");
-    }
-}
 
 void pdshm__j_commit(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_journal *j = jrn(ln);
@@ -242,7 +235,7 @@ void pdshm__j_commit(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
    * with their scope cleared), which its reaper's sweep frees. */
   atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
   PDSHM_CRASHPOINT("j.idle");
-  jrn_free_old(seg, j, ln->tag, ln->direct ? NULL : ln);
+  jrn_free_list(seg, j->oldb, j->nold, ln->tag, ln->direct ? NULL : ln);
   pdshm__unlock(seg, atomic_load_explicit(&j->lock, memory_order_relaxed));
 }
 
@@ -253,7 +246,7 @@ void pdshm__j_abort(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   jrn_unretire(seg, j, ln->tag);
   atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
   PDSHM_CRASHPOINT("j.idle");
-  jrn_free_new(seg, j, ln->tag, ln->direct ? NULL : ln);
+  jrn_free_list(seg, j->newb, j->nnew, ln->tag, ln->direct ? NULL : ln);
   pdshm__unlock(seg, atomic_load_explicit(&j->lock, memory_order_relaxed));
 }
 
@@ -287,7 +280,7 @@ static int jrn_repair_one(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag)
     jrn_apply(seg, j, tag);
   else {
     jrn_unretire(seg, j, tag);
-    jrn_free_new(seg, j, tag, NULL);
+    jrn_free_list(seg, j->newb, j->nnew, tag, NULL);
   }
   PDSHM_CRASHPOINT("j.repair.done");
   atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
