@@ -190,10 +190,27 @@ static void ck_table(struct ck *c, pdshm_off_t x, const struct pdshm_scope_rec *
       ck_var(c, x, v, &t->ent[i]);
     }
   }
-  if (live != r->nvars || used != t->used || used * 8 > cap * 5)
+  /* A dying scope's variables are freed without its lock, entry by entry
+   * (model.h, phase 2): its counts may lag. */
+  if (!r->dying && (live != r->nvars || used != t->used || used * 8 > cap * 5))
     ck_say(c, "scope %#llx: table counts disagree (live %llu/%llu, used %llu/%llu of %llu)",
            (unsigned long long)x, (unsigned long long)live, (unsigned long long)r->nvars,
            (unsigned long long)used, (unsigned long long)t->used, (unsigned long long)cap);
+}
+
+/* Whether scope x still holds its reference on its parent: a dying scope
+ * drops it in the first phase of its destruction (model.h), which may be
+ * over while the rest is still to run: in another process, or in a dead
+ * one's todo queue awaiting its reaper. */
+static bool ck_holds_parent(struct ck *c, pdshm_off_t x, const struct pdshm_scope_rec *r) {
+  if (!r->dying) return true;
+  for (uint32_t s = 0; s < c->seg->hdr->max_procs; s++)
+    for (unsigned k = 0; k < PDSHM_LANES; k++) {
+      const struct pdshm_lane_todo *t = &pdshm__slot(c->seg, s)->lane[k].todo;
+      if (t->destroy == x) return t->phase <= 1;
+      if (t->next == x) return true;
+    }
+  return true;
 }
 
 /* References from outside: handle records, kids' parent pointers. */
@@ -205,7 +222,8 @@ static void ck_count_refs(struct ck *c) {
     if (b->type == PDSHM_T_HANDLE && b->size - PDSHM_BLK_HDR >= sizeof(struct pdshm_handle_rec))
       target = PDSHM_AT(c->seg->base, b->off, struct pdshm_handle_rec)->scope;
     if (b->type == PDSHM_T_SCOPE && !b->owner &&
-        b->size - PDSHM_BLK_HDR >= sizeof(struct pdshm_scope_rec))
+        b->size - PDSHM_BLK_HDR >= sizeof(struct pdshm_scope_rec) &&
+        ck_holds_parent(c, b->off, pdshm__scope_at(c->seg, b->off)))
       target = pdshm__scope_at(c->seg, b->off)->parent; /* published scopes only */
     struct ck_blk *s = target ? ck_find(c, target) : NULL;
     if (s && s->type == PDSHM_T_SCOPE) s->refs++;
@@ -232,6 +250,9 @@ static void ck_scope(struct ck *c, struct ck_blk *b) {
   if (r->lock >= c->seg->hdr->max_locks ||
       atomic_load(&pdshm__lockent(c->seg, r->lock)->alloc) != PDSHM_LOCK_PUBLISHED)
     ck_say(c, "scope %#llx: its lock %u is not published", (unsigned long long)b->off, r->lock);
+  else if (pdshm__lockent(c->seg, r->lock)->guards != b->off) /* shared with another */
+    ck_say(c, "scope %#llx: its lock %u guards %#llx", (unsigned long long)b->off, r->lock,
+           (unsigned long long)pdshm__lockent(c->seg, r->lock)->guards);
   ck_table(c, b->off, r);
   uint64_t n = 0;
   for (pdshm_off_t k = r->first_kid, prev = 0; k; prev = k, k = pdshm__scope_at(c->seg, k)->next_sib) {

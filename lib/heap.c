@@ -195,6 +195,7 @@ static int carve(pdshm_seg *seg, pdshm_off_t off, uint64_t n, unsigned state, ui
   if (holey) { /* what we hand out, and the tail's header and links */
     int rc = reserve(seg, off, n < size ? n + PDSHM_BLK_MIN : n);
     if (rc) return rc;
+    PDSHM_CRASHPOINT("heap.carve.reserved");
   }
   if (n > PDSHM_CLASS_MAX) /* a large block in use again: budget back */
     heap(seg)->retained -= heap(seg)->retained < n ? heap(seg)->retained : n;
@@ -206,11 +207,13 @@ static int carve(pdshm_seg *seg, pdshm_off_t off, uint64_t n, unsigned state, ui
     t->owner = 0;
     set_word(t, (size - n) | PDSHM_BLK_FREE | holey);
     fix_next_prev(seg, off + n, size - n);
+    PDSHM_CRASHPOINT("heap.carve.tail");
   }
   zero_if_record(seg, off, n, type);
   b->type = (uint16_t)type;
   b->owner = owner;
   set_word(b, n | state);
+  PDSHM_CRASHPOINT("heap.carve.head");
   if (n < size) bin_insert(seg, off + n, size - n);
   return 0;
 }
@@ -242,6 +245,7 @@ static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
   set_word(b, size | PDSHM_BLK_FREE);
   b->type = PDSHM_T_NONE;
   b->owner = 0;
+  PDSHM_CRASHPOINT("heap.release.free");
   pdshm_off_t next = off + size;
   uint64_t nw = next < seg->hdr->arena_end ? word(B(seg, next)) : 0;
   if (nw && pdshm__blk_state(nw) == PDSHM_BLK_FREE && size + pdshm__blk_size(nw) < PDSHM_BLK_MAX) {
@@ -249,6 +253,7 @@ static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
     holey |= nw & PDSHM_BLK_HOLEY;
     size += pdshm__blk_size(nw);
     set_word(b, size | PDSHM_BLK_FREE | holey);
+    PDSHM_CRASHPOINT("heap.release.merge_next");
   }
   if (off > seg->hdr->arena_off && b->prev16) {
     pdshm_off_t prev = off - (uint64_t)b->prev16 * 16;
@@ -260,13 +265,17 @@ static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
       off = prev;
       b = B(seg, prev);
       set_word(b, size | PDSHM_BLK_FREE | holey);
+      PDSHM_CRASHPOINT("heap.release.merge_prev");
     }
   }
   bool give_back = freed >= PUNCH_MIN && !retain(seg, freed);
   if (give_back) set_word(b, size | PDSHM_BLK_FREE | PDSHM_BLK_HOLEY);
   fix_next_prev(seg, off, size);
   bin_insert(seg, off, size);
-  if (give_back) punch_extent(seg, off, freed_at, freed);
+  if (give_back) {
+    PDSHM_CRASHPOINT("heap.release.punch");
+    punch_extent(seg, off, freed_at, freed);
+  }
 }
 
 /* ---- the lane caches ---------------------------------------------------------------- */
@@ -281,6 +290,7 @@ static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t o
   b->type = PDSHM_T_NONE;
   *next_of(seg, off) = cb->head;
   set_word(b, pdshm__blk_size(word(b)) | PDSHM_BLK_CACHED);
+  PDSHM_CRASHPOINT("heap.cache.push");
   cb->head = off;
   cb->count++;
 }
@@ -291,6 +301,7 @@ static pdshm_off_t cache_pop(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigne
   uint64_t size = pdshm__blk_size(word(b));
   cb->head = *next_of(seg, off);
   cb->count--;
+  PDSHM_CRASHPOINT("heap.cache.pop");
   zero_if_record(seg, off, size, type);
   b->type = (uint16_t)type;
   set_word(b, size | PDSHM_BLK_USED);
@@ -303,6 +314,7 @@ static void cache_drain(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned n) 
     pdshm_off_t off = cb->head;
     cb->head = *next_of(seg, off);
     cb->count--;
+    PDSHM_CRASHPOINT("heap.cache.drain");
     heap_release(seg, off);
   }
 }
@@ -317,6 +329,7 @@ static void cache_refill(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned c,
       heap_release(seg, off);
       return;
     }
+    PDSHM_CRASHPOINT("heap.cache.refill");
     *next_of(seg, off) = cb->head;
     cb->head = off;
     cb->count++;
@@ -354,6 +367,7 @@ static int alloc_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint64_t n, u
                         unsigned type, pdshm_off_t *blk) {
   int rc = pdshm__lock(seg, PDSHM_LOCK_HEAP);
   if (rc) return rc;
+  PDSHM_CRASHPOINT("heap.locked");
   if (c < PDSHM_NCLASSES) n = pdshm__class_size(c);
   pdshm_off_t off = bin_search(seg, n);
   rc = off ? carve(seg, off, n, PDSHM_BLK_USED, ln->tag, type) : PDSHM_ENOMEM;
@@ -425,6 +439,7 @@ static int heap_relink(pdshm_seg *seg) {
   struct pdshm_heap *h = heap(seg);
   memset(h->nonempty, 0, sizeof h->nonempty);
   memset(h->bins, 0, sizeof h->bins);
+  PDSHM_CRASHPOINT("heap.relink.emptied");
   uint64_t prev = 0;
   for (pdshm_off_t at = hd->arena_off; at < hd->arena_end;) {
     struct pdshm_blk *b = B(seg, at);
@@ -487,6 +502,7 @@ int pdshm__heap_sweep_slot(pdshm_seg *seg, uint32_t slot, unsigned keep_mask,
       set_word(b, size | PDSHM_BLK_FREE); /* merged and binned below */
       b->owner = 0;
       b->type = PDSHM_T_NONE;
+      PDSHM_CRASHPOINT("heap.sweep.freed");
     }
     at += size;
   }

@@ -14,6 +14,7 @@
 
 #include "pdshm.h"
 #include "layout.h"
+#include "crashpoint.h"
 
 #define PDSHM_NOSLOT UINT32_MAX
 
@@ -105,6 +106,10 @@ void pdshm__unlock(pdshm_seg *seg, uint32_t i);
 int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_t *out);
 /* Gives back an entry we claimed and did not publish (an abandoned build). */
 void pdshm__lock_unclaim(pdshm_seg *seg, uint32_t i);
+/* Gives back entry i if it is held by slot tag `tag` (slot+1): what an
+ * object's death does once the journal that moved the entry to `tag` is
+ * over (lock.c, invariant 4). */
+void pdshm__lock_return(pdshm_seg *seg, uint32_t i, uint16_t tag);
 /* Reaper: returns the entries slot `slot` claimed but never published. */
 void pdshm__lock_sweep_slot(pdshm_seg *seg, uint32_t slot);
 void pdshm__poison(pdshm_seg *seg, const char *why);
@@ -122,6 +127,10 @@ int pdshm__j_alloc_keep(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes,
 void pdshm__j_begin_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op);
 /* A word store applied at commit (absolute value: redo is idempotent). */
 void pdshm__j_set(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uint64_t val);
+/* A counter incremented at commit, after the stores.  Not idempotent: a
+ * repair may apply it twice, so only for words whose readers look for a
+ * change (versions), never for a count. */
+void pdshm__j_bump(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at);
 /* A block freed at commit. */
 void pdshm__j_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload);
 /* The seqlock word this op makes odd while it applies its stores. */

@@ -5,7 +5,7 @@
  * other than the heap's own bins runs as one journal under one lock L:
  *
  *   IDLE --begin: lock:=L, take L--> ARMED --commit point--> COMMIT
- *        <--------------- release L, state:=IDLE <------------ apply
+ *        <-- release L, free oldb <-- state:=IDLE <-- apply, publish newb
  *
  * Invariants:
  *  1. state != IDLE only while the journal's owner holds `lock`; so whoever
@@ -16,11 +16,20 @@
  *     owner 0, except blocks the slot owned before, flagged JRN_KEEP).
  *  3. From COMMIT on, the redo list says everything: each entry is an absolute
  *     value for a word guarded by L, so applying the list twice is applying
- *     it once.  Publishing newb (owner := 0) and freeing oldb (only blocks
- *     still USED and marked with this slot, so never a block reused since)
- *     are idempotent too.
+ *     it once; except bumps (JRN_BUMP), which a repair may apply twice.  A
+ *     bump happens once the stores are visible, so a reader that sees it
+ *     sees the change it announces.  Publishing newb (owner := 0) and
+ *     freeing oldb (only blocks still USED and marked with this slot, so
+ *     never a block another slot reused since; for this slot's, see 5) are
+ *     idempotent too.
  *  4. A seqlock word the op made odd is made even by whoever finishes the op,
  *     so lock-free readers never wait on a dead writer.
+ *  5. The owner marks its journal IDLE before it frees blocks (the retired
+ *     ones of a commit, the new ones of an abort): a freed block may be
+ *     handed at once to another thread of the same slot, with the same owner
+ *     tag, and must not be freed again by a repair re-running the journal.
+ *     Blocks not yet freed are still the slot's, freed by its reaper's sweep
+ *     (a retired HANDLE or HOLD record has its scope cleared by then).
  *
  * Crash windows (each one is finished by pdshm__journal_repair_lock):
  *  - after alloc, before newb is recorded: the block stays owned by the dead
@@ -50,7 +59,9 @@ int pdshm__j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uin
   atomic_store_explicit(&j->lock, lock, memory_order_relaxed);
   int rc = pdshm__lock(seg, lock);
   if (rc) return rc;
+  PDSHM_CRASHPOINT("j.locked");
   jrn_arm(j, op);
+  PDSHM_CRASHPOINT("j.armed");
   return 0;
 }
 
@@ -62,6 +73,7 @@ void pdshm__j_begin_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t l
   assert(atomic_load(&j->state) == PDSHM_J_IDLE);
   atomic_store_explicit(&j->lock, lock, memory_order_relaxed);
   jrn_arm(j, op);
+  PDSHM_CRASHPOINT("j.armed");
 }
 
 /* newb entries are 16-aligned; bit 0 marks a block the slot keeps owning
@@ -76,9 +88,11 @@ static int jrn_alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, un
   assert(j->nnew < PDSHM_J_BLOCKS);
   int rc = pdshm__alloc(seg, ln, bytes, type, payload);
   if (rc) return rc;
+  PDSHM_CRASHPOINT("j.alloc.unrecorded");
   j->newb[j->nnew] = *payload | keep;
   atomic_thread_fence(memory_order_release); /* entry before count */
   j->nnew++;
+  PDSHM_CRASHPOINT("j.alloc.recorded");
   return 0;
 }
 
@@ -92,12 +106,25 @@ int pdshm__j_alloc_keep(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes,
   return jrn_alloc(seg, ln, bytes, type, payload, JRN_KEEP);
 }
 
-void pdshm__j_set(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uint64_t val) {
+/* Redo entries' offsets are 8-aligned; bit 0 marks a bump. */
+#define JRN_BUMP 1u
+
+static void jrn_redo(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uint64_t val,
+                     pdshm_off_t bump) {
   struct pdshm_journal *j = jrn(ln);
   assert(j->nredo < PDSHM_J_REDO && at % 8 == 0 && at < seg->size);
-  j->redo[j->nredo] = (struct pdshm_redo){.at = at, .val = val};
+  j->redo[j->nredo] = (struct pdshm_redo){.at = at | bump, .val = val};
   atomic_thread_fence(memory_order_release);
   j->nredo++;
+  PDSHM_CRASHPOINT("j.set");
+}
+
+void pdshm__j_set(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uint64_t val) {
+  jrn_redo(seg, ln, at, val, 0);
+}
+
+void pdshm__j_bump(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at) {
+  jrn_redo(seg, ln, at, 1, JRN_BUMP);
 }
 
 void pdshm__j_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload) {
@@ -109,7 +136,9 @@ void pdshm__j_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payl
   j->oldb[j->nold] = payload | keep;
   atomic_thread_fence(memory_order_release);
   j->nold++;
+  PDSHM_CRASHPOINT("j.retire.unmarked");
   pdshm__blk(seg, payload)->owner = ln->tag;
+  PDSHM_CRASHPOINT("j.retire.marked");
 }
 
 void pdshm__j_seq(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t seq) {
@@ -137,10 +166,8 @@ static bool jrn_marked(pdshm_seg *seg, pdshm_off_t payload, uint16_t tag) {
   return pdshm__blk_state(w) == PDSHM_BLK_USED && b->owner == tag;
 }
 
-/* Invariant 3.  ln is the caller's lane when it is the journal's owner, NULL
- * for a repairer (blocks then go straight back to the heap). */
-static void jrn_apply(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
-                      struct pdshm_lane_ctx *ln) {
+/* Invariant 3, first the stores and the publications. */
+static void jrn_apply_stores(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag) {
   uint32_t nredo = j->nredo < PDSHM_J_REDO ? j->nredo : PDSHM_J_REDO;
   if (j->seq) {
     _Atomic uint64_t *seq = jrn_word(seg, j->seq);
@@ -148,39 +175,78 @@ static void jrn_apply(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
     if (!(v & 1)) atomic_store_explicit(seq, v + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release); /* odd before the stores */
   }
-  for (uint32_t i = 0; i < nredo; i++)
-    atomic_store_explicit(jrn_word(seg, j->redo[i].at), j->redo[i].val, memory_order_release);
+  for (uint32_t i = 0; i < nredo; i++) {
+    pdshm_off_t at = j->redo[i].at & ~(pdshm_off_t)JRN_BUMP;
+    if (j->redo[i].at & JRN_BUMP)
+      atomic_fetch_add_explicit(jrn_word(seg, at), j->redo[i].val, memory_order_release);
+    else
+      atomic_store_explicit(jrn_word(seg, at), j->redo[i].val, memory_order_release);
+    PDSHM_CRASHPOINT("j.apply.store");
+  }
   jrn_seq_even(seg, j);
   for (uint32_t i = 0; i < j->nnew && i < PDSHM_J_BLOCKS; i++)
-    if (!(j->newb[i] & JRN_KEEP) && jrn_marked(seg, j->newb[i], tag))
+    if (!(j->newb[i] & JRN_KEEP) && jrn_marked(seg, j->newb[i], tag)) {
       pdshm__blk(seg, j->newb[i])->owner = 0;
-  for (uint32_t i = 0; i < j->nold && i < PDSHM_J_BLOCKS; i++)
-    if (jrn_marked(seg, jrn_off(j->oldb[i]), tag)) pdshm__free(seg, ln, jrn_off(j->oldb[i]));
+      PDSHM_CRASHPOINT("j.apply.publish");
+    }
 }
 
-/* Invariant 2. */
-static void jrn_rollback(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag,
-                         struct pdshm_lane_ctx *ln) {
-  for (uint32_t i = 0; i < j->nnew && i < PDSHM_J_BLOCKS; i++)
-    if (jrn_marked(seg, jrn_off(j->newb[i]), tag)) pdshm__free(seg, ln, jrn_off(j->newb[i]));
+/* Frees the blocks of a list (oldb or newb) still marked with this slot.
+ * ln is the caller's lane when it is the journal's owner, NULL for a
+ * repairer (blocks go straight to the heap). */
+static void jrn_free_list(pdshm_seg *seg, const pdshm_off_t *list, uint32_t n, uint16_t tag,
+                          struct pdshm_lane_ctx *ln) {
+  for (uint32_t i = 0; i < n && i < PDSHM_J_BLOCKS; i++)
+    if (jrn_marked(seg, jrn_off(list[i]), tag)) {
+      pdshm__free(seg, ln, jrn_off(list[i]));
+      PDSHM_CRASHPOINT("j.free");
+    }
+}
+
+/* A repairer's: the owner is dead, nobody can take the freed blocks back
+ * before the journal reads IDLE. */
+static void jrn_apply(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag) {
+  jrn_apply_stores(seg, j, tag);
+  jrn_free_list(seg, j->oldb, j->nold, tag, NULL);
+}
+
+/* Invariant 2: the retired blocks back to their owners, before the new
+ * ones are freed (jrn_free_list on newb). */
+static void jrn_unretire(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag) {
   for (uint32_t i = 0; i < j->nold && i < PDSHM_J_BLOCKS; i++)
-    if (!(j->oldb[i] & JRN_KEEP) && jrn_marked(seg, j->oldb[i], tag))
+    if (!(j->oldb[i] & JRN_KEEP) && jrn_marked(seg, j->oldb[i], tag)) {
       pdshm__blk(seg, j->oldb[i])->owner = 0;
+      PDSHM_CRASHPOINT("j.rollback.unmark");
+    }
   jrn_seq_even(seg, j);
 }
+
 
 void pdshm__j_commit(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_journal *j = jrn(ln);
+  PDSHM_CRASHPOINT("j.commit.before");
   atomic_store_explicit(&j->state, PDSHM_J_COMMIT, memory_order_release); /* commit point */
-  jrn_apply(seg, j, ln->tag, ln->direct ? NULL : ln);
+  PDSHM_CRASHPOINT("j.commit.after");
+  jrn_apply_stores(seg, j, ln->tag);
+  /* IDLE before the frees: a freed block may at once be handed to another
+   * thread of this slot, with the same owner tag, and a repair re-running
+   * this journal after a death would free that thread's block.  A death
+   * during the frees leaves retired blocks owned by the slot (kept records
+   * with their scope cleared), which its reaper's sweep frees. */
   atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
+  PDSHM_CRASHPOINT("j.idle");
+  jrn_free_list(seg, j->oldb, j->nold, ln->tag, ln->direct ? NULL : ln);
   pdshm__unlock(seg, atomic_load_explicit(&j->lock, memory_order_relaxed));
 }
 
+/* IDLE before the frees, as for a commit; the new blocks are still ours
+ * until freed, so a death in between leaves them to the reaper's sweep. */
 void pdshm__j_abort(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_journal *j = jrn(ln);
-  jrn_rollback(seg, j, ln->tag, ln->direct ? NULL : ln);
+  jrn_unretire(seg, j, ln->tag);
   atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
+  PDSHM_CRASHPOINT("j.idle");
+  jrn_free_list(seg, j->newb, j->nnew, ln->tag, ln->direct ? NULL : ln);
   pdshm__unlock(seg, atomic_load_explicit(&j->lock, memory_order_relaxed));
 }
 
@@ -191,9 +257,10 @@ void pdshm__j_abort(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
 static int jrn_sane(pdshm_seg *seg, const struct pdshm_journal *j) {
   if (j->nredo > PDSHM_J_REDO || j->nnew > PDSHM_J_BLOCKS || j->nold > PDSHM_J_BLOCKS)
     return PDSHM_EBADSEG;
-  for (uint32_t i = 0; i < j->nredo; i++)
-    if (j->redo[i].at % 8 || j->redo[i].at < seg->hdr->slots_off || j->redo[i].at >= seg->size)
-      return PDSHM_EBADSEG;
+  for (uint32_t i = 0; i < j->nredo; i++) {
+    pdshm_off_t at = j->redo[i].at & ~(pdshm_off_t)JRN_BUMP;
+    if (at % 8 || at < seg->hdr->slots_off || at >= seg->size) return PDSHM_EBADSEG;
+  }
   const pdshm_off_t lo = seg->hdr->arena_off + PDSHM_BLK_HDR, hi = seg->hdr->arena_end;
   for (uint32_t i = 0; i < j->nnew; i++) {
     pdshm_off_t b = jrn_off(j->newb[i]);
@@ -210,9 +277,12 @@ static int jrn_repair_one(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag)
   int rc = jrn_sane(seg, j);
   if (rc) return rc;
   if (atomic_load_explicit(&j->state, memory_order_acquire) == PDSHM_J_COMMIT)
-    jrn_apply(seg, j, tag, NULL);
-  else
-    jrn_rollback(seg, j, tag, NULL);
+    jrn_apply(seg, j, tag);
+  else {
+    jrn_unretire(seg, j, tag);
+    jrn_free_list(seg, j->newb, j->nnew, tag, NULL);
+  }
+  PDSHM_CRASHPOINT("j.repair.done");
   atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
   return 0;
 }

@@ -15,8 +15,14 @@
  *     ENOTRECOVERABLE instead of a guess.
  *  3. acquisitions, contended and wait_ns change only under the mutex.
  *  4. An entry's alloc word moves AVAILABLE -> slot+1 by CAS (claim), then to
- *     PUBLISHED or back to AVAILABLE by a journal under the guarded object's
- *     parent lock; a reaper returns slot+1 entries of a dead slot.
+ *     PUBLISHED (or back to AVAILABLE, abandoned) by a journal under the
+ *     guarded object's parent lock.  The object's death moves it back to
+ *     slot+1 in the journal that retires the object, and only once that
+ *     journal is over does the slot give it back (CAS slot+1 -> AVAILABLE).
+ *     A journal is re-applied by whoever repairs it after its owner's death,
+ *     possibly much later: had it stored AVAILABLE itself, a re-application
+ *     could take back an entry a new object had claimed since.  A reaper
+ *     returns the slot+1 entries of a dead slot after settling its journals.
  */
 #include "config.h"
 
@@ -58,6 +64,7 @@ static int lock_repair(pdshm_seg *seg, uint32_t i) {
 
 static int lock_recover(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l) {
   l->owner_died++;
+  PDSHM_CRASHPOINT("lock.recover.begin");
   int rc = lock_repair(seg, i);
   if (rc) {
     pdshm__poison(seg, "repair after a holder's death failed");
@@ -65,6 +72,7 @@ static int lock_recover(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l) {
     pthread_mutex_unlock(&l->mutex); /* without consistent: unrecoverable */
     return PDSHM_ENOTRECOVERABLE;
   }
+  PDSHM_CRASHPOINT("lock.recover.repaired");
   pthread_mutex_consistent(&l->mutex);
   return 0;
 }
@@ -141,6 +149,7 @@ int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_
     uint64_t expected = PDSHM_LOCK_AVAILABLE;
     if (atomic_load_explicit(&l->alloc, memory_order_relaxed) != expected) continue;
     if (!atomic_compare_exchange_strong(&l->alloc, &expected, seg->owner_tag)) continue;
+    PDSHM_CRASHPOINT("lock.claimed");
     l->kind = kind;
     l->guards = guards;
     atomic_store_explicit(&lock_hint, i, memory_order_relaxed);
@@ -151,14 +160,16 @@ int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_
                      seg->hdr->max_locks);
 }
 
-/* Entry i back to AVAILABLE if slot tag `tag` claimed it and nobody published it. */
-static void lock_return(pdshm_seg *seg, uint32_t i, uint64_t tag) {
-  atomic_compare_exchange_strong(&pdshm__lockent(seg, i)->alloc, &tag, PDSHM_LOCK_AVAILABLE);
+/* Entry i back to AVAILABLE if slot tag `tag` holds it (invariant 4). */
+void pdshm__lock_return(pdshm_seg *seg, uint32_t i, uint16_t tag) {
+  uint64_t expected = tag;
+  atomic_compare_exchange_strong(&pdshm__lockent(seg, i)->alloc, &expected,
+                                 PDSHM_LOCK_AVAILABLE);
 }
 
-void pdshm__lock_unclaim(pdshm_seg *seg, uint32_t i) { lock_return(seg, i, seg->owner_tag); }
+void pdshm__lock_unclaim(pdshm_seg *seg, uint32_t i) { pdshm__lock_return(seg, i, seg->owner_tag); }
 
 void pdshm__lock_sweep_slot(pdshm_seg *seg, uint32_t slot) {
   for (uint32_t i = PDSHM_LOCK_FIXED; i < seg->hdr->max_locks; i++)
-    lock_return(seg, i, (uint64_t)slot + 1);
+    pdshm__lock_return(seg, i, (uint16_t)(slot + 1));
 }

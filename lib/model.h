@@ -111,7 +111,8 @@ struct pdshm_var_rec {
   /* pdshm_var_lock: shared holds are counted here and recorded per process
    * in HOLD blocks so that a reaper can give back a dead reader's share. */
   uint64_t lk_readers;     /* shared holders; var lock                          */
-  uint64_t lk_wwait;       /* writers waiting for readers to drain; var lock    */
+  uint64_t lk_wwait;       /* a writer waits for readers to drain: its slot+1 |
+                              its slot's epoch << 16, 0 when none; var lock    */
 };
 
 /* A NAME block: a name or label, NUL-terminated, never changed once

@@ -71,6 +71,7 @@ PDSHM_API int pdshm_unique_name(pdshm_seg *seg, const char *prefix, char *buf, s
   if (strnlen(prefix, PDSHM_NAME_MAX + 1) + 21 > PDSHM_NAME_MAX)
     return pdshm__fail(PDSHM_ENAMETOOLONG, "prefix leaves no room for \"-N\" in a name");
   uint64_t n = atomic_fetch_add_explicit(&seg->hdr->name_counter, 1, memory_order_relaxed);
+  PDSHM_CRASHPOINT("names.unique.counted");
   int w = snprintf(buf, cap, "%s-%llu", prefix, (unsigned long long)n);
   if (w < 0 || (size_t)w >= cap) {
     if (cap) buf[0] = '\0';

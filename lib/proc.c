@@ -88,10 +88,13 @@ static int proc_reap_claimed(pdshm_seg *seg, uint32_t i) {
   struct pdshm_lane_ctx lanes[PDSHM_LANES];
   atomic_store_explicit(&slot->state, PDSHM_SLOT_REAPING, memory_order_release);
   slot->reaper_pid = (uint32_t)getpid();
+  PDSHM_CRASHPOINT("reap.claimed");
   proc_dead_lanes(seg, i, lanes);
   int rc = proc_settle_journals(seg, slot);
+  PDSHM_CRASHPOINT("reap.settled");
   if (!rc) rc = pdshm__release_slot_holds(seg, i, lanes);
   if (rc) return rc;
+  PDSHM_CRASHPOINT("reap.released");
   slot->pid = 0;
   slot->reaper_pid = 0;
   atomic_store_explicit(&slot->state, PDSHM_SLOT_FREE, memory_order_release);
@@ -104,6 +107,7 @@ static int proc_reap_claimed(pdshm_seg *seg, uint32_t i) {
 static int proc_claim_clean(pdshm_seg *seg, uint32_t i, bool *was_dead) {
   int got = proc_try_claim(seg, i);
   if (got <= 0) return got;
+  PDSHM_CRASHPOINT("slot.claimed");
   *was_dead = atomic_load_explicit(&pdshm__slot(seg, i)->state, memory_order_acquire) !=
               PDSHM_SLOT_FREE;
   int rc = *was_dead ? proc_reap_claimed(seg, i) : 0;
@@ -177,6 +181,7 @@ static void proc_take(pdshm_seg *seg, uint32_t i) {
   slot->pid = (uint32_t)getpid();
   slot->attach_ns = pdshm__now_ns(CLOCK_REALTIME);
   slot->proc_start = proc_start_time();
+  PDSHM_CRASHPOINT("slot.take.filled");
   atomic_fetch_add_explicit(&slot->epoch, 1, memory_order_relaxed);
   for (unsigned k = 0; k < PDSHM_LANES; k++) {
     seg->lanes[k].rec = &slot->lane[k];
@@ -212,7 +217,9 @@ int pdshm__slot_claim_own(pdshm_seg *seg) {
 int pdshm__slot_release_own(pdshm_seg *seg) {
   struct pdshm_slot *slot = pdshm__slot(seg, seg->slot);
   int rc = pdshm__release_slot_holds(seg, seg->slot, seg->lanes);
+  PDSHM_CRASHPOINT("slot.release.holds");
   for (unsigned k = 0; k < PDSHM_LANES; k++) pdshm__cache_flush(seg, &seg->lanes[k]);
+  PDSHM_CRASHPOINT("slot.release.flushed");
   slot->pid = 0;
   atomic_store_explicit(&slot->state, PDSHM_SLOT_FREE, memory_order_release);
   seg->slot = PDSHM_NOSLOT;
@@ -227,6 +234,7 @@ int pdshm__release_slot_holds(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_c
   size_t nkept = 0;
   if (!rc) rc = pdshm__heap_sweep_slot(seg, slot, 1u << PDSHM_T_HANDLE | 1u << PDSHM_T_HOLD,
                                        &kept, &nkept);
+  PDSHM_CRASHPOINT("reap.todo.done");
   for (size_t n = 0; n < nkept && !rc; n++) {
     if (pdshm__blk(seg, kept[n])->type == PDSHM_T_HANDLE)
       rc = pdshm__handle_drop(seg, &lanes[0], kept[n]);
@@ -234,8 +242,10 @@ int pdshm__release_slot_holds(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_c
       rc = pdshm__varlock_drop_hold(seg, &lanes[0], kept[n]);
   }
   pdshm__xfree(kept);
+  PDSHM_CRASHPOINT("reap.handles.dropped");
   if (!rc) rc = pdshm__heap_sweep_slot(seg, slot, 0, &kept, &nkept);
   if (!rc) pdshm__xfree(kept);
+  PDSHM_CRASHPOINT("reap.swept");
   if (!rc) pdshm__lock_sweep_slot(seg, slot);
   return rc;
 }

@@ -177,8 +177,12 @@ int pdshm__handle_drop(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h)
   int rc = pdshm__j_begin(seg, ln, SC(seg, x)->lock, PDSHM_OP_UNHANDLE);
   if (rc) return rc;
   pdshm__j_retire(seg, ln, h);
+  /* model.h: the record counts for nothing from the commit on, though it
+   * stays ours (and swept by our reaper) until the journal frees it */
+  pdshm__j_set(seg, ln, h + offsetof(struct pdshm_handle_rec, scope), 0);
   scope_unref(seg, ln, x);
   pdshm__j_commit(seg, ln);
+  PDSHM_CRASHPOINT("scope.handle.dropped");
   return pdshm__todo_run(seg, ln);
 }
 
@@ -262,6 +266,7 @@ static int scope_create_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_
   pdshm_off_t k;
   int rc = scope_check_parent(seg, pr, name, len);
   if (!rc) rc = scope_build(seg, ln, p, name, len, lk, &k);
+  PDSHM_CRASHPOINT("scope.new.built");
   if (!rc) rc = pdshm__j_alloc_keep(seg, ln, sizeof(struct pdshm_handle_rec), PDSHM_T_HANDLE,
                                     &h->handle);
   if (rc) return rc;
@@ -289,6 +294,7 @@ PDSHM_API int pdshm_scope_new(pdshm_scope *parent, const char *name, pdshm_scope
   pdshm_scope *h = scope_priv_new(seg);
   if (!h) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
   if ((rc = pdshm__lock_claim(seg, PDSHM_LK_SCOPE, 0, &lk))) goto fail;
+  PDSHM_CRASHPOINT("scope.new.claimed");
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
   rc = pdshm__j_begin(seg, ln, SC(seg, parent->rec)->lock, PDSHM_OP_SCOPE_NEW);
   if (!rc) {
@@ -441,6 +447,7 @@ PDSHM_API int pdshm_scope_unlink(pdshm_scope *parent, const char *name) {
       kid_delist(seg, ln, p, k);
       kid_chain(seg, ln, k);
       pdshm__j_commit(seg, ln);
+      PDSHM_CRASHPOINT("scope.unlink.chained");
       rc = pdshm__todo_run(seg, ln);
     }
   }
@@ -460,6 +467,7 @@ static int drop_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scop
   kid_delist(seg, ln, x, k);
   if (SC(seg, k)->flags & PDSHM_SF_NAMED) kid_chain(seg, ln, k);
   pdshm__j_commit(seg, ln);
+  PDSHM_CRASHPOINT("scope.drop_kids.one");
   return pdshm__todo_run(seg, ln);
 }
 
@@ -498,6 +506,7 @@ static int chain_step(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
     }
   }
   pdshm__j_commit(seg, ln);
+  PDSHM_CRASHPOINT("scope.chain.step");
   return 0;
 }
 
@@ -511,6 +520,7 @@ static int destroy_unhook(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t
   scope_unref(seg, ln, r->parent);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), 2);
   pdshm__j_commit(seg, ln);
+  PDSHM_CRASHPOINT("scope.destroy.unhooked");
   return 0;
 }
 
@@ -523,23 +533,28 @@ static void destroy_vars(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t 
       if (tb->ent[i].var > PDSHM_TOMBSTONE) pdshm__var_free_unreachable(seg, ln, &tb->ent[i]);
   }
   atomic_store_explicit((_Atomic uint64_t *)&ln->rec->todo.phase, 3, memory_order_release);
+  PDSHM_CRASHPOINT("scope.destroy.vars");
 }
 
 /* Phase 3 (x's lock): the record itself, and the queue moves on. */
 static int destroy_record(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
   struct pdshm_scope_rec *r = SC(seg, x);
-  int rc = pdshm__j_begin(seg, ln, r->lock, PDSHM_OP_DESTROY);
+  const uint32_t lk = r->lock;
+  int rc = pdshm__j_begin(seg, ln, lk, PDSHM_OP_DESTROY);
   if (rc) return rc;
   if (r->table) pdshm__j_retire(seg, ln, r->table);
   if (r->name) pdshm__j_retire(seg, ln, r->name);
   pdshm__j_retire(seg, ln, x);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pdshm__lockent(seg, r->lock), alloc),
-               PDSHM_LOCK_AVAILABLE);
+  /* The entry comes back to us, and is given back once the journal is over
+   * (lock.c, invariant 4); a death in between leaves it to our reaper. */
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pdshm__lockent(seg, lk), alloc), ln->tag);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, destroy), t->next);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, next), 0);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), t->next ? 1 : 0);
   pdshm__j_commit(seg, ln);
+  PDSHM_CRASHPOINT("scope.destroy.record");
+  pdshm__lock_return(seg, lk, ln->tag);
   return 0;
 }
 

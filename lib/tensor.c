@@ -6,7 +6,9 @@
  *  1. A resize is one journal under the scope's lock: the new buffer is built
  *     off to the side, and dtype, shape, buffer and size change together at
  *     the commit; a failed resize changes nothing.  The version is bumped
- *     right after.
+ *     by the same journal, after the other stores (an atomic add, since
+ *     exclusive unlocks bump it under another lock): a committed resize is
+ *     always announced, even when its process dies right after the commit.
  *  2. data is 64-byte aligned inside buf (blocks are 16-byte aligned, so each
  *     buffer carries up to 48 bytes of slack), and data + nbytes stays inside
  *     buf.  Every tensor has a buffer, even of 0 bytes, so pdshm_tensor_data
@@ -91,6 +93,7 @@ static int resize_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, data), data);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, nbytes), a->nbytes);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, vtype), PDSHM_V_TENSOR);
+  pdshm__j_bump(seg, ln, PDSHM_FOFF(seg, r, version)); /* invariant 1 */
   return 0;
 }
 
@@ -110,9 +113,6 @@ PDSHM_API int pdshm_tensor_resize(pdshm_var *v, pdshm_dtype dt, int ndim, const 
     else pdshm__j_commit(seg, ln);
   }
   pdshm__lane_put(ln);
-  /* The version is also bumped by exclusive unlocks, under another lock: an
-   * atomic add, after the commit (a death in between loses only the bump). */
-  if (!rc) atomic_fetch_add_explicit(&r->version, 1, memory_order_release);
   return rc;
 }
 

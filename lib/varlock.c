@@ -15,13 +15,14 @@
  *     mutex.  A dead reader's HOLD blocks are found by its reaper, which drops
  *     each share the same way.
  *  3. A writer waiting for readers to drain does not hold the mutex while it
- *     sleeps; it sets lk_wwait so new readers back off (for a bounded time:
- *     a writer that died waiting must not lock readers out), and it reaps
+ *     sleeps; it marks lk_wwait with its slot and epoch so new readers back
+ *     off (for a bounded time; and not at all once that slot is dead or taken
+ *     again: a writer that died waiting must not slow readers), and it reaps
  *     dead processes now and then, since a dead reader's share only goes
  *     away when someone reaps it.
  *  4. pthread mutexes are per thread: a thread unlocks what it locked.  This
  *     thread's holds are kept in a thread-local table, which answers EDEADLK
- *     and EPERM.
+ *     and EPERM; a fork child inherits the table but none of the holds.
  */
 #include "config.h"
 
@@ -36,6 +37,9 @@
 
 struct vl_held {
   const void *var;   /* the record (its address in this mapping)            */
+  uint64_t forkgen;  /* pdshm__forkgen when taken: a fork child's new
+                        attachment may map the segment where its parent's
+                        was, and must not take the parent's holds for its own */
   pdshm_off_t hold;  /* our HOLD block when shared                          */
   uint32_t count;    /* shared re-entries                                   */
   bool excl;
@@ -47,9 +51,14 @@ static _Thread_local struct vl_held vl_held[VL_HELD_MAX];
  * VL_HELD_MAX entries cost more than the lock itself). */
 static _Thread_local unsigned vl_top;
 
+/* This thread's entry for var, or (var NULL) a free one; entries made
+ * before a fork are free in the child. */
 static struct vl_held *vl_find(const void *var) {
-  for (unsigned i = 0; i < vl_top; i++)
-    if (vl_held[i].var == var) return &vl_held[i];
+  uint64_t gen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
+  for (unsigned i = 0; i < vl_top; i++) {
+    bool live = vl_held[i].var && vl_held[i].forkgen == gen;
+    if (live ? vl_held[i].var == var : !var) return &vl_held[i];
+  }
   return NULL;
 }
 
@@ -89,6 +98,7 @@ static int vl_entry(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t *out) {
   uint32_t lk;
   int rc = pdshm__lock_claim(seg, PDSHM_LK_VAR, r->self, &lk);
   if (rc) return rc;
+  PDSHM_CRASHPOINT("varlock.entry.claimed");
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
   rc = pdshm__j_begin(seg, ln, pdshm__scope_at(seg, r->scope)->lock, PDSHM_OP_VARLOCK);
   bool first = !rc && !r->lock;
@@ -125,12 +135,29 @@ static int vl_share(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk, pdshm_
   return rc;
 }
 
+/* What a waiting writer leaves in lk_wwait: who it is. */
+static uint64_t vl_writer_mark(pdshm_seg *seg) {
+  return (seg->slot + 1u) | atomic_load(&pdshm__slot(seg, seg->slot)->epoch) << 16;
+}
+
+/* Invariant 3: a writer that died waiting (its slot dead, or taken again
+ * since) no longer makes readers back off.  The var lock is held. */
+static bool vl_writer_waits(pdshm_seg *seg, struct pdshm_var_rec *r) {
+  uint64_t w = r->lk_wwait, s = (w & 0xffff) - 1;
+  if (!w) return false;
+  if (s < seg->hdr->max_procs && w >> 16 == atomic_load(&pdshm__slot(seg, (uint32_t)s)->epoch) &&
+      pdshm__slot_alive(seg, (uint32_t)s) != 0)
+    return true;
+  r->lk_wwait = 0;
+  return false;
+}
+
 static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk,
                           pdshm_off_t *hold) {
   for (unsigned round = 0;; round++) {
     int rc = pdshm__lock(seg, lk);
     if (rc) return rc;
-    if (!r->lk_wwait || round >= VL_READER_BACKOFF) return vl_share(seg, r, lk, hold);
+    if (round >= VL_READER_BACKOFF || !vl_writer_waits(seg, r)) return vl_share(seg, r, lk, hold);
     pdshm__unlock(seg, lk);
     vl_pause(round);
   }
@@ -142,6 +169,8 @@ static int vl_unshare(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_va
   int rc = pdshm__j_begin(seg, ln, lk, PDSHM_OP_VARLOCK);
   if (rc) return rc;
   pdshm__j_retire(seg, ln, h);
+  /* the HOLD counts for nothing from the commit on (model.h) */
+  pdshm__j_set(seg, ln, h + offsetof(struct pdshm_handle_rec, scope), 0);
   if (r->lk_readers) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lk_readers), r->lk_readers - 1);
   pdshm__j_commit(seg, ln);
   return 0;
@@ -156,9 +185,11 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk) {
     if (rc) return rc;
     if (!r->lk_readers) {
       r->lk_wwait = 0;
+      PDSHM_CRASHPOINT("varlock.excl.held");
       return 0;
     }
-    r->lk_wwait = 1;
+    r->lk_wwait = vl_writer_mark(seg);
+    PDSHM_CRASHPOINT("varlock.excl.waiting");
     pdshm__unlock(seg, lk);
     uint64_t now = pdshm__now_ns(CLOCK_MONOTONIC);
     if (now >= next_reap) { /* invariant 3: a dead reader may be what we wait for */
@@ -195,7 +226,8 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
     vl_release(held); /* the entry stays free */
     return rc;
   }
-  *held = (struct vl_held){.var = r, .hold = hold, .count = 1, .excl = exclusive != 0};
+  *held = (struct vl_held){.var = r, .hold = hold, .count = 1, .excl = exclusive != 0,
+                           .forkgen = atomic_load(&pdshm__forkgen)};
   return 0;
 }
 
@@ -211,6 +243,7 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
   uint32_t lk = (uint32_t)r->lock;
   if (held->excl) {
     atomic_fetch_add_explicit(&r->version, 1, memory_order_release);
+    PDSHM_CRASHPOINT("varlock.excl.bumped");
     pdshm__unlock(seg, lk);
   } else {
     struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);

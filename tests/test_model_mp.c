@@ -35,11 +35,13 @@ static void teardown(void) {
 
 static const char *our_name(void) { return seg_name; }
 
-static uint64_t used_now(void) {
+static pdshm_stats stats_now(void) {
   pdshm_stats st;
   ck_assert_int_eq(pdshm_seg_stats(seg, &st), 0);
-  return st.used;
+  return st;
 }
+
+static uint64_t used_now(void) { return stats_now().used; }
 
 /* The coordinator's parameters: "params" with W (PARAM_FLOATS floats, W[i]=i). */
 static void fill_params(void) {
@@ -210,10 +212,14 @@ START_TEST(killed_trainers_are_reaped) {
     usleep(20000 + (useconds_t)(rand() % 30000));
     for (int k = 0; k < TRAINERS; k++) kill(pid[k], SIGKILL);
     for (int k = 0; k < TRAINERS; k++) ck_assert_int_eq(tu_wait(pid[k]), 128 + SIGKILL);
-    tu_await_dead(seg, TRAINERS);
+    /* On a loaded machine a trainer may die before it attached: wait until
+     * no slot but ours reads alive, then reap whatever did attach. */
+    for (int ms = 0; ms < 5000 && stats_now().procs_alive > 1; ms++) usleep(1000);
+    ck_assert_uint_eq(stats_now().procs_alive, 1);
     unsigned reaped = 0;
     ck_assert_int_eq(pdshm_reap(seg, &reaped), 0);
-    ck_assert_uint_eq(reaped, TRAINERS);
+    ck_assert_uint_le(reaped, TRAINERS);
+    ck_assert_uint_eq(stats_now().procs_dead, 0);
     uint64_t u1 = used_now();
     int c1 = pdshm_check(seg, stderr);
     uint64_t u2 = used_now();

@@ -1,0 +1,344 @@
+/* test_torture.c - workers churn the model while a driver SIGKILLs them.
+ *
+ * Workers attach on their own and, in two threads each, loop at random over
+ * local and named scopes, variables, tensors of 64 B to 1 MiB, labels,
+ * operator lists, shared and exclusive variable locks and unique names; under
+ * a variable lock they verify the committed parameters' bytes.  The driver kills a random
+ * worker at a random instant and starts another (whose attach reaps the
+ * dead: a reaper that may be killed in turn), and now and then kills a
+ * process in the middle of pdshm_reap.  After each round every process is
+ * killed and the driver reaps, then requires: pdshm_check clean, every slot
+ * and lock free, the parameters unchanged, and, once the named scopes the
+ * workers made are dropped, `used` back to its baseline.
+ *
+ * make check runs it for TORTURE_SECONDS (default 20); make torture runs
+ * TORTURE_KILLS kills (default 10000).
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "crashsnap.h"
+#include "model_int.h"
+#include "testutil.h"
+
+#define WORKERS 4
+#define KILLS_PER_ROUND 25
+#define NPARAMS 6
+#define SEG_SIZE (20u << 20) /* small enough to be filled now and then */
+
+/* Shared with the workers through an anonymous MAP_SHARED mapping. */
+struct board {
+  uint64_t sums[NPARAMS];   /* checksums of the parameters' bytes         */
+  _Atomic uint64_t ops;     /* operations the workers completed           */
+  _Atomic uint64_t nomem;   /* of them, answered ENOMEM / ENOSPC          */
+  _Atomic int failed;       /* a worker saw something wrong               */
+  char why[256];
+};
+
+static char g_name[PDSHM_SEG_NAME_MAX + 1];
+static struct board *g_board;
+
+static void setup(void) {
+  snprintf(g_name, sizeof g_name, "%s", tu_name("torture"));
+  g_board = mmap(NULL, sizeof *g_board, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert_ptr_ne(g_board, MAP_FAILED);
+  memset(g_board, 0, sizeof *g_board);
+}
+static void teardown(void) {
+  tu_cleanup();
+  munmap(g_board, sizeof *g_board);
+}
+
+static uint64_t sum(const void *p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull ^ n;
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static const char *param_name(int i) {
+  static const char *n[NPARAMS] = {"w0", "w1", "w2", "w3", "w4", "w5"};
+  return n[i];
+}
+
+/* ---- a worker ---------------------------------------------------------------------- */
+
+struct worker {
+  pdshm_seg *seg;
+  pdshm_scope *root, *params, *work;
+  pdshm_scope *local[4];    /* anonymous scopes it holds                   */
+  pdshm_scope *mine;        /* its current named scope under work/         */
+  uint64_t rng;
+};
+
+static uint64_t rnd(struct worker *w) {
+  w->rng ^= w->rng << 13;
+  w->rng ^= w->rng >> 7;
+  w->rng ^= w->rng << 17;
+  return w->rng;
+}
+
+static int w_fail(const char *what, int rc) {
+  snprintf(g_board->why, sizeof g_board->why, "worker %d: %s: %s (%s)", (int)getpid(), what,
+           pdshm_strerror(rc), pdshm_last_error());
+  g_board->failed = 1;
+  return 1;
+}
+
+/* rc is fine, or a full segment (the churn may fill it): counted. */
+static int w_ok(const char *what, int rc) {
+  if (rc == PDSHM_ENOMEM || rc == PDSHM_ENOSPC) {
+    g_board->nomem++;
+    return 0;
+  }
+  return rc ? w_fail(what, rc) : 0;
+}
+
+/* 64 B .. 1 MiB, log-uniform. */
+static int64_t tensor_bytes(struct worker *w) { return (int64_t)64 << (rnd(w) % 15); }
+
+static int w_fill(struct worker *w, pdshm_scope *s) {
+  char name[16];
+  pdshm_var *v;
+  snprintf(name, sizeof name, "v%u", (unsigned)(rnd(w) % 6));
+  int rc = pdshm_var_get(s, name, &v);
+  if (rc) return w_ok("var_get", rc);
+  int64_t d = tensor_bytes(w) / 4;
+  rc = w_ok("resize", pdshm_tensor_resize(v, PDSHM_F32, 1, &d));
+  if (!rc && pdshm_tensor_data(v)) memset(pdshm_tensor_data(v), 0x5a, pdshm_tensor_nbytes(v));
+  if (!rc && rnd(w) % 2) rc = w_ok("label", pdshm_var_set_label(v, rnd(w) % 2 ? "input" : "grad"));
+  if (!rc && rnd(w) % 2) rc = w_ok("reader", pdshm_var_add_reader(v, rnd(w) % 2 ? "mul" : "add"));
+  if (!rc && rnd(w) % 3 == 0) rc = w_ok("writer", pdshm_var_add_writer(v, "sgd"));
+  if (!rc && rnd(w) % 4 == 0) {
+    rc = pdshm_var_new(s, &v);
+    rc = w_ok("var_new", rc);
+  }
+  if (!rc && rnd(w) % 5 == 0) {
+    rc = pdshm_var_rename(s, name, "renamed");
+    if (rc == PDSHM_EEXIST) rc = pdshm_var_erase(s, "renamed");
+    rc = w_ok("rename/erase", rc);
+  }
+  return rc;
+}
+
+static int w_local(struct worker *w) {
+  unsigned i = (unsigned)(rnd(w) % 4);
+  if (w->local[i] && rnd(w) % 3 == 0) {
+    int rc = pdshm_scope_release(w->local[i]);
+    w->local[i] = NULL;
+    return rc ? w_fail("release", rc) : 0;
+  }
+  if (!w->local[i]) {
+    pdshm_scope *p = rnd(w) % 2 ? w->root : w->params;
+    if (i && w->local[i - 1] && rnd(w) % 2) p = w->local[i - 1]; /* a chain of local scopes */
+    int rc = pdshm_scope_new(p, NULL, &w->local[i]);
+    if (rc) return w_ok("scope_new", rc);
+  }
+  return w_fill(w, w->local[i]);
+}
+
+static int w_named(struct worker *w) {
+  char name[64];
+  int rc;
+  if (w->mine && rnd(w) % 3 == 0) {
+    snprintf(name, sizeof name, "%s", pdshm_scope_name(w->mine));
+    rc = pdshm_scope_release(w->mine);
+    w->mine = NULL;
+    if (!rc && rnd(w) % 2) rc = pdshm_scope_unlink(w->work, name);
+    return rc == PDSHM_ENOENT ? 0 : rc ? w_fail("unlink", rc) : 0;
+  }
+  if (!w->mine) {
+    if ((rc = pdshm_unique_name(w->seg, "job", name, sizeof name))) return w_fail("unique", rc);
+    if ((rc = pdshm_scope_new(w->work, name, &w->mine))) return w_ok("named scope_new", rc);
+    if (rnd(w) % 2) {
+      pdshm_scope *k;
+      if ((rc = pdshm_unique_name(w->seg, "kid", name, sizeof name))) return w_fail("unique", rc);
+      if ((rc = pdshm_scope_new(w->mine, name, &k))) return w_ok("named kid", rc);
+      rc = w_fill(w, k);
+      int rc2 = pdshm_scope_release(k);
+      return rc ? rc : rc2 ? w_fail("release kid", rc2) : 0;
+    }
+  }
+  if (rnd(w) % 8 == 0) return w_ok("drop_kids", pdshm_scope_drop_kids(w->mine));
+  return w_fill(w, w->mine);
+}
+
+/* Under a shared lock the parameter's bytes are what the driver wrote. */
+static int w_params(struct worker *w) {
+  int i = (int)(rnd(w) % NPARAMS), excl = rnd(w) % 3 == 0;
+  pdshm_var *v = pdshm_find_var(w->params, param_name(i));
+  if (!v) return w_fail("find parameter", PDSHM_ENOENT);
+  int rc = pdshm_var_lock(v, excl);
+  if (rc) return w_fail("var_lock", rc);
+  if (sum(pdshm_tensor_data(v), pdshm_tensor_nbytes(v)) != g_board->sums[i])
+    return w_fail(param_name(i), PDSHM_EBADSEG);
+  if ((rc = pdshm_var_unlock(v))) return w_fail("var_unlock", rc);
+  return 0;
+}
+
+static void *worker_loop(void *arg) {
+  struct worker *w = arg;
+  for (;;) {
+    uint64_t r = rnd(w) % 10;
+    int rc = r < 5 ? w_local(w) : r < 8 ? w_named(w) : w_params(w);
+    if (rc) _exit(1);
+    g_board->ops++;
+  }
+  return NULL;
+}
+
+/* Two threads, so that a death can leave journals open on two lanes. */
+static int worker_main(void *arg) {
+  struct worker w = {.rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull | 1}, w2;
+  (void)arg;
+  int rc = pdshm_attach(g_name, NULL, &w.seg);
+  if (!rc) rc = pdshm_root(w.seg, &w.root);
+  if (!rc) rc = pdshm_scope_open(w.seg, "params", &w.params);
+  if (!rc) rc = pdshm_scope_open(w.seg, "work", &w.work);
+  if (rc) return w_fail("attach", rc);
+  w2 = w;
+  w2.rng = ~w.rng | 1;
+  pthread_t t;
+  if ((rc = pthread_create(&t, NULL, worker_loop, &w2))) return w_fail("thread", -rc);
+  worker_loop(&w);
+  return 1;
+}
+
+/* A process that does nothing but reap (the driver kills it mid-way). */
+static int reaper_main(void *arg) {
+  pdshm_seg *seg;
+  (void)arg;
+  if (pdshm_attach(g_name, NULL, &seg)) return 1;
+  for (;;) pdshm_reap(seg, NULL);
+}
+
+/* ---- the driver ---------------------------------------------------------------------- */
+
+struct driver {
+  pdshm_seg *seg;
+  pdshm_scope *work, *params;
+  char *params_text;             /* the parameters' model text                 */
+  uint64_t used;            /* baseline                                   */
+  uint64_t kills, reaper_kills, rounds;
+  pid_t pid[WORKERS];
+  uint64_t rng;
+};
+
+static void build(struct driver *d) {
+  pdshm_options o = {.size = SEG_SIZE, .max_procs = 16};
+  d->seg = tu_create_opts(g_name, &o);
+  pdshm_scope *root, *params;
+  ck_assert_int_eq(pdshm_root(d->seg, &root), 0);
+  ck_assert_int_eq(pdshm_scope_new(root, "params", &params), 0);
+  d->params = params;
+  for (int i = 0; i < NPARAMS; i++) {
+    pdshm_var *v;
+    int64_t n = (int64_t)64 << (14 * i / 5); /* 64 B .. 1 MiB */
+    ck_assert_int_eq(pdshm_var_create(params, param_name(i), &v), 0);
+    ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_U8, 1, &n), 0);
+    uint8_t *p = pdshm_tensor_data(v);
+    for (int64_t j = 0; j < n; j++) p[j] = (uint8_t)(j * 7 + i);
+    g_board->sums[i] = sum(p, (size_t)n);
+    ck_assert_int_eq(pdshm_var_set_label(v, "parameter"), 0);
+    ck_assert_int_eq(pdshm_var_lock(v, 0), 0); /* its lock entry, claimed once */
+    ck_assert_int_eq(pdshm_var_unlock(v), 0);
+  }
+  ck_assert_int_eq(pdshm_scope_new(root, "work", &d->work), 0);
+  d->params_text = snap_model(d->seg, params->rec, false);
+  pdshm_stats st;
+  ck_assert_int_eq(pdshm_seg_stats(d->seg, &st), 0);
+  d->used = st.used;
+}
+
+static void check_worker_status(int st) {
+  ck_assert_msg(!g_board->failed, "%s", g_board->why);
+  ck_assert_msg(st == 128 + SIGKILL, "a worker ended by itself (%d): %s", st, g_board->why);
+}
+
+static void kill_one(pid_t pid) {
+  kill(pid, SIGKILL);
+  check_worker_status(tu_wait(pid));
+}
+
+static void pause_us(struct driver *d, unsigned max) {
+  d->rng = d->rng * 6364136223846793005ull + 1442695040888963407ull;
+  nanosleep(&(struct timespec){0, (long)((d->rng >> 33) % max) * 1000}, NULL);
+}
+
+static void round_end(struct driver *d) {
+  char why[1024];
+  for (int i = 0; i < WORKERS; i++) kill_one(d->pid[i]);
+  d->kills += WORKERS;
+  int rc = snap_reap_all(d->seg);
+  ck_assert_msg(rc == 0, "reap: %s (%s)", pdshm_strerror(rc), pdshm_last_error());
+  ck_assert_msg(!snap_clean(d->seg, why, sizeof why), "round %llu: %s",
+                (unsigned long long)d->rounds, why);
+  char *now = snap_model(d->seg, d->params->rec, false);
+  ck_assert_msg(!strcmp(now, d->params_text), "the parameters changed:\n%s\nwere\n%s", now,
+                d->params_text);
+  free(now);
+  ck_assert_int_eq(pdshm_scope_drop_kids(d->work), 0);
+  pdshm_stats st;
+  ck_assert_int_eq(pdshm_seg_stats(d->seg, &st), 0);
+  ck_assert_msg(st.used == d->used, "round %llu: used %llu, baseline %llu",
+                (unsigned long long)d->rounds, (unsigned long long)st.used,
+                (unsigned long long)d->used);
+  ck_assert_msg(!snap_clean(d->seg, why, sizeof why), "after drop_kids: %s", why);
+  d->rounds++;
+}
+
+static void round_run(struct driver *d) {
+  for (int i = 0; i < WORKERS; i++) d->pid[i] = tu_spawn(worker_main, NULL);
+  for (int n = 0; n < KILLS_PER_ROUND; n++) {
+    pause_us(d, 20000);
+    if ((d->rng >> 45) % 8 == 0) { /* a reaper, killed mid-reap (an LCG's high bits) */
+      pid_t r = tu_spawn(reaper_main, NULL);
+      pause_us(d, 3000);
+      kill(r, SIGKILL);
+      tu_wait(r);
+      d->reaper_kills++;
+    }
+    int i = (int)((d->rng >> 53) % WORKERS);
+    kill_one(d->pid[i]);
+    d->kills++;
+    d->pid[i] = tu_spawn(worker_main, NULL);
+  }
+  round_end(d);
+}
+
+START_TEST(workers_killed_at_random) {
+  const char *k = getenv("TORTURE_KILLS"), *s = getenv("TORTURE_SECONDS");
+  uint64_t want = k ? strtoull(k, NULL, 10) : 0, secs = s ? strtoull(s, NULL, 10) : 20;
+  struct driver d = {.rng = (uint64_t)time(NULL)};
+  build(&d);
+  uint64_t t0 = tu_now_ns();
+  while (want ? d.kills + d.reaper_kills < want
+              : tu_now_ns() - t0 < secs * 1000000000ull)
+    round_run(&d);
+  printf("torture: %llu kills of workers and %llu of reapers in %llu rounds, %.1f s, "
+         "%llu operations (%llu answered ENOMEM/ENOSPC)\n",
+         (unsigned long long)d.kills, (unsigned long long)d.reaper_kills,
+         (unsigned long long)d.rounds, (double)(tu_now_ns() - t0) / 1e9,
+         (unsigned long long)g_board->ops, (unsigned long long)g_board->nomem);
+  free(d.params_text);
+  ck_assert_int_eq(pdshm_detach(d.seg), 0);
+}
+END_TEST
+
+static Suite *torture_suite(void) {
+  Suite *s = suite_create("torture");
+  const char *k = getenv("TORTURE_KILLS");
+  /* about 50 ms a kill, with room to spare */
+  int timeout = k ? (int)(strtoull(k, NULL, 10) / 5 + 120) : 240;
+  TCase *tc = tu_tcase(s, "torture", timeout, setup, teardown);
+  tcase_add_test(tc, workers_killed_at_random);
+  return s;
+}
+
+int main(void) { return tu_run(torture_suite()) ? EXIT_FAILURE : EXIT_SUCCESS; }
