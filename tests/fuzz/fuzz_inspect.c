@@ -11,11 +11,16 @@
  * pdshm-attach runs over it.  Anything but a crash, a hang or a sanitizer
  * report is a pass.
  *
+ * The harness writes the current layout version and fingerprint into every
+ * image, so that a stored corpus keeps reaching past attach's checks when the
+ * layout's version changes (test_hostile tests the refusal of a foreign one).
+ *
  * Built by `make fuzz` as a libFuzzer target, and as the plain replay driver
  * `tests/fuzz_replay` that `make check` runs over the stored corpus and
  * regression images (fuzz_replay.c).
  */
 #include <fcntl.h>
+#include <stdalign.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,12 +29,12 @@
 #include <unistd.h>
 
 #include "attach.h"
-#include "layout.h"
+#include "internal.h"
 
 #define FUZZ_IMAGE_MAX (2u << 20)
 #define FUZZ_REC_HDR 6u
 
-static uint8_t fuzz_img[FUZZ_IMAGE_MAX];
+static alignas(PDSHM_CACHELINE) uint8_t fuzz_img[FUZZ_IMAGE_MAX];
 
 static char fuzz_name[64];
 static char fuzz_path[128];
@@ -97,10 +102,15 @@ static void fuzz_inspect(pdshm_seg *seg, const char *name) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
   if (fuzz_fd < 0) fuzz_open();
   uint64_t hi = fuzz_records(data, n, 1), size = fuzz_image_size(hi);
+  struct pdshm_hdr *h = (struct pdshm_hdr *)fuzz_img;
+  h->layout_version = PDSHM_LAYOUT_VERSION;
+  h->fingerprint = pdshm__layout_fingerprint();
   size_t put = hi < size ? hi : size;
   int bad = ftruncate(fuzz_fd, 0) || ftruncate(fuzz_fd, (off_t)size) ||
             pwrite(fuzz_fd, fuzz_img, put, 0) != (ssize_t)put;
   fuzz_records(data, n, 0);
+  h->layout_version = 0;
+  h->fingerprint = 0;
   if (bad) {
     perror(fuzz_path);
     abort();
