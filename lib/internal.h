@@ -32,6 +32,7 @@ struct pdshm_lane_ctx {
   uint16_t tag;                /* owner tag its journals mark blocks with:     */
                                /* our slot+1, or a dead slot's for its reaper  */
   bool direct;                 /* a reaper's: frees go straight to the heap    */
+  uint64_t id_next, id_end;    /* ids taken from hdr->id_counter, not yet used */
 };
 
 /* This process's attachment (private memory, from jemalloc). */

@@ -29,6 +29,20 @@ static inline struct pdshm_scope_rec *pdshm__scope_at(const pdshm_seg *seg, pdsh
 static inline struct pdshm_var_rec *pdshm__var_at(const pdshm_seg *seg, pdshm_off_t off) {
   return PDSHM_AT(seg->base, off, struct pdshm_var_rec);
 }
+/* A new scope id or variable generation.  A lane takes ids from the header's
+ * counter PDSHM_ID_BATCH at a time, so that processes creating in their own
+ * scopes do not bounce one cache line between cores.  Ids stay unique for the
+ * segment's life (the unused rest of a dead process's batch is never handed
+ * out) and increase within a lane, not across lanes. */
+#define PDSHM_ID_BATCH 64
+static inline uint64_t pdshm__new_id(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
+  if (ln->id_next == ln->id_end) {
+    ln->id_next = atomic_fetch_add(&seg->hdr->id_counter, PDSHM_ID_BATCH);
+    ln->id_end = ln->id_next + PDSHM_ID_BATCH;
+  }
+  return ln->id_next++;
+}
+
 static inline pdshm_off_t pdshm__off(const pdshm_seg *seg, const void *p) {
   return (pdshm_off_t)((const uint8_t *)p - seg->base);
 }

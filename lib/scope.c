@@ -45,7 +45,7 @@ int pdshm__scope_init_root(pdshm_seg *seg) {
   memset(r, 0, sizeof *r);
   r->magic = PDSHM_SCOPE_MAGIC;
   r->flags = PDSHM_SF_ROOT;
-  r->id = atomic_fetch_add(&seg->hdr->id_counter, 1);
+  r->id = pdshm__new_id(seg, ln);
   r->lock = lk;
   r->refs = 1; /* the segment's own: the root never dies */
   r->linked = 1;
@@ -242,7 +242,7 @@ static int scope_build(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t p,
   memset(r, 0, sizeof *r);
   r->magic = PDSHM_SCOPE_MAGIC;
   r->flags = name ? PDSHM_SF_NAMED : 0;
-  r->id = atomic_fetch_add(&seg->hdr->id_counter, 1);
+  r->id = pdshm__new_id(seg, ln);
   r->parent = p;
   r->name = nm;
   r->lock = lk;

@@ -56,7 +56,7 @@ static int var_create_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_of
   memset(r, 0, sizeof *r);
   r->magic = PDSHM_VAR_MAGIC;
   r->self = v;
-  r->gen = atomic_fetch_add(&seg->hdr->id_counter, 1);
+  r->gen = pdshm__new_id(seg, ln);
   r->scope = x;
   r->name = nm;
   r->hash = hash;

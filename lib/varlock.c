@@ -184,7 +184,7 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk) {
     int rc = pdshm__lock(seg, lk);
     if (rc) return rc;
     if (!r->lk_readers) {
-      r->lk_wwait = 0;
+      if (r->lk_wwait) r->lk_wwait = 0; /* no store (no dirty line) when clear */
       PDSHM_CRASHPOINT("varlock.excl.held");
       return 0;
     }
