@@ -28,15 +28,17 @@ PDSHM_API const char *pdshm_err_name(int err) {
 
 /* The detail of the last failure, per thread (the library never prints). */
 static _Thread_local char errors_detail[256];
+static PDSHM_TLS_HOT bool errors_set; /* errors_detail is the last failure's */
 
-PDSHM_API const char *pdshm_last_error(void) { return errors_detail; }
+PDSHM_API const char *pdshm_last_error(void) { return errors_set ? errors_detail : ""; }
 
-void pdshm__fail_clear(void) { errors_detail[0] = '\0'; }
+void pdshm__fail_clear(void) { errors_set = false; }
 
 int pdshm__fail(int err, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(errors_detail, sizeof errors_detail, fmt, ap);
+  errors_set = true;
   va_end(ap);
   return err;
 }

@@ -35,6 +35,14 @@ struct pdshm_lane_ctx {
   uint64_t id_next, id_end;    /* ids taken from hdr->id_counter, not yet used */
 };
 
+/* Thread-local variables that every call touches use the initial-exec
+ * model: an %fs-relative access instead of a call to __tls_get_addr (which a
+ * shared library's thread-locals otherwise cost, over a hundred instructions
+ * per variable lock and unlock).  They come out of the static TLS block, of
+ * which a library loaded by dlopen() gets only a small shared surplus: keep
+ * them few and small, and anything large in the default model. */
+#define PDSHM_TLS_HOT _Thread_local __attribute__((tls_model("initial-exec")))
+
 /* This process's attachment (private memory, from jemalloc). */
 struct pdshm_seg {
   uint8_t *base;               /* the mapping                                  */

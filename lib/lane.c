@@ -13,7 +13,7 @@
 #include "internal.h"
 
 static _Atomic unsigned lane_next;        /* spreads new threads over lanes */
-static _Thread_local unsigned lane_hint = ~0u;
+static PDSHM_TLS_HOT unsigned lane_hint = ~0u;
 
 static bool lane_try(struct pdshm_lane_ctx *ln) {
   int idle = 0;

@@ -183,7 +183,7 @@ static void seg_list_remove(pdshm_seg *seg) {
   pthread_mutex_unlock(&seg_list_mu);
 }
 
-static _Thread_local struct {
+static PDSHM_TLS_HOT struct {
   pdshm_seg *seg;
   uint64_t gen;
 } seg_last;

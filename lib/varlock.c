@@ -26,6 +26,7 @@
  */
 #include "config.h"
 
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
@@ -45,11 +46,19 @@ struct vl_held {
   bool excl;
 };
 
-static _Thread_local struct vl_held vl_held[VL_HELD_MAX];
+/* This thread's table of held locks, VL_HELD_MAX entries made at its first
+ * lock (and freed at its exit): a pointer in the static TLS block, since the
+ * table itself is too large for it (internal.h, PDSHM_TLS_HOT). */
+static PDSHM_TLS_HOT struct vl_held *vl_held;
 /* One past the last used entry of vl_held: lookups scan only [0, vl_top),
  * which is a few entries for a thread holding a few locks (a scan of all
  * VL_HELD_MAX entries cost more than the lock itself). */
-static _Thread_local unsigned vl_top;
+static PDSHM_TLS_HOT unsigned vl_top;
+static pthread_key_t vl_key;
+static pthread_once_t vl_key_once = PTHREAD_ONCE_INIT;
+
+static void vl_table_free(void *table) { pdshm__xfree(table); }
+static void vl_key_make(void) { pthread_key_create(&vl_key, vl_table_free); }
 
 /* This thread's entry for var, or (var NULL) a free one; entries made
  * before a fork are free in the child. */
@@ -62,8 +71,14 @@ static struct vl_held *vl_find(const void *var) {
   return NULL;
 }
 
-/* A free entry: a hole below vl_top, else the one at vl_top. */
+/* A free entry: a hole below vl_top, else the one at vl_top; NULL when the
+ * table is full, or could not be made (then vl_held stays NULL). */
 static struct vl_held *vl_slot_free(void) {
+  if (!vl_held) {
+    pthread_once(&vl_key_once, vl_key_make);
+    if (!(vl_held = pdshm__zalloc(VL_HELD_MAX * sizeof *vl_held))) return NULL;
+    pthread_setspecific(vl_key, vl_held);
+  }
   struct vl_held *h = vl_find(NULL);
   if (!h && vl_top < VL_HELD_MAX) h = &vl_held[vl_top++];
   return h;
@@ -218,7 +233,8 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
     return 0;
   }
   if (!(held = vl_slot_free()))
-    return pdshm__fail(PDSHM_ENOLCK, "this thread holds %d variable locks", VL_HELD_MAX);
+    return vl_held ? pdshm__fail(PDSHM_ENOLCK, "this thread holds %d variable locks", VL_HELD_MAX)
+                   : pdshm__fail(PDSHM_ENOMEM, "no private memory for the held-lock table");
   pdshm_off_t hold = 0;
   if (!(rc = vl_entry(seg, r, &lk)))
     rc = exclusive ? vl_lock_excl(seg, r, lk) : vl_lock_shared(seg, r, lk, &hold);
