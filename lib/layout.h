@@ -142,8 +142,10 @@ struct pdshm_lock {
                             written by the claimer before publication          */
   uint32_t kind;         /* enum pdshm_lock_kind; written by the claimer        */
   uint32_t rank;         /* acquisition order (debug builds check it)           */
-  _Atomic uint32_t holder_pid;  /* best effort, for the inspector: set after    */
-  _Atomic uint32_t holder_slot; /* acquiring, cleared before releasing          */
+  _Atomic uint32_t holder_pid;  /* the last holder, best effort, for the       */
+  _Atomic uint32_t holder_slot; /* inspector: set after acquiring when it      */
+                                /* changed, kept at release (held or not: the  */
+                                /* mutex's futex word)                         */
   uint64_t owner_died;   /* EOWNERDEAD recoveries; under mutex                  */
   _Atomic uint64_t unrecoverable; /* set (before the mutex is released for good)
                             when a repair failed: takers get ENOTRECOVERABLE

@@ -77,10 +77,16 @@ static int lock_recover(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l) {
   return 0;
 }
 
+/* The holder fields name the last holder and stay at release (the futex
+ * word says whether the lock is held): stored only when the holder changes,
+ * they leave the entry's second cache line clean while one process takes
+ * the lock again and again. */
 static void lock_note_holder(pdshm_seg *seg, struct pdshm_lock *l) {
   l->acquisitions++;
-  atomic_store_explicit(&l->holder_pid, seg->pid, memory_order_relaxed);
-  atomic_store_explicit(&l->holder_slot, seg->slot, memory_order_relaxed);
+  if (atomic_load_explicit(&l->holder_pid, memory_order_relaxed) != seg->pid)
+    atomic_store_explicit(&l->holder_pid, seg->pid, memory_order_relaxed);
+  if (atomic_load_explicit(&l->holder_slot, memory_order_relaxed) != seg->slot)
+    atomic_store_explicit(&l->holder_slot, seg->slot, memory_order_relaxed);
 }
 
 static int lock_result(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l, int e) {
@@ -129,10 +135,7 @@ int pdshm__trylock(pdshm_seg *seg, uint32_t i) {
 }
 
 void pdshm__unlock(pdshm_seg *seg, uint32_t i) {
-  struct pdshm_lock *l = pdshm__lockent(seg, i);
-  atomic_store_explicit(&l->holder_pid, 0, memory_order_relaxed);
-  atomic_store_explicit(&l->holder_slot, PDSHM_NOSLOT, memory_order_relaxed);
-  pthread_mutex_unlock(&l->mutex);
+  pthread_mutex_unlock(&pdshm__lockent(seg, i)->mutex);
 }
 
 /* ---- entries lent to objects ---------------------------------------------- */
