@@ -57,7 +57,12 @@ static PDSHM_TLS_HOT unsigned vl_top;
 static pthread_key_t vl_key;
 static pthread_once_t vl_key_once = PTHREAD_ONCE_INIT;
 
-static void vl_table_free(void *table) { pdshm__xfree(table); }
+/* At the thread's exit (pthread key destructor, in that thread). */
+static void vl_table_free(void *table) {
+  pdshm__xfree(table);
+  vl_held = NULL;
+  vl_top = 0;
+}
 static void vl_key_make(void) { pthread_key_create(&vl_key, vl_table_free); }
 
 /* This thread's entry for var, or (var NULL) a free one; entries made
