@@ -430,6 +430,68 @@ START_TEST(var_lock_excludes) {
 }
 END_TEST
 
+/* Threads of one process: each has its own held-lock table (made at its
+ * first lock, gone with it), an exclusive lock excludes the other threads,
+ * and a lock one thread holds is not another's to release. */
+struct lock_thr {
+  pdshm_var *v;
+  int64_t *count;
+  int rounds, bad;
+};
+
+static void *thr_locker(void *arg) {
+  struct lock_thr *t = arg;
+  for (int i = 0; i < t->rounds; i++) {
+    int excl = i % 4 != 0;
+    if (pdshm_var_lock(t->v, excl)) {
+      t->bad++;
+      continue;
+    }
+    if (excl) ++*t->count; /* a plain increment: the lock must exclude */
+    if (pdshm_var_unlock(t->v)) t->bad++;
+  }
+  return NULL;
+}
+
+static void *thr_unlock_foreign(void *arg) {
+  struct lock_thr *t = arg;
+  if (pdshm_var_unlock(t->v) != PDSHM_EPERM) t->bad++;
+  return NULL;
+}
+
+START_TEST(threads_take_variable_locks) {
+  pdshm_var *v;
+  int64_t one = 1;
+  ck_assert_int_eq(pdshm_var_create(root, "tcount", &v), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_I64, 1, &one), 0);
+  int64_t *count = pdshm_tensor_data(v);
+  *count = 0;
+  uint64_t ver = pdshm_var_version(v);
+  for (int wave = 0; wave < 3; wave++) { /* later waves: tables of exited threads were freed */
+    pthread_t th[4];
+    struct lock_thr t[4];
+    for (int i = 0; i < 4; i++) {
+      t[i] = (struct lock_thr){.v = v, .count = count, .rounds = 2000};
+      ck_assert_int_eq(pthread_create(&th[i], NULL, thr_locker, &t[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+      pthread_join(th[i], NULL);
+      ck_assert_int_eq(t[i].bad, 0);
+    }
+  }
+  ck_assert_int_eq(*count, 3 * 4 * 1500);
+  ck_assert_uint_eq(pdshm_var_version(v), ver + 3 * 4 * 1500);
+  ck_assert_int_eq(pdshm_var_lock(v, 1), 0);
+  struct lock_thr foreign = {.v = v};
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, thr_unlock_foreign, &foreign), 0);
+  pthread_join(th, NULL);
+  ck_assert_int_eq(foreign.bad, 0);
+  ck_assert_int_eq(pdshm_var_unlock(v), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+}
+END_TEST
+
 static Suite *mp_suite(void) {
   Suite *s = suite_create("model across processes");
   TCase *tc = tcase_create("processes");
@@ -442,6 +504,7 @@ static Suite *mp_suite(void) {
   tcase_add_test(tc, fork_child_inherits_nothing);
   tcase_add_test(tc, var_lock_holders_die);
   tcase_add_test(tc, var_lock_excludes);
+  tcase_add_test(tc, threads_take_variable_locks);
   suite_add_tcase(s, tc);
   return s;
 }
