@@ -26,7 +26,6 @@
  */
 #include "config.h"
 
-#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
@@ -46,24 +45,17 @@ struct vl_held {
   bool excl;
 };
 
-/* This thread's table of held locks, VL_HELD_MAX entries made at its first
- * lock (and freed at its exit): a pointer in the static TLS block, since the
- * table itself is too large for it (internal.h, PDSHM_TLS_HOT). */
+/* This thread's table of held locks.  The table is too large for the static
+ * TLS block (internal.h, PDSHM_TLS_HOT) and stays in the default model; a
+ * pointer to it in the static block, set at the thread's first lock, spares
+ * every later call the __tls_get_addr lookup (a thread's TLS does not move,
+ * and a fork child's thread has it at the same address). */
+static _Thread_local struct vl_held vl_table[VL_HELD_MAX];
 static PDSHM_TLS_HOT struct vl_held *vl_held;
 /* One past the last used entry of vl_held: lookups scan only [0, vl_top),
  * which is a few entries for a thread holding a few locks (a scan of all
  * VL_HELD_MAX entries cost more than the lock itself). */
 static PDSHM_TLS_HOT unsigned vl_top;
-static pthread_key_t vl_key;
-static pthread_once_t vl_key_once = PTHREAD_ONCE_INIT;
-
-/* At the thread's exit (pthread key destructor, in that thread). */
-static void vl_table_free(void *table) {
-  pdshm__xfree(table);
-  vl_held = NULL;
-  vl_top = 0;
-}
-static void vl_key_make(void) { pthread_key_create(&vl_key, vl_table_free); }
 
 /* This thread's entry for var, or (var NULL) a free one; entries made
  * before a fork are free in the child. */
@@ -77,13 +69,9 @@ static struct vl_held *vl_find(const void *var) {
 }
 
 /* A free entry: a hole below vl_top, else the one at vl_top; NULL when the
- * table is full, or could not be made (then vl_held stays NULL). */
+ * table is full. */
 static struct vl_held *vl_slot_free(void) {
-  if (!vl_held) {
-    pthread_once(&vl_key_once, vl_key_make);
-    if (!(vl_held = pdshm__zalloc(VL_HELD_MAX * sizeof *vl_held))) return NULL;
-    pthread_setspecific(vl_key, vl_held);
-  }
+  if (!vl_held) vl_held = vl_table;
   struct vl_held *h = vl_find(NULL);
   if (!h && vl_top < VL_HELD_MAX) h = &vl_held[vl_top++];
   return h;
@@ -238,8 +226,7 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
     return 0;
   }
   if (!(held = vl_slot_free()))
-    return vl_held ? pdshm__fail(PDSHM_ENOLCK, "this thread holds %d variable locks", VL_HELD_MAX)
-                   : pdshm__fail(PDSHM_ENOMEM, "no private memory for the held-lock table");
+    return pdshm__fail(PDSHM_ENOLCK, "this thread holds %d variable locks", VL_HELD_MAX);
   pdshm_off_t hold = 0;
   if (!(rc = vl_entry(seg, r, &lk)))
     rc = exclusive ? vl_lock_excl(seg, r, lk) : vl_lock_shared(seg, r, lk, &hold);

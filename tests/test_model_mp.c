@@ -430,9 +430,9 @@ START_TEST(var_lock_excludes) {
 }
 END_TEST
 
-/* Threads of one process: each has its own held-lock table (made at its
- * first lock, gone with it), an exclusive lock excludes the other threads,
- * and a lock one thread holds is not another's to release. */
+/* Threads of one process: each has its own table of held locks (new
+ * threads reuse the exited ones' memory), an exclusive lock excludes the
+ * other threads, and a lock one thread holds is not another's to release. */
 struct lock_thr {
   pdshm_var *v;
   int64_t *count;
@@ -467,7 +467,7 @@ START_TEST(threads_take_variable_locks) {
   int64_t *count = pdshm_tensor_data(v);
   *count = 0;
   uint64_t ver = pdshm_var_version(v);
-  for (int wave = 0; wave < 3; wave++) { /* later waves: tables of exited threads were freed */
+  for (int wave = 0; wave < 3; wave++) { /* later waves: in the exited threads' place */
     pthread_t th[4];
     struct lock_thr t[4];
     for (int i = 0; i < 4; i++) {
