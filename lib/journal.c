@@ -221,7 +221,6 @@ static void jrn_unretire(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag) 
   jrn_seq_even(seg, j);
 }
 
-
 void pdshm__j_commit(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_journal *j = jrn(ln);
   PDSHM_CRASHPOINT("j.commit.before");

@@ -43,6 +43,14 @@ static inline uint64_t pdshm__new_id(pdshm_seg *seg, struct pdshm_lane_ctx *ln) 
   return ln->id_next++;
 }
 
+/* Journaled: a kept HANDLE or HOLD record h goes at the commit, and counts
+ * for nothing from then on (model.h: scope 0), though it stays its slot's,
+ * and is swept by that slot's reaper, until the journal frees it. */
+static inline void pdshm__j_retire_kept(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h) {
+  pdshm__j_retire(seg, ln, h);
+  pdshm__j_set(seg, ln, h + offsetof(struct pdshm_handle_rec, scope), 0);
+}
+
 static inline pdshm_off_t pdshm__off(const pdshm_seg *seg, const void *p) {
   return (pdshm_off_t)((const uint8_t *)p - seg->base);
 }

@@ -176,10 +176,7 @@ int pdshm__handle_drop(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h)
   if (!x) return 0; /* never committed: no reference to drop; the sweep frees it */
   int rc = pdshm__j_begin(seg, ln, SC(seg, x)->lock, PDSHM_OP_UNHANDLE);
   if (rc) return rc;
-  pdshm__j_retire(seg, ln, h);
-  /* model.h: the record counts for nothing from the commit on, though it
-   * stays ours (and swept by our reaper) until the journal frees it */
-  pdshm__j_set(seg, ln, h + offsetof(struct pdshm_handle_rec, scope), 0);
+  pdshm__j_retire_kept(seg, ln, h);
   scope_unref(seg, ln, x);
   pdshm__j_commit(seg, ln);
   PDSHM_CRASHPOINT("scope.handle.dropped");

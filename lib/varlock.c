@@ -176,9 +176,7 @@ static int vl_unshare(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_va
                       uint32_t lk, pdshm_off_t h) {
   int rc = pdshm__j_begin(seg, ln, lk, PDSHM_OP_VARLOCK);
   if (rc) return rc;
-  pdshm__j_retire(seg, ln, h);
-  /* the HOLD counts for nothing from the commit on (model.h) */
-  pdshm__j_set(seg, ln, h + offsetof(struct pdshm_handle_rec, scope), 0);
+  pdshm__j_retire_kept(seg, ln, h);
   if (r->lk_readers) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lk_readers), r->lk_readers - 1);
   pdshm__j_commit(seg, ln);
   return 0;
