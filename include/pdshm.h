@@ -259,6 +259,44 @@ PDSHM_API const int64_t *pdshm_tensor_dims(const pdshm_var *v); /* NULL unless a
 PDSHM_API size_t pdshm_tensor_nbytes(const pdshm_var *v);  /* 0 unless a tensor */
 PDSHM_API size_t pdshm_dtype_size(pdshm_dtype dt);         /* 0 for an unknown one */
 
+/* ---- Pins: views that outlive their variable --------------------------- */
+/*
+ * A pin keeps a tensor's buffer allocated.  While a buffer is pinned, an
+ * erase, a resize, the death of its scope or a detach -- in any process --
+ * unhooks the buffer from its variable but does not free it (a resize of a
+ * pinned buffer always takes a new one); the bytes go back when the last pin
+ * is dropped: by pdshm_tensor_unpin, by pdshm_detach of the attachment that
+ * pinned, or by the reaper of a pinning process that died.  So the memory a
+ * pin describes is never freed or reused while the pin lasts.  pdshm_check and
+ * the introspection calls count pinned buffers that were unhooked.
+ */
+typedef struct pdshm_pin pdshm_pin; /* this process's pin: private memory      */
+typedef struct pdshm_tensor_view {
+  void *data;              /* the bytes (PDSHM_TENSOR_ALIGN aligned, never NULL) */
+  size_t nbytes;
+  int dtype;               /* pdshm_dtype                                        */
+  int ndim;
+  int64_t dims[PDSHM_NDIM_MAX];
+  uint64_t version;        /* the variable's version when pinned                 */
+} pdshm_tensor_view;
+/* Pins v's current buffer and describes it in *view (may be NULL).  ETYPE
+ * when v holds no tensor; ENOMEM when no block is left for the pin's record;
+ * EROFS on a read-only attachment; EFORKED.  A failure changes nothing. */
+PDSHM_API int pdshm_tensor_pin(pdshm_var *v, pdshm_pin **out, pdshm_tensor_view *view);
+/* The buffer the pin holds, as described when it was taken. */
+PDSHM_API const pdshm_tensor_view *pdshm_pin_view(const pdshm_pin *p);
+/* Drops the pin and frees the handle, also on error.  In a fork child it
+ * frees the handle only and answers EFORKED (the parent's pin stays). */
+PDSHM_API int pdshm_tensor_unpin(pdshm_pin *p);
+/* In a fork child: a pin of this attachment (seg, attached in the child) on
+ * the buffer that `inherited` -- a pin the parent took before the fork --
+ * holds, so that the inherited view stays allocated after the parent lets go
+ * or dies.  Its view's data is the inherited one's (the child keeps the
+ * parent's address range mapped: see pdshm_detach).  ESTALE when the
+ * parent's pin is gone; EINVAL when inherited is not a pin inherited from an
+ * attachment of the same segment. */
+PDSHM_API int pdshm_pin_inherit(pdshm_seg *seg, const pdshm_pin *inherited, pdshm_pin **out);
+
 /* "prefix-N", N unique across every process of the segment.  ERANGE when cap
  * is too small; ENAMETOOLONG for an over-long prefix. */
 PDSHM_API int pdshm_unique_name(pdshm_seg *seg, const char *prefix, char *buf, size_t cap);
