@@ -36,7 +36,8 @@ extern "C" {
 #define PDSHM_NAME_MAX       255          /* bytes of a variable or scope name  */
 #define PDSHM_SIZE_MIN       (1ull << 20) /* smallest segment                   */
 #define PDSHM_SIZE_MAX       (1ull << 40) /* largest segment                    */
-#define PDSHM_SIZE_DEFAULT   (64ull << 20)
+#define PDSHM_SIZE_DEFAULT   (64ull << 20) /* or less: see pdshm_create        */
+#define PDSHM_SIZE_DEFAULT_MIN (4ull << 20) /* the least a default size becomes */
 #define PDSHM_PROCS_DEFAULT  128u
 #define PDSHM_PROCS_MAX      4096u        /* process slots of one segment        */
 #define PDSHM_LOCKS_MIN      64u          /* robust locks of one segment         */
@@ -96,7 +97,7 @@ typedef struct pdshm_seg pdshm_seg; /* this process's attachment */
                                 /* owns, or that group/others may write          */
 
 typedef struct pdshm_options {
-  size_t size;         /* create: bytes of the segment (default 64 MiB)         */
+  size_t size;         /* create: bytes of the segment (default: see pdshm_create) */
   unsigned max_procs;  /* create: process slots (default 128)                   */
   unsigned mode;       /* create: permission bits (default 0600)                */
   unsigned flags;      /* PDSHM_RDONLY (attach), PDSHM_SHARED_USERS (attach)    */
@@ -110,8 +111,13 @@ typedef struct pdshm_options {
  *
  * pdshm_create: makes the segment and attaches it.  EEXIST if it exists;
  *   EINVAL for a bad name, size, max_procs, max_locks, mode or flag;
- *   ENAMETOOLONG; ENOSPC when /dev/shm cannot hold it (nothing is left behind);
- *   EACCES.
+ *   ENAMETOOLONG; ENOSPC when /dev/shm cannot hold it (nothing is left behind;
+ *   pdshm_last_error() says how big /dev/shm is, what is free, and that a
+ *   container raises it with --shm-size); EACCES.  Without a size, the segment
+ *   gets PDSHM_SIZE_DEFAULT, or half of what /dev/shm has free when that is
+ *   less (never under PDSHM_SIZE_DEFAULT_MIN): containers often give /dev/shm
+ *   only 64 MiB.  A lowered default leaves a note in pdshm_last_error() after
+ *   the successful call; pdshm_inspect_seg tells the size.
  * pdshm_attach: attaches an existing segment.  ENOENT; EBADSEG when the file is
  *   not a complete segment of this layout (bad magic, fingerprint, or a size
  *   that disagrees with the file); EACCES when another user owns it, or group or

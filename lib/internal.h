@@ -99,6 +99,18 @@ int pdshm__seg_writable(const pdshm_seg *seg);
 uint64_t pdshm__layout_fingerprint(void);
 uint64_t pdshm__now_ns(int clock);
 
+/* ---- shmfs.c -------------------------------------------------------------- */
+/* Bytes of the shared-memory file system of fd (of /dev/shm when fd < 0):
+ * 0, or -errno when it cannot be asked. */
+int pdshm__shmfs_space(int fd, uint64_t *total, uint64_t *avail);
+/* ENOSPC, with the message every part of pdshm gives for a full /dev/shm:
+ * what was wanted, what is free of how much, and --shm-size. */
+int pdshm__shmfs_full(int fd, uint64_t wanted);
+/* The size of a segment created without one: PDSHM_SIZE_DEFAULT, or half of
+ * what /dev/shm has free when that is less (at least PDSHM_SIZE_DEFAULT_MIN);
+ * a lowered size leaves a note in pdshm_last_error(). */
+uint64_t pdshm__shmfs_default_size(void);
+
 /* ---- daemon.c ------------------------------------------------------------- */
 /* Gives up the daemon claim if this attachment holds it (detach). */
 void pdshm__daemon_drop(pdshm_seg *seg);

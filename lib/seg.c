@@ -27,7 +27,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -89,7 +88,7 @@ static int seg_geometry(uint64_t size, uint32_t procs, uint32_t locks, struct se
 }
 
 static int seg_options(const pdshm_options *o, struct seg_geometry *g, unsigned *mode) {
-  uint64_t size = o && o->size ? o->size : PDSHM_SIZE_DEFAULT;
+  uint64_t size = o && o->size ? o->size : pdshm__shmfs_default_size();
   unsigned procs = o && o->max_procs ? o->max_procs : PDSHM_PROCS_DEFAULT;
   unsigned flags = o ? o->flags : 0;
   *mode = o && o->mode ? o->mode : 0600;
@@ -288,18 +287,7 @@ static void seg_wait_creator(int fd) {
 static int seg_reserve(int fd, uint64_t size) {
   int err = posix_fallocate(fd, 0, (off_t)size);
   if (!err) return 0;
-  if (err == ENOSPC || err == EFBIG) {
-    struct statvfs vfs;
-    unsigned long long total = 0, avail = 0;
-    if (fstatvfs(fd, &vfs) == 0) {
-      total = (unsigned long long)vfs.f_blocks * vfs.f_frsize;
-      avail = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
-    }
-    return pdshm__fail(PDSHM_ENOSPC,
-                       "/dev/shm cannot hold %llu MiB: it has %llu MiB free of %llu MiB "
-                       "(containers: raise --shm-size)",
-                       (unsigned long long)(size >> 20), avail >> 20, total >> 20);
-  }
+  if (err == ENOSPC || err == EFBIG) return pdshm__shmfs_full(fd, size);
   return pdshm__fail(-err, "posix_fallocate: %s", strerror(err));
 }
 
