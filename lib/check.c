@@ -160,7 +160,7 @@ static void ck_var(struct ck *c, pdshm_off_t x, pdshm_off_t v, const struct pdsh
   if (r->vtype == PDSHM_V_TENSOR) {
     struct ck_blk *t = ck_want(c, r->buf, PDSHM_T_TENSOR, 0, "tensor buffer");
     if (t) t->reached = 1;
-    if (t && (r->data % PDSHM_TENSOR_ALIGN || r->data < r->buf ||
+    if (t && (r->data % PDSHM_TENSOR_ALIGN || r->data < r->buf + sizeof(struct pdshm_tensor_buf) ||
               r->data + r->nbytes > r->buf + t->size - PDSHM_BLK_HDR))
       ck_say(c, "variable \"%s\": tensor data outside its buffer", nm ? nm->s : "?");
   }
