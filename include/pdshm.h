@@ -340,8 +340,9 @@ typedef struct pdshm_proc_info {
   uint32_t reaper_pid;  /* while REAPING                                       */
   uint64_t attach_ns;   /* CLOCK_REALTIME at attach                            */
   uint64_t handles;     /* scope handles it holds                              */
-  uint64_t bytes_held;  /* bytes of blocks it owns (handles, holds, in flight, */
-                        /* cached)                                             */
+  uint64_t bytes_held;  /* bytes of blocks it owns (handles, holds, pins, in  */
+                        /* flight, cached)                                     */
+  uint64_t pins;        /* tensor buffers it pins (pdshm_tensor_pin)           */
 } pdshm_proc_info;
 /* Fills out[0..cap) with the slots in use (not FREE), in slot order, and returns
  * how many are in use (which may exceed cap), or a negative PDSHM_E* code.
@@ -466,6 +467,10 @@ typedef struct pdshm_alloc_info {
   uint64_t scope_bytes, var_bytes, name_bytes, table_bytes, tensor_bytes, handle_bytes,
       oplist_bytes, hold_bytes, raw_bytes;
   pdshm_alloc_class cls[PDSHM_ALLOC_CLASSES];
+  uint64_t pin_bytes;      /* USED bytes of pin records                          */
+  uint64_t orphan_bytes;   /* bytes of pinned buffers no variable holds any more */
+  uint64_t orphan_blocks;  /* (erased, resized or destroyed while pinned); they  */
+                           /* are in tensor_bytes too                            */
 } pdshm_alloc_info;
 /* One walk of the arena (a writable attachment takes the heap lock for it,
  * a read-only one retries torn walks).  EBADSEG. */

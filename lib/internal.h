@@ -209,6 +209,7 @@ struct pdshm_heap_stats {
   uint64_t large_used, large_blocks;   /* above PDSHM_CLASS_MAX                */
   uint64_t by_type[PDSHM_T_COUNT];     /* USED bytes of each type              */
   uint64_t rebuilds, punched;
+  uint64_t orphan_bytes, orphan_blocks; /* pinned buffers no variable holds    */
   struct pdshm_heap_class_stats cls[PDSHM_NCLASSES];
 };
 /* Walks the chain under the heap lock (a snapshot). */
