@@ -188,11 +188,13 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
 void pdshm__cache_flush(pdshm_seg *seg, struct pdshm_lane_ctx *ln);
 /* Usable payload bytes of a USED block. */
 size_t pdshm__alloc_usable(const pdshm_seg *seg, pdshm_off_t payload);
-/* Heap lock held, its previous holder dead: rebuild the bins from the chain.
- * 0, or EBADSEG when the chain itself is broken. */
+/* Heap lock held, its previous holder dead: recount the pins from the PIN
+ * records (pin_heap.c), then rebuild the bins from the chain.  0, or EBADSEG
+ * when the chain itself is broken. */
 int pdshm__heap_rebuild(pdshm_seg *seg);
-/* Reaper: frees the CACHED and USED blocks owned by slot `slot` (owner ==
- * slot+1) and clears that slot's lane caches; blocks whose type bit is set in
+/* Reaper: drops the pins of slot `slot`'s PIN records, frees the CACHED and
+ * USED blocks it owns (owner == slot+1; a pinned TENSOR block among them is
+ * orphaned instead) and clears its lane caches; blocks whose type bit is set in
  * keep_mask are left alone and returned in *kept (pdshm__zalloc'd payload offsets,
  * *nkept of them) for the caller to release first. */
 int pdshm__heap_sweep_slot(pdshm_seg *seg, uint32_t slot, unsigned keep_mask,
