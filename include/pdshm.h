@@ -290,8 +290,7 @@ PDSHM_API int pdshm_tensor_pin(pdshm_var *v, pdshm_pin **out, pdshm_tensor_view 
 PDSHM_API const pdshm_tensor_view *pdshm_pin_view(const pdshm_pin *p);
 /* Drops the pin and frees the handle, also on error.  In a fork child it
  * frees the handle only and answers EFORKED (the parent's pin stays).
- * EINVAL for NULL; ENOTRECOVERABLE on a poisoned segment (the pin then goes
- * when this process detaches or dies and is reaped). */
+ * EINVAL for NULL; ENOTRECOVERABLE on a poisoned segment. */
 PDSHM_API int pdshm_tensor_unpin(pdshm_pin *p);
 /* In a fork child: a pin of this attachment (seg, attached in the child) on
  * the buffer that `inherited` -- a pin the parent took before the fork --
