@@ -75,8 +75,12 @@ struct pdshm_thread {
 
 /* This thread's block, or NULL before its first pdshm__thread() call. */
 extern PDSHM_TLS_HOT struct pdshm_thread *pdshm__self;
+/* Makes this thread's block: the slow path of pdshm__thread. */
+struct pdshm_thread *pdshm__thread_make(void);
 /* This thread's block, made if need be; NULL when out of memory. */
-struct pdshm_thread *pdshm__thread(void);
+static inline struct pdshm_thread *pdshm__thread(void) {
+  return pdshm__self ? pdshm__self : pdshm__thread_make();
+}
 
 /* This process's attachment (private memory). */
 struct pdshm_seg {

@@ -29,8 +29,7 @@ static void thread_exit(void *p) {
 
 static void thread_key_make(void) { thread_key_made = pthread_key_create(&thread_key, thread_exit) == 0; }
 
-struct pdshm_thread *pdshm__thread(void) {
-  if (pdshm__self) return pdshm__self;
+struct pdshm_thread *pdshm__thread_make(void) {
   pthread_once(&thread_once, thread_key_make);
   if (!thread_key_made) return NULL;
   struct pdshm_thread *t = calloc(1, sizeof *t);
