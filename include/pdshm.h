@@ -10,8 +10,19 @@
  *
  * Threads: every function is safe to call from several threads at once.
  * fork(): a child does not inherit attachments.  Every call on a segment handle
- * (or anything obtained through it) made in the child fails with PDSHM_EFORKED,
- * or returns NULL, and touches nothing; the child attaches again if it needs to.
+ * (or anything obtained through it: scopes, variables) made in the child fails
+ * with PDSHM_EFORKED, or returns NULL / 0 / "" with pdshm_last_error() saying
+ * why, and touches nothing; the child attaches again if it needs to.  The
+ * child does keep the parent's address range of each attachment mapped (the
+ * same file, read-write, shared, through a descriptor of its own, so that the
+ * parent's death still frees the parent's slot): pointers taken before the
+ * fork, such as pdshm_tensor_data's, stay valid and see every process's
+ * writes.  That memory is freed by the segment's usual rules, not held for
+ * the child: the child pins what it keeps using (pdshm_pin_inherit).
+ *
+ * Loading: libpdshm links no allocator (its private memory is the process's
+ * malloc) and uses a few dozen bytes of static TLS, so it may be loaded with
+ * dlopen() into any process (Python's ctypes, a plugin host).
  */
 #ifndef PDSHM_H
 #define PDSHM_H
@@ -124,7 +135,9 @@ typedef struct pdshm_options {
  *   others may write it, unless PDSHM_SHARED_USERS; EUSERS when every slot is
  *   held by a live process.  Attaching reaps the slots of dead processes.
  * pdshm_detach: releases every reference this attachment holds, its slot and
- *   its mapping; the handle is freed even when an error is returned.
+ *   its mapping; the handle is freed even when an error is returned.  On a
+ *   handle inherited across fork() it only unmaps the inherited range and
+ *   frees the handle, and answers EFORKED.
  * pdshm_unlink: removes the name; attached processes keep working.
  */
 PDSHM_API int pdshm_create(const char *name, const pdshm_options *o, pdshm_seg **out);
@@ -225,6 +238,7 @@ PDSHM_API pdshm_var *pdshm_find_local_var(pdshm_scope *s, const char *name);
 PDSHM_API int pdshm_scope_foreach_var(pdshm_scope *s, const char *label,
                                       int (*fn)(pdshm_var *v, void *arg), void *arg);
 
+/* Name and label: "" for NULL and in a fork child (EFORKED). */
 PDSHM_API const char *pdshm_var_name(const pdshm_var *v);
 /* label NULL or "" clears it. */
 PDSHM_API int pdshm_var_set_label(pdshm_var *v, const char *label);
@@ -237,8 +251,9 @@ PDSHM_API int pdshm_var_readers(const pdshm_var *v, const char **ops, int cap);
 PDSHM_API int pdshm_var_writers(const pdshm_var *v, const char **ops, int cap);
 /* A robust lock, shared (exclusive == 0) or exclusive; a holder's death
  * releases it.  EDEADLK when this thread already holds it; ENOMEM when a
- * shared hold finds no block for its record in the segment; ENOLCK when
- * this thread holds 256 variable locks already. */
+ * shared hold finds no block for its record in the segment, or (a thread's
+ * first lock) no private memory for the thread's table of held locks; ENOLCK
+ * when this thread holds 256 variable locks already. */
 PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive);
 PDSHM_API int pdshm_var_unlock(pdshm_var *v); /* EPERM when not held */
 /* Bumped by resize and by each unlock of an exclusive lock. */
