@@ -42,7 +42,7 @@ int pdshm__shmfs_full(int fd, uint64_t wanted) {
 }
 
 uint64_t pdshm__shmfs_default_size(void) {
-  uint64_t total, avail;
+  uint64_t total = 0, avail = 0;
   if (pdshm__shmfs_space(-1, &total, &avail) || avail / 2 >= PDSHM_SIZE_DEFAULT)
     return PDSHM_SIZE_DEFAULT;
   uint64_t size = avail / 2 & ~((uint64_t)(1u << 20) - 1);
