@@ -267,8 +267,10 @@ PDSHM_API size_t pdshm_dtype_size(pdshm_dtype dt);         /* 0 for an unknown o
  * pinned buffer always takes a new one); the bytes go back when the last pin
  * is dropped: by pdshm_tensor_unpin, by pdshm_detach of the attachment that
  * pinned, or by the reaper of a pinning process that died.  So the memory a
- * pin describes is never freed or reused while the pin lasts.  pdshm_check and
- * the introspection calls count pinned buffers that were unhooked.
+ * pin describes is never freed or reused while the pin lasts.  pdshm_check
+ * verifies the pin counts; pdshm_inspect_alloc counts the pinned buffers
+ * that were unhooked (orphan_blocks, orphan_bytes) and pdshm_procs the pins
+ * of each process.  A pin is no reference on the variable or its scope.
  */
 typedef struct pdshm_pin pdshm_pin; /* this process's pin: private memory      */
 typedef struct pdshm_tensor_view {
