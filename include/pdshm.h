@@ -117,8 +117,10 @@ typedef struct pdshm_options {
  *   that disagrees with the file); EACCES when another user owns it, or group or
  *   others may write it, unless PDSHM_SHARED_USERS; EUSERS when every slot is
  *   held by a live process.  Attaching reaps the slots of dead processes.
- * pdshm_detach: releases every reference this attachment holds, its slot and
- *   its mapping; the handle is freed even when an error is returned.
+ * pdshm_detach: releases every reference this attachment holds (scope
+ *   handles, variable locks, pins: their private handles are freed too), its
+ *   slot and its mapping, so views of its pins must be gone first; the handle
+ *   is freed even when an error is returned.
  * pdshm_unlink: removes the name; attached processes keep working.
  */
 PDSHM_API int pdshm_create(const char *name, const pdshm_options *o, pdshm_seg **out);
