@@ -134,10 +134,12 @@ typedef struct pdshm_options {
  *   that disagrees with the file); EACCES when another user owns it, or group or
  *   others may write it, unless PDSHM_SHARED_USERS; EUSERS when every slot is
  *   held by a live process.  Attaching reaps the slots of dead processes.
- * pdshm_detach: releases every reference this attachment holds, its slot and
- *   its mapping; the handle is freed even when an error is returned.  On a
- *   handle inherited across fork() it only unmaps the inherited range and
- *   frees the handle, and answers EFORKED.
+ * pdshm_detach: releases every reference this attachment holds (scope
+ *   handles, variable locks, pins: their private handles are freed too), its
+ *   slot and its mapping, so views of its pins must be gone first; the handle
+ *   is freed even when an error is returned.  On a handle inherited across
+ *   fork() it only unmaps the inherited range and frees the handle, and
+ *   answers EFORKED.
  * pdshm_unlink: removes the name; attached processes keep working.
  */
 PDSHM_API int pdshm_create(const char *name, const pdshm_options *o, pdshm_seg **out);
@@ -288,8 +290,10 @@ PDSHM_API size_t pdshm_dtype_size(pdshm_dtype dt);         /* 0 for an unknown o
  * pinned buffer always takes a new one); the bytes go back when the last pin
  * is dropped: by pdshm_tensor_unpin, by pdshm_detach of the attachment that
  * pinned, or by the reaper of a pinning process that died.  So the memory a
- * pin describes is never freed or reused while the pin lasts.  pdshm_check and
- * the introspection calls count pinned buffers that were unhooked.
+ * pin describes is never freed or reused while the pin lasts.  pdshm_check
+ * verifies the pin counts; pdshm_inspect_alloc counts the pinned buffers
+ * that were unhooked (orphan_blocks, orphan_bytes) and pdshm_procs the pins
+ * of each process.  A pin is no reference on the variable or its scope.
  */
 typedef struct pdshm_pin pdshm_pin; /* this process's pin: private memory      */
 typedef struct pdshm_tensor_view {
