@@ -257,6 +257,8 @@ static int middle(void *arg) {
   pid_t g = fork();
   if (g < 0) return 3;
   if (g == 0) _exit(grandchild(f));
+  close(f->from_kid[1]); /* the grandchild's: its death reads as EOF in the test */
+  close(f->to_kid[0]);
   f->data[3] = 0xD4;
   uint64_t msg[2] = {f->mid_seg->slot, (uint64_t)g};
   if (write(f->to_test[1], msg, sizeof msg) != sizeof msg) return 4;
@@ -296,6 +298,7 @@ START_TEST(inherited_bytes_stay_mapped_and_parent_death_frees_its_slot) {
   pid_t mid = tu_spawn(middle, &f);
   close(f.to_test[1]); /* so that a helper's early death reads as EOF */
   close(f.from_kid[1]);
+  close(f.to_kid[0]);
   uint64_t msg[2];
   read_full(f.to_test[0], msg, sizeof msg);
   uint32_t slot = (uint32_t)msg[0];
