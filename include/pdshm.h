@@ -441,6 +441,8 @@ typedef struct pdshm_var_info {
   int lock_state;          /* PDSHM_VLOCK_*                                      */
   uint64_t lock_readers;   /* shared holders                                     */
   uint32_t lock_holder_pid;/* the exclusive holder (best effort), else 0         */
+                           /* (EXCLUSIVE is never reported where                 */
+                           /* pdshm_lock_info.held cannot tell)                  */
   uint32_t lock;           /* its lock-table entry, 0 before its first lock      */
   uint32_t nreaders, nwriters;   /* operators reading / writing it               */
   const char *const *readers;    /* their names: valid during the callback only  */
@@ -458,7 +460,8 @@ typedef struct pdshm_lock_info {
   int kind;                /* PDSHM_LOCK_OF_*: what it guards                    */
   uint64_t scope_id;       /* the scope it guards, or the variable's scope       */
   char var[PDSHM_NAME_MAX + 1]; /* the variable's name for PDSHM_LOCK_OF_VAR     */
-  int held;                /* its mutex is held right now                        */
+  int held;                /* 1: its mutex is held right now, 0: it is not, -1: */
+                           /* this C library does not let a reader tell          */
   uint32_t holder_pid;     /* who holds it (best effort), 0 when free            */
   uint64_t acquisitions;
   uint64_t contended;      /* acquisitions that had to wait                      */

@@ -50,8 +50,8 @@ static int lk_entry(struct lk_walk *w, uint32_t i) {
                           .contended = l->contended, .wait_ns = l->wait_ns,
                           .owner_died = l->owner_died,
                           .unrecoverable = atomic_load(&l->unrecoverable) != 0};
-  li->held = __atomic_load_n(&l->mutex.__data.__lock, __ATOMIC_RELAXED) != 0;
-  if (li->held) li->holder_pid = atomic_load_explicit(&l->holder_pid, memory_order_relaxed);
+  li->held = pdshm__lock_held_hint(w->seg, i);
+  if (li->held == 1) li->holder_pid = atomic_load_explicit(&l->holder_pid, memory_order_relaxed);
   switch (l->kind) {
   case PDSHM_LK_HEAP: li->kind = PDSHM_LOCK_OF_HEAP; break;
   case PDSHM_LK_SCOPE: li->kind = PDSHM_LOCK_OF_SCOPE; break;

@@ -100,8 +100,7 @@ static int vr_lock(struct vr_walk *w, const struct pdshm_var_rec *r, pdshm_var_i
                        (unsigned long long)idx);
   const struct pdshm_lock *l = pdshm__lockent(w->seg, (uint32_t)idx);
   vi->lock = (uint32_t)idx;
-  bool held = __atomic_load_n(&l->mutex.__data.__lock, __ATOMIC_RELAXED) != 0;
-  if (held && !vi->lock_readers) {
+  if (pdshm__lock_held_hint(w->seg, (uint32_t)idx) == 1 && !vi->lock_readers) {
     vi->lock_state = PDSHM_VLOCK_EXCLUSIVE;
     vi->lock_holder_pid = atomic_load_explicit(&l->holder_pid, memory_order_relaxed);
   }

@@ -153,6 +153,12 @@ struct pdshm_heap {
 
 enum pdshm_lock_kind { PDSHM_LK_NONE, PDSHM_LK_HEAP, PDSHM_LK_SCOPE, PDSHM_LK_VAR };
 
+/* Ranks (struct pdshm_lock.rank): a thread takes locks in rising rank
+ * (lib/lockorder.c).  0 is an entry nobody ranked: never checked. */
+#define PDSHM_RANK_VAR 1u         /* a variable's lock                         */
+#define PDSHM_RANK_SCOPE 2u       /* + the scope's depth: a parent's first     */
+#define PDSHM_RANK_HEAP UINT32_MAX /* the heap lock, always last               */
+
 struct pdshm_lock {
   pthread_mutex_t mutex; /* robust, process-shared, never re-initialised      */
   uint64_t acquisitions; /* under mutex                                        */
@@ -168,7 +174,8 @@ struct pdshm_lock {
   pdshm_off_t guards;    /* offset of the object it guards, 0 for fixed locks;
                             written by the claimer before publication          */
   uint32_t kind;         /* enum pdshm_lock_kind; written by the claimer        */
-  uint32_t rank;         /* acquisition order (debug builds check it)           */
+  uint32_t rank;         /* PDSHM_RANK_*: acquisition order, checked by debug
+                            builds (lockorder.c); written by the claimer      */
   _Atomic uint32_t holder_pid;  /* the last holder, best effort, for the       */
   _Atomic uint32_t holder_slot; /* inspector: set after acquiring when it      */
                                 /* changed, kept at release (held or not: the  */

@@ -252,6 +252,7 @@ static int scope_build(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t p,
   r->creator_slot = ln->tag - 1u;
   r->created_ns = pdshm__now_ns(CLOCK_REALTIME);
   pdshm__lockent(seg, lk)->guards = k;
+  pdshm__lockent(seg, lk)->rank = pdshm__lock_rank(PDSHM_LK_SCOPE, r->depth);
   *out = k;
   return 0;
 }

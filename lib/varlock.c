@@ -76,7 +76,7 @@ static struct pdshm_var_rec *R(const pdshm_var *v) {
 
 static void vl_pause(unsigned round) {
   if (round < 64) {
-    __builtin_ia32_pause();
+    pdshm__cpu_relax();
     return;
   }
   long ns = round < 1024 ? 1000 : 100000;
