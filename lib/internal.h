@@ -193,7 +193,7 @@ void pdshm__daemon_drop(pdshm_seg *seg);
 /* ---- lock.c --------------------------------------------------------------- */
 void pdshm__lock_init_table(pdshm_seg *seg); /* create only */
 /* Takes lock i, counting contention.  When its holder died, repairs what the
- * lock guards first (pdshm__lock_repair); 0 or ENOTRECOVERABLE (the segment is
+ * lock guards first (lock.c, invariant 2); 0 or ENOTRECOVERABLE (the segment is
  * then poisoned and the lock released). */
 int pdshm__lock(pdshm_seg *seg, uint32_t i);
 int pdshm__trylock(pdshm_seg *seg, uint32_t i); /* 0, EBUSY, ENOTRECOVERABLE */
@@ -273,7 +273,7 @@ int pdshm__reap_dead(pdshm_seg *seg, unsigned *reaped);
  * heap's). */
 void pdshm__reap_caches(pdshm_seg *seg);
 
-/* ---- alloc.c --------------------------------------------------------------- */
+/* ---- heap.c ---------------------------------------------------------------- */
 /* Lays out the arena as FREE blocks (create only). */
 void pdshm__heap_init(pdshm_seg *seg);
 /* A USED block of at least `bytes` payload bytes, 16-aligned, of `type`,

@@ -49,7 +49,6 @@ static struct pdshm_journal *jrn(struct pdshm_lane_ctx *ln) { return &ln->rec->j
 static void jrn_arm(struct pdshm_journal *j, uint32_t op) {
   j->op = op;
   j->nredo = j->nnew = j->nold = 0;
-  j->cont = 0;
   j->seq = 0;
   atomic_store_explicit(&j->state, PDSHM_J_ARMED, memory_order_release);
 }

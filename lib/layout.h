@@ -242,7 +242,7 @@ struct pdshm_journal {
   _Atomic uint32_t lock;  /* lock index the op runs under                    */
   uint32_t op;            /* what the op is, for reports                     */
   uint32_t nredo, nnew, nold;
-  pdshm_off_t cont;       /* work that must follow the commit (cascades)     */
+  pdshm_off_t unused;     /* always 0: kept so that the layout stays         */
   pdshm_off_t seq;        /* a seqlock word the op made odd: repair makes it
                              even again so that lock-free readers go on       */
   pdshm_off_t newb[PDSHM_J_BLOCKS];

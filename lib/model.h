@@ -25,9 +25,11 @@
  *   3. under X's lock: retire table, name and record, return X's lock entry,
  *      move the todo queue on, in one journal.
  *
- * Lock order: a parent's lock before a child's; a scope's lock before a
- * variable's lock; any lock before the heap lock (a pin takes its variable's
- * scope lock, then the heap lock).
+ * Lock order (ranks, checked by debug builds: lockorder.c): a variable's
+ * lock before any scope's (a user holds it across calls that take scope
+ * locks, as pdshm_tensor_resize does); a parent's lock before a child's; any
+ * lock before the heap lock (a pin takes its variable's scope lock, then the
+ * heap lock).
  */
 #ifndef PDSHM_MODEL_H
 #define PDSHM_MODEL_H
@@ -130,9 +132,14 @@ struct pdshm_name {
  * block comes out of the allocator zeroed, and `scope` is set by the journal
  * that counts the reference: a record whose scope is 0 counts for nothing. */
 struct pdshm_handle_rec {
-  pdshm_off_t scope;       /* the scope this record holds one ref on (for a
-                              HOLD: the variable); set at the commit          */
-  uint64_t epoch;          /* the slot's epoch when it was made                 */
+  pdshm_off_t scope;       /* HANDLE: the scope this record holds one ref on;
+                              HOLD: the variable it holds a share of; set at
+                              the commit                                      */
+  union {
+    uint64_t epoch;        /* HANDLE: the slot's epoch when it was made (read
+                              by nothing: for whoever examines a segment)     */
+    uint64_t gen;          /* HOLD: the variable's generation (pdshm_varref)  */
+  };
 };
 
 /* Operator names of a variable's readers or writers: count, then count NUL-

@@ -122,7 +122,7 @@ static int vl_share(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk, pdshm_
     pdshm__j_abort(seg, ln);
   } else {
     struct pdshm_handle_rec *h = PDSHM_AT(seg->base, *hold, struct pdshm_handle_rec);
-    h->epoch = r->gen;
+    h->gen = r->gen;
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, h, scope), r->self); /* the variable */
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lk_readers), r->lk_readers + 1);
     pdshm__j_commit(seg, ln);
@@ -250,7 +250,7 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
 /* Reaper: the share a dead process's HOLD block h gives back. */
 int pdshm__varlock_drop_hold(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h) {
   const struct pdshm_handle_rec *hr = PDSHM_AT(seg->base, h, struct pdshm_handle_rec);
-  pdshm_varref ref = {.off = hr->scope, .gen = hr->epoch};
+  pdshm_varref ref = {.off = hr->scope, .gen = hr->gen};
   pdshm_var *v = pdshm_varref_get(seg, ref);
   if (!v || !R(v)->lock) return 0; /* the variable is gone: the sweep frees h */
   return vl_unshare(seg, ln, R(v), (uint32_t)R(v)->lock, h);
