@@ -192,7 +192,7 @@ static void ck_table(struct ck *c, pdshm_off_t x, const struct pdshm_scope_rec *
     }
   }
   /* A dying scope's variables are freed without its lock, entry by entry
-   * (model.h, phase 2): its counts may lag. */
+   * (PDSHM_DESTROY_VARS): its counts may lag. */
   if (!r->dying && (live != r->nvars || used != t->used || used * 8 > cap * 5))
     ck_say(c, "scope %#llx: table counts disagree (live %llu/%llu, used %llu/%llu of %llu)",
            (unsigned long long)x, (unsigned long long)live, (unsigned long long)r->nvars,
@@ -200,15 +200,15 @@ static void ck_table(struct ck *c, pdshm_off_t x, const struct pdshm_scope_rec *
 }
 
 /* Whether scope x still holds its reference on its parent: a dying scope
- * drops it in the first phase of its destruction (model.h), which may be
- * over while the rest is still to run: in another process, or in a dead
- * one's todo queue awaiting its reaper. */
+ * drops it in PDSHM_DESTROY_UNHOOK, the first phase of its destruction,
+ * which may be over while the rest is still to run: in another process, or
+ * in a dead one's todo queue awaiting its reaper. */
 static bool ck_holds_parent(struct ck *c, pdshm_off_t x, const struct pdshm_scope_rec *r) {
   if (!r->dying) return true;
   for (uint32_t s = 0; s < c->seg->hdr->max_procs; s++)
     for (unsigned k = 0; k < PDSHM_LANES; k++) {
       const struct pdshm_lane_todo *t = &pdshm__slot(c->seg, s)->lane[k].todo;
-      if (t->destroy == x) return t->phase <= 1;
+      if (t->destroy == x) return t->phase <= PDSHM_DESTROY_UNHOOK;
       if (t->next == x) return true;
     }
   return true;

@@ -4,21 +4,13 @@
  * Owns: struct pdshm_blk, struct pdshm_heap, the lanes' cache bins
  * (layout.h), and every block size.
  *
- * Invariants (numbered as in layout.h, plus):
- *  2. The arena is a chain of blocks at every instant.  A split writes the
- *     tail's header, then shrinks the head with one 8-byte release store; a
- *     merge grows the head over the tail's header with one store.  A process
- *     killed anywhere leaves a walkable chain; bins, bitmap and prev16 are
- *     rebuilt from it (pdshm__heap_rebuild) by the next taker of the lock.
- *  3. Under the heap lock, every FREE block is on the bin of its size and no
- *     two FREE blocks are adjacent.
- *  4. A CACHED block is on the cache list of a lane of slot owner-1 and only
- *     that lane's thread touches it; its size never changes while cached.
- *  5. Pages inside a HOLEY block may be missing from the file; every block
- *     carved from one is re-reserved (fallocate) before it is handed out, so
- *     first touch never raises SIGBUS on a full /dev/shm.
- *  6. A TENSOR block with pins is never freed, by pdshm__free or by a sweep:
- *     it is orphaned (pin_heap.c), and freed by its last unpin.
+ * Invariants: layout.h's 2 (the chain; its bins, bitmap and prev16 are
+ * rebuilt from it by pdshm__heap_rebuild), 3, 4 and 6 (a pinned TENSOR block
+ * is orphaned, never freed, by pdshm__free or a sweep) are this file's to
+ * keep; and:
+ *  H1. Pages inside a HOLEY block may be missing from the file; every block
+ *      carved from one is re-reserved (fallocate) before it is handed out,
+ *      so first touch never raises SIGBUS on a full /dev/shm.
  *
  * Crash windows:
  *  - a cache pop or push is two stores (the block's word, the lane's head):

@@ -2,7 +2,8 @@
  * journal.c - crash-atomic mutations: a per-lane redo log.
  *
  * Owns: struct pdshm_journal (layout.h).  Every mutation of shared structures
- * other than the heap's own bins runs as one journal under one lock L:
+ * other than the heap's own bins runs as one journal under one lock L (how
+ * to write one: lib/CRASH-SAFETY.md):
  *
  *   IDLE --begin: lock:=L, take L--> ARMED --commit point--> COMMIT
  *        <-- release L, free oldb <-- state:=IDLE <-- apply, publish newb

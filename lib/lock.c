@@ -15,14 +15,18 @@
  *     ENOTRECOVERABLE instead of a guess.
  *  3. acquisitions, contended and wait_ns change only under the mutex.
  *  4. An entry's alloc word moves AVAILABLE -> slot+1 by CAS (claim), then to
- *     PUBLISHED (or back to AVAILABLE, abandoned) by a journal under the
- *     guarded object's parent lock.  The object's death moves it back to
+ *     PUBLISHED by a journal under the guarded object's parent lock (or back
+ *     to AVAILABLE by the claimer, abandoned: pdshm__lock_unclaim).  The object's death moves it back to
  *     slot+1 in the journal that retires the object, and only once that
  *     journal is over does the slot give it back (CAS slot+1 -> AVAILABLE).
  *     A journal is re-applied by whoever repairs it after its owner's death,
  *     possibly much later: had it stored AVAILABLE itself, a re-application
  *     could take back an entry a new object had claimed since.  A reaper
  *     returns the slot+1 entries of a dead slot after settling its journals.
+ *     One death is not journaled: a variable freed with its dying scope
+ *     (PDSHM_DESTROY_VARS) gives its entry back by a CAS PUBLISHED ->
+ *     AVAILABLE that first checks `guards`: its record is not freed yet, so
+ *     no other object can guard an entry with that offset.
  */
 #include "config.h"
 

@@ -15,15 +15,9 @@
  * Lifetime (DESIGN §2): X->refs counts X's handle records, X's kids, and
  * X's link (named scopes, while linked).  A scope whose refs reach zero is
  * unreachable: no handle, no kid, no link, so no new reference can appear.
- * Its destruction runs from the destroying lane's todo fields (struct
- * pdshm_lane_todo) so that a reaper finishes it after a death:
- *   1. under P's lock: take X off P's kid list, drop X's reference on P (if
- *      that was P's last, P is queued next);
- *   2. no lock (X is unreachable): for each variable, mark its blocks with our
- *      slot, clear its table entry, free its blocks (a pinned tensor buffer
- *      is orphaned instead, and freed by its last unpin: layout.h, inv. 6);
- *   3. under X's lock: retire table, name and record, return X's lock entry,
- *      move the todo queue on, in one journal.
+ * Its destruction runs in the phases of enum pdshm_destroy_phase (layout.h)
+ * from the destroying lane's todo, so that a reaper finishes it after a
+ * death: lib/CRASH-SAFETY.md, "Work longer than one journal".
  *
  * Lock order (ranks, checked by debug builds: lockorder.c): a variable's
  * lock before any scope's (a user holds it across calls that take scope

@@ -3,7 +3,7 @@
  *
  * Owns: struct pdshm_scope_rec and struct pdshm_handle_rec (model.h), the
  * private struct pdshm_scope, and the lanes' todo queues.  model.h says which
- * lock guards which field and how a scope is destroyed.
+ * lock guards which field; lib/CRASH-SAFETY.md how a scope is destroyed.
  *
  * Invariants:
  *  1. x->refs == (HANDLE blocks naming x) + (scopes whose parent is x) +
@@ -131,7 +131,7 @@ static void scope_unref(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, dying), 1);
   if (!t->destroy) {
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, destroy), x);
-    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), 1);
+    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), PDSHM_DESTROY_UNHOOK);
   } else {
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, next), x);
   }
@@ -508,7 +508,8 @@ static int chain_step(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   return 0;
 }
 
-/* Phase 1 (parent's lock): off the parent's list, drop the parent's ref. */
+/* PDSHM_DESTROY_UNHOOK (parent's lock): off the parent's list, drop the
+ * parent's ref. */
 static int destroy_unhook(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
   struct pdshm_scope_rec *r = SC(seg, x), *p = SC(seg, r->parent);
@@ -516,13 +517,15 @@ static int destroy_unhook(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t
   if (rc) return rc;
   if (r->inlist) kid_delist(seg, ln, p, x);
   scope_unref(seg, ln, r->parent);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), 2);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), PDSHM_DESTROY_VARS);
   pdshm__j_commit(seg, ln);
   PDSHM_CRASHPOINT("scope.destroy.unhooked");
   return 0;
 }
 
-/* Phase 2 (no lock: x is unreachable): free every variable. */
+/* PDSHM_DESTROY_VARS (no lock: x is unreachable): free every variable; a
+ * re-run after a death skips the entries already cleared.  One release
+ * store of the next phase ends it. */
 static void destroy_vars(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
   struct pdshm_scope_rec *r = SC(seg, x);
   if (r->table) {
@@ -530,11 +533,13 @@ static void destroy_vars(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t 
     for (uint64_t i = 0; i < tb->cap; i++)
       if (tb->ent[i].var > PDSHM_TOMBSTONE) pdshm__var_free_unreachable(seg, ln, &tb->ent[i]);
   }
-  atomic_store_explicit((_Atomic uint64_t *)&ln->rec->todo.phase, 3, memory_order_release);
+  atomic_store_explicit((_Atomic uint64_t *)&ln->rec->todo.phase, PDSHM_DESTROY_RECORD,
+                        memory_order_release);
   PDSHM_CRASHPOINT("scope.destroy.vars");
 }
 
-/* Phase 3 (x's lock): the record itself, and the queue moves on. */
+/* PDSHM_DESTROY_RECORD (x's lock): the record itself, and the queue moves
+ * on. */
 static int destroy_record(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
   struct pdshm_scope_rec *r = SC(seg, x);
@@ -549,7 +554,8 @@ static int destroy_record(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pdshm__lockent(seg, lk), alloc), ln->tag);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, destroy), t->next);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, next), 0);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), t->next ? 1 : 0);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase),
+                t->next ? PDSHM_DESTROY_UNHOOK : PDSHM_DESTROY_NONE);
   pdshm__j_commit(seg, ln);
   PDSHM_CRASHPOINT("scope.destroy.record");
   pdshm__lock_return(seg, lk, ln->tag);
@@ -560,9 +566,9 @@ static int destroy_step(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
   pdshm_off_t x = t->destroy;
   switch (t->phase) {
-  case 1: return destroy_unhook(seg, ln, x);
-  case 2: destroy_vars(seg, ln, x); return 0;
-  case 3: return destroy_record(seg, ln, x);
+  case PDSHM_DESTROY_UNHOOK: return destroy_unhook(seg, ln, x);
+  case PDSHM_DESTROY_VARS: destroy_vars(seg, ln, x); return 0;
+  case PDSHM_DESTROY_RECORD: return destroy_record(seg, ln, x);
   default: return pdshm__fail(PDSHM_EBADSEG, "todo phase %llu", (unsigned long long)t->phase);
   }
 }

@@ -8,7 +8,7 @@
  *  1. A variable belongs to exactly one scope (v->scope never changes) and is
  *     reachable only through that scope's table.
  *  2. Every change to a variable or its scope's table is one journal under the
- *     scope's lock; a name, label or operator list is replaced whole (a new
+ *     scope's lock (lib/CRASH-SAFETY.md); a name, label or operator list is replaced whole (a new
  *     block published by one store), never edited in place, so lock-free
  *     readers see the old one or the new one.
  *  3. v->gen is unique among every variable the segment ever had, so a
