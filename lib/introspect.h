@@ -37,6 +37,15 @@ struct pdshm_walker {
  * returned. */
 int pdshm__walk_blocks(const pdshm_seg *seg, const struct pdshm_walker *w);
 
+/* Tables an introspection call reads (pdshm__inspect_begin). */
+enum pdshm_inspect_tables { PDSHM_INSPECT_SLOTS = 1u << 0, PDSHM_INSPECT_LOCKS = 1u << 1 };
+
+/* How every introspection call starts: clears the last error; then 0, or
+ * EINVAL / EFORKED for seg, EINVAL when the caller's `what` (its callback
+ * or its output) is missing (!given), EBADSEG when a table of `tables`
+ * lies outside the mapping. */
+int pdshm__inspect_begin(const pdshm_seg *seg, bool given, const char *what, unsigned tables);
+
 /* Do the process table and the lock table lie inside the mapping? */
 bool pdshm__slots_sane(const pdshm_seg *seg);
 bool pdshm__locks_sane(const pdshm_seg *seg);

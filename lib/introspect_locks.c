@@ -88,11 +88,8 @@ static int lk_once(void *arg) {
 
 PDSHM_API int pdshm_inspect_locks(pdshm_seg *seg,
                                   int (*fn)(const pdshm_lock_info *li, void *arg), void *arg) {
-  pdshm__fail_clear();
-  int rc = pdshm__seg_usable(seg);
+  int rc = pdshm__inspect_begin(seg, fn != NULL, "callback", PDSHM_INSPECT_LOCKS);
   if (rc) return rc;
-  if (!fn) return pdshm__fail(PDSHM_EINVAL, "NULL callback");
-  if (!pdshm__locks_sane(seg)) return pdshm__fail(PDSHM_EBADSEG, "lock table is damaged");
   struct lk_walk w = {.seg = seg};
   rc = pdshm__inspect_retry(lk_once, &w);
   for (size_t i = 0; !rc && i < w.n; i++) rc = fn(&w.li[i], arg);

@@ -173,10 +173,8 @@ static int vr_cmp(const void *a, const void *b) {
 
 PDSHM_API int pdshm_inspect_vars(pdshm_seg *seg, uint64_t scope_id,
                                  int (*fn)(const pdshm_var_info *vi, void *arg), void *arg) {
-  pdshm__fail_clear();
-  int rc = pdshm__seg_usable(seg);
+  int rc = pdshm__inspect_begin(seg, fn != NULL, "callback", 0);
   if (rc) return rc;
-  if (!fn) return pdshm__fail(PDSHM_EINVAL, "NULL callback");
   struct vr_walk w = {.seg = seg, .scope_id = scope_id};
   rc = pdshm__inspect_retry(vr_once, &w);
   if (!rc) qsort(w.e, w.n, sizeof *w.e, vr_cmp);

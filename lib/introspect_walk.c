@@ -20,6 +20,18 @@ bool pdshm__locks_sane(const pdshm_seg *seg) {
          (uint64_t)h->max_locks * sizeof(struct pdshm_lock) <= seg->size - h->locks_off;
 }
 
+int pdshm__inspect_begin(const pdshm_seg *seg, bool given, const char *what, unsigned tables) {
+  pdshm__fail_clear();
+  int rc = pdshm__seg_usable(seg);
+  if (rc) return rc;
+  if (!given) return pdshm__fail(PDSHM_EINVAL, "NULL %s", what);
+  if ((tables & PDSHM_INSPECT_SLOTS) && !pdshm__slots_sane(seg))
+    return pdshm__fail(PDSHM_EBADSEG, "process table is damaged");
+  if ((tables & PDSHM_INSPECT_LOCKS) && !pdshm__locks_sane(seg))
+    return pdshm__fail(PDSHM_EBADSEG, "lock table is damaged");
+  return 0;
+}
+
 /* The size of the block at `at` if it is plausible there, else 0. */
 static uint64_t walk_size(const pdshm_seg *seg, pdshm_off_t at, uint64_t word) {
   uint64_t size = pdshm__blk_size(word);
