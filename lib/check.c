@@ -39,7 +39,7 @@ struct ck {
   FILE *report;
   int problems;
   struct ck_blk *b;
-  size_t n;
+  size_t n, cap;     /* blocks in b, and the room it has                   */
   int *slot_alive;   /* 1 live, 0 dead, -1 free                            */
 };
 
@@ -77,33 +77,29 @@ static struct ck_blk *ck_want(struct ck *c, pdshm_off_t off, unsigned type, size
 
 /* ---- the block list -------------------------------------------------------------- */
 
+static int ck_block(void *arg, pdshm_off_t at, const struct pdshm_blk *blk, uint64_t w) {
+  struct ck *c = arg;
+  if (c->n == c->cap) {
+    size_t cap = c->cap ? c->cap * 2 : 1024;
+    struct ck_blk *nb = realloc(c->b, cap * sizeof *c->b);
+    if (!nb) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+    c->b = nb;
+    c->cap = cap;
+  }
+  c->b[c->n++] = (struct ck_blk){.off = at + PDSHM_BLK_HDR, .size = pdshm__blk_size(w),
+                                 .type = blk->type, .owner = blk->owner,
+                                 .state = (uint8_t)pdshm__blk_state(w)};
+  return 0;
+}
+
+/* The blocks, in chain order; a damaged chain is a problem reported, the
+ * blocks before the damage are still checked. */
 static int ck_walk_blocks(struct ck *c) {
-  const struct pdshm_hdr *h = c->seg->hdr;
-  if (!pdshm__arena_sane(c->seg)) {
-    ck_say(c, "arena bounds do not fit the mapping");
-    return 0;
-  }
-  size_t cap = 1024;
-  c->b = pdshm__zalloc(cap * sizeof *c->b);
-  for (pdshm_off_t at = h->arena_off; c->b && at < h->arena_end;) {
-    const struct pdshm_blk *blk = PDSHM_AT(c->seg->base, at, const struct pdshm_blk);
-    uint64_t w = atomic_load_explicit(&blk->word, memory_order_acquire);
-    uint64_t size = pdshm__blk_size(w);
-    if (size < PDSHM_BLK_MIN || size > h->arena_end - at) {
-      ck_say(c, "block chain broken at %#llx (size %llu)", (unsigned long long)at,
-             (unsigned long long)size);
-      return 0;
-    }
-    if (c->n == cap) {
-      struct ck_blk *nb = realloc(c->b, (cap *= 2) * sizeof *c->b);
-      if (!nb) break;
-      c->b = nb;
-    }
-    c->b[c->n++] = (struct ck_blk){.off = at + PDSHM_BLK_HDR, .size = size, .type = blk->type,
-                                   .owner = blk->owner, .state = (uint8_t)pdshm__blk_state(w)};
-    at += size;
-  }
-  return c->b ? 0 : pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+  pdshm_off_t broke;
+  int rc = pdshm__chain_walk(c->seg, &(struct pdshm_walker){NULL, ck_block, c}, &broke);
+  if (rc != PDSHM_EBADSEG) return rc;
+  ck_say(c, "%s", pdshm_last_error());
+  return 0;
 }
 
 /* ---- scopes and variables --------------------------------------------------------- */

@@ -448,37 +448,56 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
 
 /* Walks the chain, merging adjacent FREE blocks, fixing prev16, re-binning.
  * EBADSEG when the chain itself is broken. */
+struct relink {
+  pdshm_seg *seg;
+  pdshm_off_t run;         /* the FREE block the FREE blocks after it merge
+                              into, 0 when the last block was not FREE      */
+  uint64_t run_word;       /* its header word, as we last stored it          */
+  uint64_t prev;           /* the size of the last block that stays          */
+};
+
+/* The run is complete: onto its bin. */
+static void relink_close(struct relink *rl) {
+  if (rl->run) bin_insert(rl->seg, rl->run, pdshm__blk_size(rl->run_word));
+  rl->run = 0;
+}
+
+/* A FREE block after a FREE run becomes the run's tail: the run grows over
+ * its header with one store (layout.h, invariant 2), and the walk steps
+ * over it by the size it read first. */
+static int relink_block(void *arg, pdshm_off_t at, const struct pdshm_blk *cb, uint64_t w) {
+  struct relink *rl = arg;
+  uint64_t size = pdshm__blk_size(w), run_size = pdshm__blk_size(rl->run_word);
+  bool free = pdshm__blk_state(w) == PDSHM_BLK_FREE;
+  (void)cb;
+  if (free && rl->run && run_size + size < PDSHM_BLK_MAX) {
+    rl->run_word = (run_size + size) | PDSHM_BLK_FREE | ((rl->run_word | w) & PDSHM_BLK_HOLEY);
+    set_word(B(rl->seg, rl->run), rl->run_word);
+    rl->prev = run_size + size;
+    return 0;
+  }
+  relink_close(rl);
+  struct pdshm_blk *b = B(rl->seg, at);
+  b->prev16 = (uint32_t)(rl->prev / 16);
+  if (free) { /* a death may leave these set */
+    b->owner = 0;
+    b->type = PDSHM_T_NONE;
+    rl->run = at;
+    rl->run_word = w;
+  }
+  rl->prev = size;
+  return 0;
+}
+
 static int heap_relink(pdshm_seg *seg) {
-  const struct pdshm_hdr *hd = seg->hdr;
   struct pdshm_heap *h = heap(seg);
   memset(h->nonempty, 0, sizeof h->nonempty);
   memset(h->bins, 0, sizeof h->bins);
   PDSHM_CRASHPOINT("heap.relink.emptied");
-  uint64_t prev = 0;
-  for (pdshm_off_t at = hd->arena_off; at < hd->arena_end;) {
-    struct pdshm_blk *b = B(seg, at);
-    uint64_t w = word(b), size = pdshm__blk_size(w);
-    if (size < PDSHM_BLK_MIN || size > hd->arena_end - at)
-      return pdshm__fail(PDSHM_EBADSEG, "block chain broken at %#llx", (unsigned long long)at);
-    b->prev16 = (uint32_t)(prev / 16);
-    if (pdshm__blk_state(w) == PDSHM_BLK_FREE) { /* a death may leave these set */
-      b->owner = 0;
-      b->type = PDSHM_T_NONE;
-    }
-    while (pdshm__blk_state(w) == PDSHM_BLK_FREE && at + size < hd->arena_end) {
-      uint64_t nw = word(B(seg, at + size)), ns = pdshm__blk_size(nw);
-      if (pdshm__blk_state(nw) != PDSHM_BLK_FREE || ns < PDSHM_BLK_MIN ||
-          ns > hd->arena_end - at - size || size + ns >= PDSHM_BLK_MAX)
-        break;
-      size += ns;
-      w = size | PDSHM_BLK_FREE | ((w | nw) & PDSHM_BLK_HOLEY);
-      set_word(b, w);
-    }
-    if (pdshm__blk_state(w) == PDSHM_BLK_FREE) bin_insert(seg, at, size);
-    prev = size;
-    at += size;
-  }
-  return 0;
+  struct relink rl = {.seg = seg};
+  int rc = pdshm__chain_walk(seg, &(struct pdshm_walker){NULL, relink_block, &rl}, NULL);
+  if (!rc) relink_close(&rl);
+  return rc;
 }
 
 /* The pin counts are derived from the PIN records first (pin_heap.c): the
@@ -489,45 +508,63 @@ int pdshm__heap_rebuild(pdshm_seg *seg) {
   return rc ? rc : heap_relink(seg);
 }
 
+struct sweep {
+  pdshm_seg *seg;
+  uint16_t tag;            /* the slot's owner tag                            */
+  bool cached_only;        /* free its CACHED blocks only                     */
+  unsigned keep_mask;      /* 1 << type: USED blocks handed to the caller      */
+  pdshm_off_t *kept;       /* their payloads (pdshm__zalloc'd)                */
+  size_t nkept, cap;
+};
+
+static int sweep_keep(struct sweep *sw, pdshm_off_t payload) {
+  if (sw->nkept == sw->cap) {
+    size_t cap = sw->cap ? sw->cap * 2 : 64;
+    pdshm_off_t *nk = pdshm__zalloc(cap * sizeof *nk);
+    if (!nk) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+    if (sw->kept) memcpy(nk, sw->kept, sw->nkept * sizeof *nk);
+    pdshm__xfree(sw->kept);
+    sw->kept = nk;
+    sw->cap = cap;
+  }
+  sw->kept[sw->nkept++] = payload;
+  return 0;
+}
+
+/* One block of the slot's: kept, orphaned (retired while pinned), or marked
+ * FREE, to be merged and binned by the relink that follows. */
+static int sweep_block(void *arg, pdshm_off_t at, const struct pdshm_blk *cb, uint64_t w) {
+  struct sweep *sw = arg;
+  unsigned st = pdshm__blk_state(w);
+  if (cb->owner != sw->tag || st == PDSHM_BLK_FREE) return 0;
+  if (sw->cached_only && st != PDSHM_BLK_CACHED) return 0;
+  if (st == PDSHM_BLK_USED && (sw->keep_mask >> cb->type & 1))
+    return sweep_keep(sw, at + PDSHM_BLK_HDR);
+  if (st == PDSHM_BLK_USED && cb->type == PDSHM_T_TENSOR &&
+      pdshm__tensor_pinned(sw->seg, at + PDSHM_BLK_HDR)) {
+    pdshm__pin_orphan_locked(sw->seg, at + PDSHM_BLK_HDR);
+    return 0;
+  }
+  struct pdshm_blk *b = B(sw->seg, at);
+  set_word(b, pdshm__blk_size(w) | PDSHM_BLK_FREE);
+  b->owner = 0;
+  b->type = PDSHM_T_NONE;
+  PDSHM_CRASHPOINT("heap.sweep.freed");
+  return 0;
+}
+
 int pdshm__heap_sweep_slot(pdshm_seg *seg, uint32_t slot, unsigned keep_mask,
                            pdshm_off_t **kept, size_t *nkept) {
-  const struct pdshm_hdr *hd = seg->hdr;
-  size_t cap = 0;
+  struct sweep sw = {.seg = seg, .tag = (uint16_t)(slot + 1), .keep_mask = keep_mask};
   *kept = NULL;
   *nkept = 0;
   int rc = pdshm__lock(seg, PDSHM_LOCK_HEAP);
   if (rc) return rc;
-  uint16_t tag = (uint16_t)(slot + 1);
-  rc = pdshm__pin_sweep_slot_locked(seg, tag); /* its pins first: they may free orphans */
+  rc = pdshm__pin_sweep_slot_locked(seg, sw.tag); /* its pins first: they may free orphans */
   PDSHM_CRASHPOINT("heap.sweep.unpinned");
-  for (pdshm_off_t at = hd->arena_off; at < hd->arena_end && !rc;) {
-    struct pdshm_blk *b = B(seg, at);
-    uint64_t w = word(b), size = pdshm__blk_size(w);
-    if (size < PDSHM_BLK_MIN || size > hd->arena_end - at) {
-      rc = pdshm__fail(PDSHM_EBADSEG, "block chain broken at %#llx", (unsigned long long)at);
-      break;
-    }
-    unsigned st = pdshm__blk_state(w);
-    if (b->owner == tag && st == PDSHM_BLK_USED && (keep_mask >> b->type & 1)) {
-      if (*nkept == cap) {
-        pdshm_off_t *nk = pdshm__zalloc((cap = cap ? cap * 2 : 64) * sizeof *nk);
-        if (!nk) rc = pdshm__fail(PDSHM_ENOMEM, "out of private memory");
-        else if (*kept) memcpy(nk, *kept, *nkept * sizeof *nk);
-        pdshm__xfree(*kept);
-        *kept = nk;
-      }
-      if (*kept) (*kept)[(*nkept)++] = at + PDSHM_BLK_HDR;
-    } else if (b->owner == tag && st == PDSHM_BLK_USED && b->type == PDSHM_T_TENSOR &&
-               pdshm__tensor_pinned(seg, at + PDSHM_BLK_HDR)) {
-      pdshm__pin_orphan_locked(seg, at + PDSHM_BLK_HDR); /* retired while pinned */
-    } else if (b->owner == tag && st != PDSHM_BLK_FREE) {
-      set_word(b, size | PDSHM_BLK_FREE); /* merged and binned below */
-      b->owner = 0;
-      b->type = PDSHM_T_NONE;
-      PDSHM_CRASHPOINT("heap.sweep.freed");
-    }
-    at += size;
-  }
+  if (!rc) rc = pdshm__chain_walk(seg, &(struct pdshm_walker){NULL, sweep_block, &sw}, NULL);
+  *kept = sw.kept;
+  *nkept = sw.nkept;
   struct pdshm_slot *s = pdshm__slot(seg, slot);
   for (unsigned k = 0; k < PDSHM_LANES; k++) memset(s->lane[k].cache, 0, sizeof s->lane[k].cache);
   if (!rc) rc = heap_relink(seg);
@@ -542,20 +579,12 @@ int pdshm__heap_sweep_slot(pdshm_seg *seg, uint32_t slot, unsigned keep_mask,
 
 /* Frees the CACHED blocks of slot `slot` only (lock taken here). */
 int pdshm__heap_sweep_cached(pdshm_seg *seg, uint32_t slot) {
-  const struct pdshm_hdr *hd = seg->hdr;
+  struct sweep sw = {.seg = seg, .tag = (uint16_t)(slot + 1), .cached_only = true};
   int rc = pdshm__lock(seg, PDSHM_LOCK_HEAP);
   if (rc) return rc;
-  uint16_t tag = (uint16_t)(slot + 1);
-  for (pdshm_off_t at = hd->arena_off; at < hd->arena_end;) {
-    struct pdshm_blk *b = B(seg, at);
-    uint64_t w = word(b), size = pdshm__blk_size(w);
-    if (size < PDSHM_BLK_MIN || size > hd->arena_end - at) break;
-    if (b->owner == tag && pdshm__blk_state(w) == PDSHM_BLK_CACHED) {
-      set_word(b, size | PDSHM_BLK_FREE);
-      b->owner = 0;
-    }
-    at += size;
-  }
+  /* A broken chain stops this walk where it stops the relink's: the
+   * relink's EBADSEG reports it. */
+  (void)pdshm__chain_walk(seg, &(struct pdshm_walker){NULL, sweep_block, &sw}, NULL);
   struct pdshm_slot *s = pdshm__slot(seg, slot);
   for (unsigned k = 0; k < PDSHM_LANES; k++) memset(s->lane[k].cache, 0, sizeof s->lane[k].cache);
   rc = heap_relink(seg);

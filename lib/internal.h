@@ -150,6 +150,23 @@ static inline struct pdshm_blk *pdshm__blk(const pdshm_seg *seg, pdshm_off_t pay
   return PDSHM_AT(seg->base, payload - PDSHM_BLK_HDR, struct pdshm_blk);
 }
 
+/* ---- chain.c: the one walk of the block chain ------------------------------ */
+/* Called for each block of the arena, in chain order (chain.c); a nonzero
+ * return stops the walk and is returned by it.  b is the block at `at` and
+ * word its header word as the walk read it. */
+struct pdshm_walker {
+  void (*reset)(void *arg); /* before the walk (and before each retry of    */
+                            /* pdshm__walk_blocks); may be NULL             */
+  int (*visit)(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t word);
+  void *arg;
+};
+/* Walks the chain from arena_off to arena_end once: 0, what visit returned,
+ * or EBADSEG (pdshm_last_error() says where) at damaged arena bounds or a
+ * block whose size does not fit; *broke (may be NULL) is then that block's
+ * offset, else 0.  The caller holds the heap lock, or copes with a chain
+ * that changes under it (pdshm__walk_blocks retries). */
+int pdshm__chain_walk(const pdshm_seg *seg, const struct pdshm_walker *w, pdshm_off_t *broke);
+
 /* ---- errors.c ------------------------------------------------------------- */
 /* Records the detail pdshm_last_error() returns, and returns err. */
 int pdshm__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

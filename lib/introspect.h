@@ -24,17 +24,8 @@
 
 #define PDSHM_INSPECT_TRIES 8
 
-/* Called for each block of the chain; a nonzero return stops the walk and is
- * returned by it. */
-struct pdshm_walker {
-  void (*reset)(void *arg); /* before each attempt (may be NULL)              */
-  int (*visit)(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t word);
-  void *arg;
-};
-
-/* Walks the block chain from arena_off to arena_end, with retries (inv. 3).
- * 0, EBADSEG (with pdshm_last_error() saying where it broke), or what visit
- * returned. */
+/* pdshm__chain_walk (internal.h) with retries (inv. 3): 0, EBADSEG (with
+ * pdshm_last_error() saying where it broke), or what visit returned. */
 int pdshm__walk_blocks(const pdshm_seg *seg, const struct pdshm_walker *w);
 
 /* Tables an introspection call reads (pdshm__inspect_begin). */
