@@ -80,7 +80,7 @@ static uint64_t bin_floor(unsigned b) {
 
 /* ---- block access ----------------------------------------------------------- */
 
-static struct pdshm_blk *B(const pdshm_seg *seg, pdshm_off_t off) {
+static struct pdshm_blk *heap_blk(const pdshm_seg *seg, pdshm_off_t off) {
   return PDSHM_AT(seg->base, off, struct pdshm_blk);
 }
 static uint64_t word(const struct pdshm_blk *b) {
@@ -96,7 +96,7 @@ static struct pdshm_heap *heap(const pdshm_seg *seg) { return &seg->hdr->heap; }
 
 /* Sets the hint of the block after off (if any) to off's size. */
 static void fix_next_prev(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
-  if (off + size < seg->hdr->arena_end) B(seg, off + size)->prev16 = (uint32_t)(size / 16);
+  if (off + size < seg->hdr->arena_end) heap_blk(seg, off + size)->prev16 = (uint32_t)(size / 16);
 }
 
 /* ---- bins (heap lock) ---------------------------------------------------------- */
@@ -137,11 +137,11 @@ static pdshm_off_t bin_search(pdshm_seg *seg, uint64_t n) {
   struct pdshm_heap *h = heap(seg);
   unsigned b = pdshm__bin_of(n), k = 0;
   for (pdshm_off_t o = h->bins[b]; o && k < SCAN_LIMIT; o = links(seg, o)->next, k++)
-    if (pdshm__blk_size(word(B(seg, o))) >= n) return o;
+    if (pdshm__blk_size(word(heap_blk(seg, o))) >= n) return o;
   unsigned nb = bin_next(h, bin_floor(b) >= n && b < EXACT_BINS ? b : b + 1);
   if (nb < PDSHM_NBINS) return h->bins[nb];
   for (pdshm_off_t o = h->bins[b]; o; o = links(seg, o)->next) /* the rest of n's bin */
-    if (pdshm__blk_size(word(B(seg, o))) >= n) return o;
+    if (pdshm__blk_size(word(heap_blk(seg, o))) >= n) return o;
   return 0;
 }
 
@@ -185,7 +185,7 @@ static bool retain(pdshm_seg *seg, uint64_t bytes) {
  * `owner`; the rest stays FREE. */
 static int carve(pdshm_seg *seg, pdshm_off_t off, uint64_t n, unsigned state, uint16_t owner,
                  unsigned type) {
-  struct pdshm_blk *b = B(seg, off);
+  struct pdshm_blk *b = heap_blk(seg, off);
   uint64_t w = word(b), size = pdshm__blk_size(w), holey = w & PDSHM_BLK_HOLEY;
   if (size - n < PDSHM_BLK_MIN) n = size;
   if (holey) { /* what we hand out, and the tail's header and links */
@@ -197,7 +197,7 @@ static int carve(pdshm_seg *seg, pdshm_off_t off, uint64_t n, unsigned state, ui
     heap(seg)->retained -= heap(seg)->retained < n ? heap(seg)->retained : n;
   bin_remove(seg, off, size);
   if (n < size) { /* invariant 2: the tail's header first */
-    struct pdshm_blk *t = B(seg, off + n);
+    struct pdshm_blk *t = heap_blk(seg, off + n);
     t->prev16 = (uint32_t)(n / 16);
     t->type = PDSHM_T_NONE;
     t->owner = 0;
@@ -234,7 +234,7 @@ static void punch_extent(pdshm_seg *seg, pdshm_off_t off, pdshm_off_t at, uint64
  * rebuild) that still carry their HOLEY flags; a block is flagged HOLEY before
  * its pages are punched, never after. */
 static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
-  struct pdshm_blk *b = B(seg, off);
+  struct pdshm_blk *b = heap_blk(seg, off);
   const pdshm_off_t freed_at = off;
   const uint64_t freed = pdshm__blk_size(word(b));
   uint64_t size = freed, holey = 0;
@@ -243,7 +243,7 @@ static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
   b->owner = 0;
   PDSHM_CRASHPOINT("heap.release.free");
   pdshm_off_t next = off + size;
-  uint64_t nw = next < seg->hdr->arena_end ? word(B(seg, next)) : 0;
+  uint64_t nw = next < seg->hdr->arena_end ? word(heap_blk(seg, next)) : 0;
   if (nw && pdshm__blk_state(nw) == PDSHM_BLK_FREE && size + pdshm__blk_size(nw) < PDSHM_BLK_MAX) {
     bin_remove(seg, next, pdshm__blk_size(nw));
     holey |= nw & PDSHM_BLK_HOLEY;
@@ -253,13 +253,13 @@ static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
   }
   if (off > seg->hdr->arena_off && b->prev16) {
     pdshm_off_t prev = off - (uint64_t)b->prev16 * 16;
-    uint64_t pw = word(B(seg, prev));
+    uint64_t pw = word(heap_blk(seg, prev));
     if (pdshm__blk_state(pw) == PDSHM_BLK_FREE && size + pdshm__blk_size(pw) < PDSHM_BLK_MAX) {
       bin_remove(seg, prev, pdshm__blk_size(pw));
       holey |= pw & PDSHM_BLK_HOLEY;
       size += pdshm__blk_size(pw);
       off = prev;
-      b = B(seg, prev);
+      b = heap_blk(seg, prev);
       set_word(b, size | PDSHM_BLK_FREE | holey);
       PDSHM_CRASHPOINT("heap.release.merge_prev");
     }
@@ -281,7 +281,7 @@ static pdshm_off_t *next_of(const pdshm_seg *seg, pdshm_off_t off) {
 }
 
 static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t off, uint16_t tag) {
-  struct pdshm_blk *b = B(seg, off);
+  struct pdshm_blk *b = heap_blk(seg, off);
   b->owner = tag;
   b->type = PDSHM_T_NONE;
   *next_of(seg, off) = cb->head;
@@ -293,7 +293,7 @@ static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t o
 
 static pdshm_off_t cache_pop(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned type) {
   pdshm_off_t off = cb->head;
-  struct pdshm_blk *b = B(seg, off);
+  struct pdshm_blk *b = heap_blk(seg, off);
   uint64_t size = pdshm__blk_size(word(b));
   cb->head = *next_of(seg, off);
   cb->count--;
@@ -321,7 +321,7 @@ static void cache_refill(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned c,
   for (unsigned k = cache_limit(seg, c) / 2; k; k--) {
     pdshm_off_t off = bin_search(seg, size);
     if (!off || carve(seg, off, size, PDSHM_BLK_CACHED, tag, PDSHM_T_NONE)) return;
-    if (pdshm__blk_size(word(B(seg, off))) != size) { /* too small a remainder */
+    if (pdshm__blk_size(word(heap_blk(seg, off))) != size) { /* too small a remainder */
       heap_release(seg, off);
       return;
     }
@@ -341,7 +341,7 @@ void pdshm__heap_init(pdshm_seg *seg) {
   for (pdshm_off_t at = hd->arena_off; at < hd->arena_end;) {
     uint64_t size = hd->arena_end - at, max = PDSHM_BLK_MAX - PDSHM_ALIGN;
     if (size > max) size = size - max < PDSHM_BLK_MIN ? max - PDSHM_BLK_MIN : max;
-    struct pdshm_blk *b = B(seg, at);
+    struct pdshm_blk *b = heap_blk(seg, at);
     b->prev16 = (uint32_t)(prev / 16);
     b->type = PDSHM_T_NONE;
     b->owner = 0;
@@ -353,7 +353,7 @@ void pdshm__heap_init(pdshm_seg *seg) {
 }
 
 size_t pdshm__alloc_usable(const pdshm_seg *seg, pdshm_off_t payload) {
-  return pdshm__blk_size(word(B(seg, payload - PDSHM_BLK_HDR))) - PDSHM_BLK_HDR;
+  return pdshm__blk_size(word(heap_blk(seg, payload - PDSHM_BLK_HDR))) - PDSHM_BLK_HDR;
 }
 
 /* One attempt under the heap lock: the block itself (a little bigger than
@@ -408,7 +408,7 @@ int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsign
 }
 
 void pdshm__heap_release_locked(pdshm_seg *seg, pdshm_off_t payload) {
-  if (pdshm__blk_state(word(B(seg, payload - PDSHM_BLK_HDR))) == PDSHM_BLK_USED)
+  if (pdshm__blk_state(word(heap_blk(seg, payload - PDSHM_BLK_HDR))) == PDSHM_BLK_USED)
     heap_release(seg, payload - PDSHM_BLK_HDR);
 }
 
@@ -423,9 +423,9 @@ static void free_pinned(pdshm_seg *seg, pdshm_off_t payload) {
 
 void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload) {
   pdshm_off_t off = payload - PDSHM_BLK_HDR;
-  uint64_t w = word(B(seg, off)), size = pdshm__blk_size(w);
+  uint64_t w = word(heap_blk(seg, off)), size = pdshm__blk_size(w);
   if (pdshm__blk_state(w) != PDSHM_BLK_USED) return; /* freed already: never twice */
-  if (B(seg, off)->type == PDSHM_T_TENSOR && pdshm__tensor_pinned(seg, payload)) {
+  if (heap_blk(seg, off)->type == PDSHM_T_TENSOR && pdshm__tensor_pinned(seg, payload)) {
     free_pinned(seg, payload);
     return;
   }
@@ -472,12 +472,12 @@ static int relink_block(void *arg, pdshm_off_t at, const struct pdshm_blk *cb, u
   (void)cb;
   if (free && rl->run && run_size + size < PDSHM_BLK_MAX) {
     rl->run_word = (run_size + size) | PDSHM_BLK_FREE | ((rl->run_word | w) & PDSHM_BLK_HOLEY);
-    set_word(B(rl->seg, rl->run), rl->run_word);
+    set_word(heap_blk(rl->seg, rl->run), rl->run_word);
     rl->prev = run_size + size;
     return 0;
   }
   relink_close(rl);
-  struct pdshm_blk *b = B(rl->seg, at);
+  struct pdshm_blk *b = heap_blk(rl->seg, at);
   b->prev16 = (uint32_t)(rl->prev / 16);
   if (free) { /* a death may leave these set */
     b->owner = 0;
@@ -545,7 +545,7 @@ static int sweep_block(void *arg, pdshm_off_t at, const struct pdshm_blk *cb, ui
     pdshm__pin_orphan_locked(sw->seg, at + PDSHM_BLK_HDR);
     return 0;
   }
-  struct pdshm_blk *b = B(sw->seg, at);
+  struct pdshm_blk *b = heap_blk(sw->seg, at);
   set_word(b, pdshm__blk_size(w) | PDSHM_BLK_FREE);
   b->owner = 0;
   b->type = PDSHM_T_NONE;

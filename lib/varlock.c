@@ -70,10 +70,6 @@ static void vl_release(struct pdshm_held_lock *h) {
   while (vl_top && !pdshm__self->held[vl_top - 1].var) vl_top--;
 }
 
-static struct pdshm_var_rec *R(const pdshm_var *v) {
-  return (struct pdshm_var_rec *)(uintptr_t)(const void *)v;
-}
-
 static void vl_pause(unsigned round) {
   if (round < 64) {
     pdshm__cpu_relax();
@@ -202,7 +198,7 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   pdshm__fail_clear();
   pdshm_seg *seg = pdshm__var_seg(v, &rc);
   if (!seg) return rc;
-  struct pdshm_var_rec *r = R(v);
+  struct pdshm_var_rec *r = pdshm__var_rec(v);
   struct pdshm_held_lock *held = vl_find(r);
   if (held && (held->excl || exclusive))
     return pdshm__fail(PDSHM_EDEADLK, "this thread already holds the lock of \"%s\"",
@@ -229,7 +225,7 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
   pdshm__fail_clear();
   pdshm_seg *seg = pdshm__var_seg(v, &rc);
   if (!seg) return rc;
-  struct pdshm_var_rec *r = R(v);
+  struct pdshm_var_rec *r = pdshm__var_rec(v);
   struct pdshm_held_lock *held = vl_find(r);
   if (!held) return pdshm__fail(PDSHM_EPERM, "this thread does not hold that variable's lock");
   if (!held->excl && --held->count) return 0;
@@ -252,6 +248,6 @@ int pdshm__varlock_drop_hold(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_of
   const struct pdshm_handle_rec *hr = PDSHM_AT(seg->base, h, struct pdshm_handle_rec);
   pdshm_varref ref = {.off = hr->scope, .gen = hr->gen};
   pdshm_var *v = pdshm_varref_get(seg, ref);
-  if (!v || !R(v)->lock) return 0; /* the variable is gone: the sweep frees h */
-  return vl_unshare(seg, ln, R(v), (uint32_t)R(v)->lock, h);
+  if (!v || !pdshm__var_rec(v)->lock) return 0; /* the variable is gone: the sweep frees h */
+  return vl_unshare(seg, ln, pdshm__var_rec(v), (uint32_t)pdshm__var_rec(v)->lock, h);
 }
