@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model_int.h"
+#include "introspect.h"
 
 #define CK_RETRIES 5
 
@@ -39,7 +39,7 @@ struct ck {
   FILE *report;
   int problems;
   struct ck_blk *b;
-  size_t n, cap;     /* blocks in b, and the room it has                   */
+  size_t n;          /* blocks in b                                        */
   int *slot_alive;   /* 1 live, 0 dead, -1 free                            */
 };
 
@@ -77,29 +77,21 @@ static struct ck_blk *ck_want(struct ck *c, pdshm_off_t off, unsigned type, size
 
 /* ---- the block list -------------------------------------------------------------- */
 
-static int ck_block(void *arg, pdshm_off_t at, const struct pdshm_blk *blk, uint64_t w) {
-  struct ck *c = arg;
-  if (c->n == c->cap) {
-    size_t cap = c->cap ? c->cap * 2 : 1024;
-    struct ck_blk *nb = realloc(c->b, cap * sizeof *c->b);
-    if (!nb) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
-    c->b = nb;
-    c->cap = cap;
-  }
-  c->b[c->n++] = (struct ck_blk){.off = at + PDSHM_BLK_HDR, .size = pdshm__blk_size(w),
-                                 .type = blk->type, .owner = blk->owner,
-                                 .state = (uint8_t)pdshm__blk_state(w)};
-  return 0;
-}
-
-/* The blocks, in chain order; a damaged chain is a problem reported, the
- * blocks before the damage are still checked. */
+/* The blocks, in chain order, from the introspection's snapshot; a damaged
+ * chain is a problem reported. */
 static int ck_walk_blocks(struct ck *c) {
-  pdshm_off_t broke;
-  int rc = pdshm__chain_walk(c->seg, &(struct pdshm_walker){NULL, ck_block, c}, &broke);
-  if (rc != PDSHM_EBADSEG) return rc;
-  ck_say(c, "%s", pdshm_last_error());
-  return 0;
+  struct pdshm_snap s;
+  int rc = pdshm__snap_take(c->seg, &s);
+  if (rc == PDSHM_EBADSEG) ck_say(c, "%s", pdshm_last_error());
+  if (rc) return rc == PDSHM_EBADSEG ? 0 : rc;
+  c->b = pdshm__zalloc(s.n * sizeof *c->b);
+  if (!c->b) rc = pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+  for (size_t i = 0; c->b && i < s.n; i++)
+    c->b[i] = (struct ck_blk){.off = s.b[i].off, .size = s.b[i].size, .type = s.b[i].type,
+                              .owner = s.b[i].owner, .state = s.b[i].state};
+  c->n = c->b ? s.n : 0;
+  pdshm__snap_free(&s);
+  return rc;
 }
 
 /* ---- scopes and variables --------------------------------------------------------- */
