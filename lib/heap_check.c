@@ -1,8 +1,8 @@
 /*
  * heap_check.c - the allocator seen from outside: statistics and the check
- * of its invariants (heap.c 2-5).  Both walk the chain; both are bounded and
- * bounds-checked, so a corrupt arena gives an error or a report, never a
- * crash or a hang.  A read-only attachment walks without the lock (it cannot
+ * of its invariants (layout.h, 2-4).  Both walk the chain (pdshm__chain_walk)
+ * and check every offset they follow, so a corrupt arena gives an error or
+ * a report, never a crash or a hang.  A read-only attachment walks without the lock (it cannot
  * take it): the figures are then a best effort on a live segment.
  */
 #include "config.h"

@@ -4,8 +4,9 @@
  *
  * An entry is in use when it is the heap's or published (lent to a scope or
  * a variable, layout.h); entries claimed for an object still being built are
- * left out.  Whether the mutex is held is read from its futex word (no lock
- * is touched); the holder's pid is the best-effort field the holder sets.
+ * left out.  Whether the mutex is held comes from pdshm__lock_held_hint (no
+ * lock is touched; -1 where the C library does not let a reader tell); the
+ * holder's pid is the best-effort field the holder sets.
  */
 #include "config.h"
 

@@ -103,7 +103,8 @@ struct pdshm_var_rec {
   /* The tensor; every word below changes in one journal (resize). */
   uint64_t dtype_ndim;     /* dtype | ndim << 32                                */
   int64_t dims[PDSHM_NDIM_MAX_];
-  pdshm_off_t buf;         /* TENSOR block payload, 0 when nbytes == 0          */
+  pdshm_off_t buf;         /* TENSOR block payload: every tensor has one, of
+                              0 bytes too; 0 before the first resize          */
   pdshm_off_t data;        /* 64-aligned start of the data inside buf           */
   uint64_t nbytes;
   /* pdshm_var_lock: shared holds are counted here and recorded per process

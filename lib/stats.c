@@ -3,7 +3,8 @@
  *
  * The byte counts come from one walk of the block chain under the heap lock,
  * so they are exact: used is the sum of USED blocks, and a block parked in a
- * lane cache counts as free.
+ * lane cache counts as free.  A read-only attachment cannot take the lock: it
+ * walks the live chain, again when a walk is torn.
  */
 #include "config.h"
 
