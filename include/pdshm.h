@@ -16,7 +16,7 @@
  *    ENOTRECOVERABLE once the segment is poisoned (a repair after a process
  *    death failed; it stays so until unlinked);
  *  - when it allocates in the segment: ENOMEM when nothing fits even after
- *    flushing this process's caches and reaping dead processes, ENOSPC when
+ *    freeing the blocks cached by this process and by dead ones, ENOSPC when
  *    /dev/shm cannot back pages that had been given back to it, ENOLCK when a
  *    new scope or a variable's first lock finds no free lock-table entry.
  * pdshm_last_error() says more about each of them.

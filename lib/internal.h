@@ -296,8 +296,8 @@ void pdshm__heap_init(pdshm_seg *seg);
 /* A USED block of at least `bytes` payload bytes, 16-aligned, of `type`,
  * owned by our slot (owner = slot+1) until a journal publishes it.  The lane
  * must be held by the caller.  ENOMEM when nothing fits even after flushing
- * our caches and reaping dead processes; ENOSPC when /dev/shm cannot back
- * pages that had been given back; EOVERFLOW for absurd sizes. */
+ * our caches and dead processes' (pdshm__reap_caches); ENOSPC when /dev/shm
+ * cannot back pages that had been given back; EOVERFLOW for absurd sizes. */
 int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes,
                  unsigned type, pdshm_off_t *payload);
 /* Frees a USED block (any process's) into the lane's cache or the heap; with

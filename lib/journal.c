@@ -1,9 +1,11 @@
 /*
  * journal.c - crash-atomic mutations: a per-lane redo log.
  *
- * Owns: struct pdshm_journal (layout.h).  Every mutation of shared structures
- * other than the heap's own bins runs as one journal under one lock L (how
- * to write one: lib/CRASH-SAFETY.md):
+ * Owns: struct pdshm_journal (layout.h).  A mutation of the model (scopes,
+ * variables, tables, lock entries, the lanes' todo) runs as one journal under
+ * one lock L; what is not journaled (the heap and the pins, derived again by
+ * a repair; the idempotent step of a scope's destruction) and how to write a
+ * journal are in lib/CRASH-SAFETY.md:
  *
  *   IDLE --begin: lock:=L, take L--> ARMED --commit point--> COMMIT
  *        <-- release L, free oldb <-- state:=IDLE <-- apply, publish newb
