@@ -147,7 +147,7 @@ static pdshm_off_t bin_search(pdshm_seg *seg, uint64_t n) {
 
 /* ---- giving pages back, taking them again ------------------------------------------ */
 
-/* Invariant 5: reserve the whole pages under [off, off+size). */
+/* Invariant H1: reserve the whole pages under [off, off+size). */
 static int reserve(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
   uint64_t pg = seg->hdr->page_size, lo = off / pg * pg, hi = (off + size + pg - 1) / pg * pg;
   if (fallocate(seg->fd, 0, (off_t)lo, (off_t)(hi - lo)) == 0) return 0;
@@ -446,8 +446,6 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
 
 /* ---- rebuilding and sweeping (heap lock held) ------------------------------------------ */
 
-/* Walks the chain, merging adjacent FREE blocks, fixing prev16, re-binning.
- * EBADSEG when the chain itself is broken. */
 struct relink {
   pdshm_seg *seg;
   pdshm_off_t run;         /* the FREE block the FREE blocks after it merge
@@ -489,6 +487,8 @@ static int relink_block(void *arg, pdshm_off_t at, const struct pdshm_blk *cb, u
   return 0;
 }
 
+/* Walks the chain, merging adjacent FREE blocks, fixing prev16, re-binning.
+ * EBADSEG when the chain itself is broken. */
 static int heap_relink(pdshm_seg *seg) {
   struct pdshm_heap *h = heap(seg);
   memset(h->nonempty, 0, sizeof h->nonempty);
