@@ -235,7 +235,8 @@ void pdshm__poison(pdshm_seg *seg, const char *why);
 /* The rank of a lock guarding an object of `kind` (a scope: at `depth`). */
 uint32_t pdshm__lock_rank(unsigned kind, uint32_t depth);
 /* The held entry of o, in the segment mapped at base, that taking a lock of
- * `rank` would wait under against the order (the highest such), or NULL. */
+ * `rank` would wait under against the order (the highest such), or NULL;
+ * always NULL for rank 0 (unranked). */
 const struct pdshm_lockorder_ent *pdshm__lockorder_conflict(const struct pdshm_lockorder *o,
                                                             const void *base, uint64_t forkgen,
                                                             uint32_t rank);

@@ -16,6 +16,9 @@
  *  2. A trylock waits for nothing, so it cannot close a cycle: it is recorded
  *     but not checked (pdshm_check takes every lock that way).
  *  3. Entries recorded before a fork are not the child's (pdshm__forkgen).
+ *  4. Rank 0 is an entry nobody ranked (a kind this file does not know, a
+ *     segment made before ranks were written): taking it is not checked,
+ *     and holding it never conflicts.
  */
 #include "config.h"
 
@@ -42,6 +45,7 @@ const struct pdshm_lockorder_ent *pdshm__lockorder_conflict(const struct pdshm_l
                                                             const void *base, uint64_t forkgen,
                                                             uint32_t rank) {
   const struct pdshm_lockorder_ent *worst = NULL;
+  if (!rank) return NULL; /* an entry nobody ranked is not checked */
   for (uint32_t k = 0; k < o->n; k++) {
     const struct pdshm_lockorder_ent *e = &o->held[k];
     if (lo_live(e, base, forkgen) && e->rank > rank && (!worst || e->rank > worst->rank))

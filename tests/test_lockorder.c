@@ -30,6 +30,7 @@ START_TEST(a_higher_held_rank_conflicts_an_equal_one_does_not) {
   ck_assert_ptr_null(pdshm__lockorder_conflict(&o, &base, 0, 5));  /* a sibling */
   ck_assert_ptr_null(pdshm__lockorder_conflict(&o, &base, 0, 9));  /* deeper, heap */
   ck_assert_ptr_eq(pdshm__lockorder_conflict(&o, &base, 0, 4), &o.held[0]); /* the parent */
+  ck_assert_ptr_null(pdshm__lockorder_conflict(&o, &base, 0, 0));  /* unranked */
   pdshm__lockorder_push(&o, &sib);
   pdshm__lockorder_pop(&o, &locks[0]);
   ck_assert_uint_eq(o.n, 1);
