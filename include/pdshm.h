@@ -8,6 +8,19 @@
  * changes nothing.  Lookups that can only fail by absence return a pointer or
  * NULL.  The library never prints and never exits.
  *
+ * Errors every function may return besides those it lists:
+ *  - EINVAL for a NULL handle, variable or out pointer, or a variable that is
+ *    in no attachment of this process;
+ *  - EFORKED for a handle inherited across fork() (see below);
+ *  - when it changes the segment: EROFS on a read-only attachment,
+ *    ENOTRECOVERABLE once the segment is poisoned (a repair after a process
+ *    death failed; it stays so until unlinked);
+ *  - when it allocates in the segment: ENOMEM when nothing fits even after
+ *    freeing the blocks cached by this process and by dead ones, ENOSPC when
+ *    /dev/shm cannot back pages that had been given back to it, ENOLCK when a
+ *    new scope or a variable's first lock finds no free lock-table entry.
+ * pdshm_last_error() says more about each of them.
+ *
  * Threads: every function is safe to call from several threads at once.
  * fork(): a child does not inherit attachments.  Every call on a segment handle
  * (or anything obtained through it: scopes, variables) made in the child fails
@@ -193,24 +206,38 @@ typedef struct pdshm_scope pdshm_scope;
 typedef struct pdshm_var pdshm_var; /* lives in the segment; borrowed          */
 typedef struct { uint64_t off, gen; } pdshm_varref; /* weak                      */
 
-/* The global scope.  EROFS on a read-only attachment. */
+/* A new handle on the global scope. */
 PDSHM_API int pdshm_root(pdshm_seg *seg, pdshm_scope **out);
-/* A child of parent.  EINVAL for a bad name, or a named child of an anonymous
- * parent; ESTALE for a named child of an unlinked parent; EEXIST for a
- * sibling of the same name; ENOMEM, ENOLCK. */
+/* A child of parent.  EINVAL for an empty name or one with a '/', or a named
+ * child of an anonymous parent; ENAMETOOLONG; ESTALE for a named child of an
+ * unlinked parent; EEXIST for a sibling of the same name. */
 PDSHM_API int pdshm_scope_new(pdshm_scope *parent, const char *name, pdshm_scope **out);
-/* The named scope at path ("params/fc") from the root; "" is the root.
- * ENOENT, EINVAL (empty component), ENAMETOOLONG. */
+/* A new handle on the named scope at path ("params/fc") from the root; ""
+ * is the root.  ENOENT, EINVAL (empty component), ENAMETOOLONG. */
 PDSHM_API int pdshm_scope_open(pdshm_seg *seg, const char *path, pdshm_scope **out);
+/* A second handle on the same scope. */
 PDSHM_API int pdshm_scope_dup(pdshm_scope *s, pdshm_scope **out);
-/* Drops the handle's reference and frees the handle, also on error. */
+/* Drops the handle's reference (destroying the scope if it was the last) and
+ * frees the handle, also on error.  Errors: EINVAL for NULL or a handle
+ * whose record in the segment is damaged; EFORKED, which changes nothing in
+ * the segment (the reference is the parent process's); ENOTRECOVERABLE or
+ * EBADSEG when a lock's repair or the destruction failed: the reference, or
+ * what is left of the destruction, is then released by this attachment's
+ * detach or its reaper. */
 PDSHM_API int pdshm_scope_release(pdshm_scope *s);
 /* A new handle on the parent; ENOENT at the root. */
 PDSHM_API int pdshm_scope_parent(pdshm_scope *s, pdshm_scope **out);
-/* Unlinks the named child (and its named subtree); ENOENT. */
+/* Unlinks the named child (and its named subtree, one scope at a time after
+ * the child).  ENOENT when parent has no child of that name; EINVAL,
+ * ENAMETOOLONG for a bad name.  A failure once the child is unlinked
+ * (ENOTRECOVERABLE, EBADSEG) leaves it unlinked, and the rest of its subtree
+ * is unlinked by this attachment's detach or its reaper. */
 PDSHM_API int pdshm_scope_unlink(pdshm_scope *parent, const char *name);
-/* Unlinks every child: they can no longer be opened or listed; handles that
- * others hold stay usable until released.  The scope's variables stay. */
+/* Unlinks every child, one at a time: they can no longer be opened or
+ * listed; handles that others hold stay usable until released.  The scope's
+ * variables stay.  A failure (ENOTRECOVERABLE, EBADSEG) leaves the children
+ * already unlinked so and the others linked; the named subtrees of those
+ * unlinked are unlinked by this attachment's detach or its reaper. */
 PDSHM_API int pdshm_scope_drop_kids(pdshm_scope *s);
 /* The scope's name, "" for an anonymous one or the root. */
 PDSHM_API const char *pdshm_scope_name(const pdshm_scope *s);
@@ -221,34 +248,46 @@ PDSHM_API const char *pdshm_scope_name(const pdshm_scope *s);
  * don't keep it.  Lookups take no lock and write nothing shared: they return
  * a variable that was, at some instant during the call, the one of that name.
  */
-/* Gets the local variable of that name, or creates it (shadowing a parent's). */
+/* Gets the local variable of that name, or creates it (shadowing a parent's).
+ * EINVAL for a NULL or empty name; ENAMETOOLONG. */
 PDSHM_API int pdshm_var_get(pdshm_scope *s, const char *name, pdshm_var **out);
-/* Creates it; EEXIST when the scope already has one of that name. */
+/* Creates it; EEXIST when the scope already has one of that name; EINVAL,
+ * ENAMETOOLONG as pdshm_var_get. */
 PDSHM_API int pdshm_var_create(pdshm_scope *s, const char *name, pdshm_var **out);
-/* Creates one under a generated name, never reused, never colliding. */
+/* Creates one under a generated name, never reused, never colliding.  Only
+ * the common errors; a failure may use up a number of the segment's name
+ * counter (never handed out again), and changes nothing else. */
 PDSHM_API int pdshm_var_new(pdshm_scope *s, pdshm_var **out);
-/* Erases the scope's own variable (ENOENT when not local). */
+/* Erases the scope's own variable (ENOENT when not local); EINVAL,
+ * ENAMETOOLONG for a bad name. */
 PDSHM_API int pdshm_var_erase(pdshm_scope *s, const char *name);
-/* Renames the scope's own variable, keeping the object; ENOENT, EEXIST. */
+/* Renames the scope's own variable, keeping the object; ENOENT, EEXIST;
+ * EINVAL, ENAMETOOLONG for a bad name. */
 PDSHM_API int pdshm_var_rename(pdshm_scope *s, const char *from, const char *to);
 /* The nearest variable of that name up the parent chain, or NULL. */
 PDSHM_API pdshm_var *pdshm_find_var(pdshm_scope *s, const char *name);
 /* The scope's own variable of that name, or NULL. */
 PDSHM_API pdshm_var *pdshm_find_local_var(pdshm_scope *s, const char *name);
 /* Calls fn for each of the scope's own variables (with that label unless
- * label is NULL) until fn returns nonzero, which is then returned. */
+ * label is NULL) until fn returns nonzero, which is then returned.  The
+ * variables are those of one instant before the first call (fn must not
+ * erase one that is still to come).  EINVAL for a NULL fn; ENOMEM when no
+ * private memory is left for that list. */
 PDSHM_API int pdshm_scope_foreach_var(pdshm_scope *s, const char *label,
                                       int (*fn)(pdshm_var *v, void *arg), void *arg);
 
 /* Name and label: "" for NULL and in a fork child (EFORKED). */
 PDSHM_API const char *pdshm_var_name(const pdshm_var *v);
-/* label NULL or "" clears it. */
+/* label NULL or "" clears it.  ENAMETOOLONG. */
 PDSHM_API int pdshm_var_set_label(pdshm_var *v, const char *label);
 PDSHM_API const char *pdshm_var_label(const pdshm_var *v); /* "" when none */
-/* Operators reading / writing the variable (a set: adding twice is a no-op). */
+/* Operators reading / writing the variable (a set: adding twice is a no-op).
+ * EINVAL for a NULL or empty op; ENAMETOOLONG. */
 PDSHM_API int pdshm_var_add_reader(pdshm_var *v, const char *op);
 PDSHM_API int pdshm_var_add_writer(pdshm_var *v, const char *op);
-/* Fills ops[0..cap) and returns the count (which may exceed cap). */
+/* Fills ops[0..cap) and returns the count (which may exceed cap); the names
+ * stay valid while the variable's list is unchanged.  EINVAL for cap < 0,
+ * or a NULL ops with cap > 0.  Works on a read-only attachment. */
 PDSHM_API int pdshm_var_readers(const pdshm_var *v, const char **ops, int cap);
 PDSHM_API int pdshm_var_writers(const pdshm_var *v, const char **ops, int cap);
 /* A robust lock, shared (exclusive == 0) or exclusive; a holder's death
@@ -338,7 +377,12 @@ typedef struct pdshm_stats {
   uint32_t procs_alive, procs_dead; /* dead = not yet reaped                  */
 } pdshm_stats;
 
-/* A consistent snapshot taken under the allocator lock. */
+/* size, used and free come from one walk of the arena under the heap lock
+ * (on a read-only attachment, which cannot lock: a walk repeated until it
+ * is not torn), the model's counts from a second walk, the processes from
+ * the slot table: each group is of some instant during the call.  EINVAL
+ * for a NULL st; EBADSEG when the block chain is damaged; ENOTRECOVERABLE
+ * when the heap lock's repair fails.  Works on a read-only attachment. */
 PDSHM_API int pdshm_seg_stats(pdshm_seg *seg, pdshm_stats *st);
 /* Releases what dead processes held; *reaped (may be NULL) counts the slots.
  * EROFS on a read-only attachment. */
@@ -375,8 +419,10 @@ typedef struct pdshm_proc_info {
   uint64_t pins;        /* tensor buffers it pins (pdshm_tensor_pin)           */
 } pdshm_proc_info;
 /* Fills out[0..cap) with the slots in use (not FREE), in slot order, and returns
- * how many are in use (which may exceed cap), or a negative PDSHM_E* code.
- * Works on a read-only attachment; takes no lock, stores nothing. */
+ * how many are in use (which may exceed cap), or a negative PDSHM_E* code:
+ * EINVAL for a NULL out with cap > 0; ENOMEM (private memory); EBADSEG when
+ * the process table or the block chain is damaged.  Works on a read-only
+ * attachment; takes no lock, stores nothing. */
 PDSHM_API int pdshm_procs(pdshm_seg *seg, pdshm_proc_info *out, unsigned cap);
 
 /* The segment as its header describes it. */
@@ -445,6 +491,8 @@ typedef struct pdshm_var_info {
   int lock_state;          /* PDSHM_VLOCK_*                                      */
   uint64_t lock_readers;   /* shared holders                                     */
   uint32_t lock_holder_pid;/* the exclusive holder (best effort), else 0         */
+                           /* (EXCLUSIVE is never reported where                 */
+                           /* pdshm_lock_info.held cannot tell)                  */
   uint32_t lock;           /* its lock-table entry, 0 before its first lock      */
   uint32_t nreaders, nwriters;   /* operators reading / writing it               */
   const char *const *readers;    /* their names: valid during the callback only  */
@@ -462,7 +510,8 @@ typedef struct pdshm_lock_info {
   int kind;                /* PDSHM_LOCK_OF_*: what it guards                    */
   uint64_t scope_id;       /* the scope it guards, or the variable's scope       */
   char var[PDSHM_NAME_MAX + 1]; /* the variable's name for PDSHM_LOCK_OF_VAR     */
-  int held;                /* its mutex is held right now                        */
+  int held;                /* 1: its mutex is held right now, 0: it is not, -1: */
+                           /* this C library does not let a reader tell          */
   uint32_t holder_pid;     /* who holds it (best effort), 0 when free            */
   uint64_t acquisitions;
   uint64_t contended;      /* acquisitions that had to wait                      */

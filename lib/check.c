@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model_int.h"
+#include "introspect.h"
 
 #define CK_RETRIES 5
 
@@ -39,7 +39,7 @@ struct ck {
   FILE *report;
   int problems;
   struct ck_blk *b;
-  size_t n;
+  size_t n;          /* blocks in b                                        */
   int *slot_alive;   /* 1 live, 0 dead, -1 free                            */
 };
 
@@ -77,33 +77,21 @@ static struct ck_blk *ck_want(struct ck *c, pdshm_off_t off, unsigned type, size
 
 /* ---- the block list -------------------------------------------------------------- */
 
+/* The blocks, in chain order, from the introspection's snapshot; a damaged
+ * chain is a problem reported. */
 static int ck_walk_blocks(struct ck *c) {
-  const struct pdshm_hdr *h = c->seg->hdr;
-  if (!pdshm__arena_sane(c->seg)) {
-    ck_say(c, "arena bounds do not fit the mapping");
-    return 0;
-  }
-  size_t cap = 1024;
-  c->b = pdshm__zalloc(cap * sizeof *c->b);
-  for (pdshm_off_t at = h->arena_off; c->b && at < h->arena_end;) {
-    const struct pdshm_blk *blk = PDSHM_AT(c->seg->base, at, const struct pdshm_blk);
-    uint64_t w = atomic_load_explicit(&blk->word, memory_order_acquire);
-    uint64_t size = pdshm__blk_size(w);
-    if (size < PDSHM_BLK_MIN || size > h->arena_end - at) {
-      ck_say(c, "block chain broken at %#llx (size %llu)", (unsigned long long)at,
-             (unsigned long long)size);
-      return 0;
-    }
-    if (c->n == cap) {
-      struct ck_blk *nb = realloc(c->b, (cap *= 2) * sizeof *c->b);
-      if (!nb) break;
-      c->b = nb;
-    }
-    c->b[c->n++] = (struct ck_blk){.off = at + PDSHM_BLK_HDR, .size = size, .type = blk->type,
-                                   .owner = blk->owner, .state = (uint8_t)pdshm__blk_state(w)};
-    at += size;
-  }
-  return c->b ? 0 : pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+  struct pdshm_snap s;
+  int rc = pdshm__snap_take(c->seg, &s);
+  if (rc == PDSHM_EBADSEG) ck_say(c, "%s", pdshm_last_error());
+  if (rc) return rc == PDSHM_EBADSEG ? 0 : rc;
+  c->b = pdshm__zalloc(s.n * sizeof *c->b);
+  if (!c->b) rc = pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+  for (size_t i = 0; c->b && i < s.n; i++)
+    c->b[i] = (struct ck_blk){.off = s.b[i].off, .size = s.b[i].size, .type = s.b[i].type,
+                              .owner = s.b[i].owner, .state = s.b[i].state};
+  c->n = c->b ? s.n : 0;
+  pdshm__snap_free(&s);
+  return rc;
 }
 
 /* ---- scopes and variables --------------------------------------------------------- */
@@ -192,7 +180,7 @@ static void ck_table(struct ck *c, pdshm_off_t x, const struct pdshm_scope_rec *
     }
   }
   /* A dying scope's variables are freed without its lock, entry by entry
-   * (model.h, phase 2): its counts may lag. */
+   * (PDSHM_DESTROY_VARS): its counts may lag. */
   if (!r->dying && (live != r->nvars || used != t->used || used * 8 > cap * 5))
     ck_say(c, "scope %#llx: table counts disagree (live %llu/%llu, used %llu/%llu of %llu)",
            (unsigned long long)x, (unsigned long long)live, (unsigned long long)r->nvars,
@@ -200,15 +188,15 @@ static void ck_table(struct ck *c, pdshm_off_t x, const struct pdshm_scope_rec *
 }
 
 /* Whether scope x still holds its reference on its parent: a dying scope
- * drops it in the first phase of its destruction (model.h), which may be
- * over while the rest is still to run: in another process, or in a dead
- * one's todo queue awaiting its reaper. */
+ * drops it in PDSHM_DESTROY_UNHOOK, the first phase of its destruction,
+ * which may be over while the rest is still to run: in another process, or
+ * in a dead one's todo queue awaiting its reaper. */
 static bool ck_holds_parent(struct ck *c, pdshm_off_t x, const struct pdshm_scope_rec *r) {
   if (!r->dying) return true;
   for (uint32_t s = 0; s < c->seg->hdr->max_procs; s++)
     for (unsigned k = 0; k < PDSHM_LANES; k++) {
       const struct pdshm_lane_todo *t = &pdshm__slot(c->seg, s)->lane[k].todo;
-      if (t->destroy == x) return t->phase <= 1;
+      if (t->destroy == x) return t->phase <= PDSHM_DESTROY_UNHOOK;
       if (t->next == x) return true;
     }
   return true;

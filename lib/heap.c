@@ -4,21 +4,13 @@
  * Owns: struct pdshm_blk, struct pdshm_heap, the lanes' cache bins
  * (layout.h), and every block size.
  *
- * Invariants (numbered as in layout.h, plus):
- *  2. The arena is a chain of blocks at every instant.  A split writes the
- *     tail's header, then shrinks the head with one 8-byte release store; a
- *     merge grows the head over the tail's header with one store.  A process
- *     killed anywhere leaves a walkable chain; bins, bitmap and prev16 are
- *     rebuilt from it (pdshm__heap_rebuild) by the next taker of the lock.
- *  3. Under the heap lock, every FREE block is on the bin of its size and no
- *     two FREE blocks are adjacent.
- *  4. A CACHED block is on the cache list of a lane of slot owner-1 and only
- *     that lane's thread touches it; its size never changes while cached.
- *  5. Pages inside a HOLEY block may be missing from the file; every block
- *     carved from one is re-reserved (fallocate) before it is handed out, so
- *     first touch never raises SIGBUS on a full /dev/shm.
- *  6. A TENSOR block with pins is never freed, by pdshm__free or by a sweep:
- *     it is orphaned (pin_heap.c), and freed by its last unpin.
+ * Invariants: layout.h's 2 (the chain; its bins, bitmap and prev16 are
+ * rebuilt from it by pdshm__heap_rebuild), 3, 4 and 6 (a pinned TENSOR block
+ * is orphaned, never freed, by pdshm__free or a sweep) are this file's to
+ * keep; and:
+ *  H1. Pages inside a HOLEY block may be missing from the file; every block
+ *      carved from one is re-reserved (fallocate) before it is handed out,
+ *      so first touch never raises SIGBUS on a full /dev/shm.
  *
  * Crash windows:
  *  - a cache pop or push is two stores (the block's word, the lane's head):
@@ -88,7 +80,7 @@ static uint64_t bin_floor(unsigned b) {
 
 /* ---- block access ----------------------------------------------------------- */
 
-static struct pdshm_blk *B(const pdshm_seg *seg, pdshm_off_t off) {
+static struct pdshm_blk *heap_blk(const pdshm_seg *seg, pdshm_off_t off) {
   return PDSHM_AT(seg->base, off, struct pdshm_blk);
 }
 static uint64_t word(const struct pdshm_blk *b) {
@@ -104,7 +96,7 @@ static struct pdshm_heap *heap(const pdshm_seg *seg) { return &seg->hdr->heap; }
 
 /* Sets the hint of the block after off (if any) to off's size. */
 static void fix_next_prev(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
-  if (off + size < seg->hdr->arena_end) B(seg, off + size)->prev16 = (uint32_t)(size / 16);
+  if (off + size < seg->hdr->arena_end) heap_blk(seg, off + size)->prev16 = (uint32_t)(size / 16);
 }
 
 /* ---- bins (heap lock) ---------------------------------------------------------- */
@@ -145,17 +137,17 @@ static pdshm_off_t bin_search(pdshm_seg *seg, uint64_t n) {
   struct pdshm_heap *h = heap(seg);
   unsigned b = pdshm__bin_of(n), k = 0;
   for (pdshm_off_t o = h->bins[b]; o && k < SCAN_LIMIT; o = links(seg, o)->next, k++)
-    if (pdshm__blk_size(word(B(seg, o))) >= n) return o;
+    if (pdshm__blk_size(word(heap_blk(seg, o))) >= n) return o;
   unsigned nb = bin_next(h, bin_floor(b) >= n && b < EXACT_BINS ? b : b + 1);
   if (nb < PDSHM_NBINS) return h->bins[nb];
   for (pdshm_off_t o = h->bins[b]; o; o = links(seg, o)->next) /* the rest of n's bin */
-    if (pdshm__blk_size(word(B(seg, o))) >= n) return o;
+    if (pdshm__blk_size(word(heap_blk(seg, o))) >= n) return o;
   return 0;
 }
 
 /* ---- giving pages back, taking them again ------------------------------------------ */
 
-/* Invariant 5: reserve the whole pages under [off, off+size). */
+/* Invariant H1: reserve the whole pages under [off, off+size). */
 static int reserve(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
   uint64_t pg = seg->hdr->page_size, lo = off / pg * pg, hi = (off + size + pg - 1) / pg * pg;
   if (fallocate(seg->fd, 0, (off_t)lo, (off_t)(hi - lo)) == 0) return 0;
@@ -193,7 +185,7 @@ static bool retain(pdshm_seg *seg, uint64_t bytes) {
  * `owner`; the rest stays FREE. */
 static int carve(pdshm_seg *seg, pdshm_off_t off, uint64_t n, unsigned state, uint16_t owner,
                  unsigned type) {
-  struct pdshm_blk *b = B(seg, off);
+  struct pdshm_blk *b = heap_blk(seg, off);
   uint64_t w = word(b), size = pdshm__blk_size(w), holey = w & PDSHM_BLK_HOLEY;
   if (size - n < PDSHM_BLK_MIN) n = size;
   if (holey) { /* what we hand out, and the tail's header and links */
@@ -205,7 +197,7 @@ static int carve(pdshm_seg *seg, pdshm_off_t off, uint64_t n, unsigned state, ui
     heap(seg)->retained -= heap(seg)->retained < n ? heap(seg)->retained : n;
   bin_remove(seg, off, size);
   if (n < size) { /* invariant 2: the tail's header first */
-    struct pdshm_blk *t = B(seg, off + n);
+    struct pdshm_blk *t = heap_blk(seg, off + n);
     t->prev16 = (uint32_t)(n / 16);
     t->type = PDSHM_T_NONE;
     t->owner = 0;
@@ -242,7 +234,7 @@ static void punch_extent(pdshm_seg *seg, pdshm_off_t off, pdshm_off_t at, uint64
  * rebuild) that still carry their HOLEY flags; a block is flagged HOLEY before
  * its pages are punched, never after. */
 static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
-  struct pdshm_blk *b = B(seg, off);
+  struct pdshm_blk *b = heap_blk(seg, off);
   const pdshm_off_t freed_at = off;
   const uint64_t freed = pdshm__blk_size(word(b));
   uint64_t size = freed, holey = 0;
@@ -251,7 +243,7 @@ static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
   b->owner = 0;
   PDSHM_CRASHPOINT("heap.release.free");
   pdshm_off_t next = off + size;
-  uint64_t nw = next < seg->hdr->arena_end ? word(B(seg, next)) : 0;
+  uint64_t nw = next < seg->hdr->arena_end ? word(heap_blk(seg, next)) : 0;
   if (nw && pdshm__blk_state(nw) == PDSHM_BLK_FREE && size + pdshm__blk_size(nw) < PDSHM_BLK_MAX) {
     bin_remove(seg, next, pdshm__blk_size(nw));
     holey |= nw & PDSHM_BLK_HOLEY;
@@ -261,13 +253,13 @@ static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
   }
   if (off > seg->hdr->arena_off && b->prev16) {
     pdshm_off_t prev = off - (uint64_t)b->prev16 * 16;
-    uint64_t pw = word(B(seg, prev));
+    uint64_t pw = word(heap_blk(seg, prev));
     if (pdshm__blk_state(pw) == PDSHM_BLK_FREE && size + pdshm__blk_size(pw) < PDSHM_BLK_MAX) {
       bin_remove(seg, prev, pdshm__blk_size(pw));
       holey |= pw & PDSHM_BLK_HOLEY;
       size += pdshm__blk_size(pw);
       off = prev;
-      b = B(seg, prev);
+      b = heap_blk(seg, prev);
       set_word(b, size | PDSHM_BLK_FREE | holey);
       PDSHM_CRASHPOINT("heap.release.merge_prev");
     }
@@ -289,7 +281,7 @@ static pdshm_off_t *next_of(const pdshm_seg *seg, pdshm_off_t off) {
 }
 
 static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t off, uint16_t tag) {
-  struct pdshm_blk *b = B(seg, off);
+  struct pdshm_blk *b = heap_blk(seg, off);
   b->owner = tag;
   b->type = PDSHM_T_NONE;
   *next_of(seg, off) = cb->head;
@@ -301,7 +293,7 @@ static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t o
 
 static pdshm_off_t cache_pop(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned type) {
   pdshm_off_t off = cb->head;
-  struct pdshm_blk *b = B(seg, off);
+  struct pdshm_blk *b = heap_blk(seg, off);
   uint64_t size = pdshm__blk_size(word(b));
   cb->head = *next_of(seg, off);
   cb->count--;
@@ -329,7 +321,7 @@ static void cache_refill(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned c,
   for (unsigned k = cache_limit(seg, c) / 2; k; k--) {
     pdshm_off_t off = bin_search(seg, size);
     if (!off || carve(seg, off, size, PDSHM_BLK_CACHED, tag, PDSHM_T_NONE)) return;
-    if (pdshm__blk_size(word(B(seg, off))) != size) { /* too small a remainder */
+    if (pdshm__blk_size(word(heap_blk(seg, off))) != size) { /* too small a remainder */
       heap_release(seg, off);
       return;
     }
@@ -349,7 +341,7 @@ void pdshm__heap_init(pdshm_seg *seg) {
   for (pdshm_off_t at = hd->arena_off; at < hd->arena_end;) {
     uint64_t size = hd->arena_end - at, max = PDSHM_BLK_MAX - PDSHM_ALIGN;
     if (size > max) size = size - max < PDSHM_BLK_MIN ? max - PDSHM_BLK_MIN : max;
-    struct pdshm_blk *b = B(seg, at);
+    struct pdshm_blk *b = heap_blk(seg, at);
     b->prev16 = (uint32_t)(prev / 16);
     b->type = PDSHM_T_NONE;
     b->owner = 0;
@@ -361,7 +353,7 @@ void pdshm__heap_init(pdshm_seg *seg) {
 }
 
 size_t pdshm__alloc_usable(const pdshm_seg *seg, pdshm_off_t payload) {
-  return pdshm__blk_size(word(B(seg, payload - PDSHM_BLK_HDR))) - PDSHM_BLK_HDR;
+  return pdshm__blk_size(word(heap_blk(seg, payload - PDSHM_BLK_HDR))) - PDSHM_BLK_HDR;
 }
 
 /* One attempt under the heap lock: the block itself (a little bigger than
@@ -416,7 +408,7 @@ int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsign
 }
 
 void pdshm__heap_release_locked(pdshm_seg *seg, pdshm_off_t payload) {
-  if (pdshm__blk_state(word(B(seg, payload - PDSHM_BLK_HDR))) == PDSHM_BLK_USED)
+  if (pdshm__blk_state(word(heap_blk(seg, payload - PDSHM_BLK_HDR))) == PDSHM_BLK_USED)
     heap_release(seg, payload - PDSHM_BLK_HDR);
 }
 
@@ -431,9 +423,9 @@ static void free_pinned(pdshm_seg *seg, pdshm_off_t payload) {
 
 void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload) {
   pdshm_off_t off = payload - PDSHM_BLK_HDR;
-  uint64_t w = word(B(seg, off)), size = pdshm__blk_size(w);
+  uint64_t w = word(heap_blk(seg, off)), size = pdshm__blk_size(w);
   if (pdshm__blk_state(w) != PDSHM_BLK_USED) return; /* freed already: never twice */
-  if (B(seg, off)->type == PDSHM_T_TENSOR && pdshm__tensor_pinned(seg, payload)) {
+  if (heap_blk(seg, off)->type == PDSHM_T_TENSOR && pdshm__tensor_pinned(seg, payload)) {
     free_pinned(seg, payload);
     return;
   }
@@ -454,39 +446,58 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
 
 /* ---- rebuilding and sweeping (heap lock held) ------------------------------------------ */
 
+struct relink {
+  pdshm_seg *seg;
+  pdshm_off_t run;         /* the FREE block the FREE blocks after it merge
+                              into, 0 when the last block was not FREE      */
+  uint64_t run_word;       /* its header word, as we last stored it          */
+  uint64_t prev;           /* the size of the last block that stays          */
+};
+
+/* The run is complete: onto its bin. */
+static void relink_close(struct relink *rl) {
+  if (rl->run) bin_insert(rl->seg, rl->run, pdshm__blk_size(rl->run_word));
+  rl->run = 0;
+}
+
+/* A FREE block after a FREE run becomes the run's tail: the run grows over
+ * its header with one store (layout.h, invariant 2), and the walk steps
+ * over it by the size it read first. */
+static int relink_block(void *arg, pdshm_off_t at, const struct pdshm_blk *cb, uint64_t w) {
+  struct relink *rl = arg;
+  uint64_t size = pdshm__blk_size(w), run_size = pdshm__blk_size(rl->run_word);
+  bool free = pdshm__blk_state(w) == PDSHM_BLK_FREE;
+  (void)cb;
+  if (free && rl->run && run_size + size < PDSHM_BLK_MAX) {
+    rl->run_word = (run_size + size) | PDSHM_BLK_FREE | ((rl->run_word | w) & PDSHM_BLK_HOLEY);
+    set_word(heap_blk(rl->seg, rl->run), rl->run_word);
+    rl->prev = run_size + size;
+    return 0;
+  }
+  relink_close(rl);
+  struct pdshm_blk *b = heap_blk(rl->seg, at);
+  b->prev16 = (uint32_t)(rl->prev / 16);
+  if (free) { /* a death may leave these set */
+    b->owner = 0;
+    b->type = PDSHM_T_NONE;
+    rl->run = at;
+    rl->run_word = w;
+  }
+  rl->prev = size;
+  return 0;
+}
+
 /* Walks the chain, merging adjacent FREE blocks, fixing prev16, re-binning.
  * EBADSEG when the chain itself is broken. */
 static int heap_relink(pdshm_seg *seg) {
-  const struct pdshm_hdr *hd = seg->hdr;
   struct pdshm_heap *h = heap(seg);
   memset(h->nonempty, 0, sizeof h->nonempty);
   memset(h->bins, 0, sizeof h->bins);
   PDSHM_CRASHPOINT("heap.relink.emptied");
-  uint64_t prev = 0;
-  for (pdshm_off_t at = hd->arena_off; at < hd->arena_end;) {
-    struct pdshm_blk *b = B(seg, at);
-    uint64_t w = word(b), size = pdshm__blk_size(w);
-    if (size < PDSHM_BLK_MIN || size > hd->arena_end - at)
-      return pdshm__fail(PDSHM_EBADSEG, "block chain broken at %#llx", (unsigned long long)at);
-    b->prev16 = (uint32_t)(prev / 16);
-    if (pdshm__blk_state(w) == PDSHM_BLK_FREE) { /* a death may leave these set */
-      b->owner = 0;
-      b->type = PDSHM_T_NONE;
-    }
-    while (pdshm__blk_state(w) == PDSHM_BLK_FREE && at + size < hd->arena_end) {
-      uint64_t nw = word(B(seg, at + size)), ns = pdshm__blk_size(nw);
-      if (pdshm__blk_state(nw) != PDSHM_BLK_FREE || ns < PDSHM_BLK_MIN ||
-          ns > hd->arena_end - at - size || size + ns >= PDSHM_BLK_MAX)
-        break;
-      size += ns;
-      w = size | PDSHM_BLK_FREE | ((w | nw) & PDSHM_BLK_HOLEY);
-      set_word(b, w);
-    }
-    if (pdshm__blk_state(w) == PDSHM_BLK_FREE) bin_insert(seg, at, size);
-    prev = size;
-    at += size;
-  }
-  return 0;
+  struct relink rl = {.seg = seg};
+  int rc = pdshm__chain_walk(seg, &(struct pdshm_walker){NULL, relink_block, &rl}, NULL);
+  if (!rc) relink_close(&rl);
+  return rc;
 }
 
 /* The pin counts are derived from the PIN records first (pin_heap.c): the
@@ -497,45 +508,63 @@ int pdshm__heap_rebuild(pdshm_seg *seg) {
   return rc ? rc : heap_relink(seg);
 }
 
+struct sweep {
+  pdshm_seg *seg;
+  uint16_t tag;            /* the slot's owner tag                            */
+  bool cached_only;        /* free its CACHED blocks only                     */
+  unsigned keep_mask;      /* 1 << type: USED blocks handed to the caller      */
+  pdshm_off_t *kept;       /* their payloads (pdshm__zalloc'd)                */
+  size_t nkept, cap;
+};
+
+static int sweep_keep(struct sweep *sw, pdshm_off_t payload) {
+  if (sw->nkept == sw->cap) {
+    size_t cap = sw->cap ? sw->cap * 2 : 64;
+    pdshm_off_t *nk = pdshm__zalloc(cap * sizeof *nk);
+    if (!nk) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+    if (sw->kept) memcpy(nk, sw->kept, sw->nkept * sizeof *nk);
+    pdshm__xfree(sw->kept);
+    sw->kept = nk;
+    sw->cap = cap;
+  }
+  sw->kept[sw->nkept++] = payload;
+  return 0;
+}
+
+/* One block of the slot's: kept, orphaned (retired while pinned), or marked
+ * FREE, to be merged and binned by the relink that follows. */
+static int sweep_block(void *arg, pdshm_off_t at, const struct pdshm_blk *cb, uint64_t w) {
+  struct sweep *sw = arg;
+  unsigned st = pdshm__blk_state(w);
+  if (cb->owner != sw->tag || st == PDSHM_BLK_FREE) return 0;
+  if (sw->cached_only && st != PDSHM_BLK_CACHED) return 0;
+  if (st == PDSHM_BLK_USED && (sw->keep_mask >> cb->type & 1))
+    return sweep_keep(sw, at + PDSHM_BLK_HDR);
+  if (st == PDSHM_BLK_USED && cb->type == PDSHM_T_TENSOR &&
+      pdshm__tensor_pinned(sw->seg, at + PDSHM_BLK_HDR)) {
+    pdshm__pin_orphan_locked(sw->seg, at + PDSHM_BLK_HDR);
+    return 0;
+  }
+  struct pdshm_blk *b = heap_blk(sw->seg, at);
+  set_word(b, pdshm__blk_size(w) | PDSHM_BLK_FREE);
+  b->owner = 0;
+  b->type = PDSHM_T_NONE;
+  PDSHM_CRASHPOINT("heap.sweep.freed");
+  return 0;
+}
+
 int pdshm__heap_sweep_slot(pdshm_seg *seg, uint32_t slot, unsigned keep_mask,
                            pdshm_off_t **kept, size_t *nkept) {
-  const struct pdshm_hdr *hd = seg->hdr;
-  size_t cap = 0;
+  struct sweep sw = {.seg = seg, .tag = (uint16_t)(slot + 1), .keep_mask = keep_mask};
   *kept = NULL;
   *nkept = 0;
   int rc = pdshm__lock(seg, PDSHM_LOCK_HEAP);
   if (rc) return rc;
-  uint16_t tag = (uint16_t)(slot + 1);
-  rc = pdshm__pin_sweep_slot_locked(seg, tag); /* its pins first: they may free orphans */
+  rc = pdshm__pin_sweep_slot_locked(seg, sw.tag); /* its pins first: they may free orphans */
   PDSHM_CRASHPOINT("heap.sweep.unpinned");
-  for (pdshm_off_t at = hd->arena_off; at < hd->arena_end && !rc;) {
-    struct pdshm_blk *b = B(seg, at);
-    uint64_t w = word(b), size = pdshm__blk_size(w);
-    if (size < PDSHM_BLK_MIN || size > hd->arena_end - at) {
-      rc = pdshm__fail(PDSHM_EBADSEG, "block chain broken at %#llx", (unsigned long long)at);
-      break;
-    }
-    unsigned st = pdshm__blk_state(w);
-    if (b->owner == tag && st == PDSHM_BLK_USED && (keep_mask >> b->type & 1)) {
-      if (*nkept == cap) {
-        pdshm_off_t *nk = pdshm__zalloc((cap = cap ? cap * 2 : 64) * sizeof *nk);
-        if (!nk) rc = pdshm__fail(PDSHM_ENOMEM, "out of private memory");
-        else if (*kept) memcpy(nk, *kept, *nkept * sizeof *nk);
-        pdshm__xfree(*kept);
-        *kept = nk;
-      }
-      if (*kept) (*kept)[(*nkept)++] = at + PDSHM_BLK_HDR;
-    } else if (b->owner == tag && st == PDSHM_BLK_USED && b->type == PDSHM_T_TENSOR &&
-               pdshm__tensor_pinned(seg, at + PDSHM_BLK_HDR)) {
-      pdshm__pin_orphan_locked(seg, at + PDSHM_BLK_HDR); /* retired while pinned */
-    } else if (b->owner == tag && st != PDSHM_BLK_FREE) {
-      set_word(b, size | PDSHM_BLK_FREE); /* merged and binned below */
-      b->owner = 0;
-      b->type = PDSHM_T_NONE;
-      PDSHM_CRASHPOINT("heap.sweep.freed");
-    }
-    at += size;
-  }
+  if (!rc) rc = pdshm__chain_walk(seg, &(struct pdshm_walker){NULL, sweep_block, &sw}, NULL);
+  *kept = sw.kept;
+  *nkept = sw.nkept;
   struct pdshm_slot *s = pdshm__slot(seg, slot);
   for (unsigned k = 0; k < PDSHM_LANES; k++) memset(s->lane[k].cache, 0, sizeof s->lane[k].cache);
   if (!rc) rc = heap_relink(seg);
@@ -550,20 +579,12 @@ int pdshm__heap_sweep_slot(pdshm_seg *seg, uint32_t slot, unsigned keep_mask,
 
 /* Frees the CACHED blocks of slot `slot` only (lock taken here). */
 int pdshm__heap_sweep_cached(pdshm_seg *seg, uint32_t slot) {
-  const struct pdshm_hdr *hd = seg->hdr;
+  struct sweep sw = {.seg = seg, .tag = (uint16_t)(slot + 1), .cached_only = true};
   int rc = pdshm__lock(seg, PDSHM_LOCK_HEAP);
   if (rc) return rc;
-  uint16_t tag = (uint16_t)(slot + 1);
-  for (pdshm_off_t at = hd->arena_off; at < hd->arena_end;) {
-    struct pdshm_blk *b = B(seg, at);
-    uint64_t w = word(b), size = pdshm__blk_size(w);
-    if (size < PDSHM_BLK_MIN || size > hd->arena_end - at) break;
-    if (b->owner == tag && pdshm__blk_state(w) == PDSHM_BLK_CACHED) {
-      set_word(b, size | PDSHM_BLK_FREE);
-      b->owner = 0;
-    }
-    at += size;
-  }
+  /* A broken chain stops this walk where it stops the relink's: the
+   * relink's EBADSEG reports it. */
+  (void)pdshm__chain_walk(seg, &(struct pdshm_walker){NULL, sweep_block, &sw}, NULL);
   struct pdshm_slot *s = pdshm__slot(seg, slot);
   for (unsigned k = 0; k < PDSHM_LANES; k++) memset(s->lane[k].cache, 0, sizeof s->lane[k].cache);
   rc = heap_relink(seg);

@@ -1,8 +1,8 @@
 /*
  * heap_check.c - the allocator seen from outside: statistics and the check
- * of its invariants (heap.c 2-5).  Both walk the chain; both are bounded and
- * bounds-checked, so a corrupt arena gives an error or a report, never a
- * crash or a hang.  A read-only attachment walks without the lock (it cannot
+ * of its invariants (layout.h, 2-4).  Both walk the chain (pdshm__chain_walk)
+ * and check every offset they follow, so a corrupt arena gives an error or
+ * a report, never a crash or a hang.  A read-only attachment walks without the lock (it cannot
  * take it): the figures are then a best effort on a live segment.
  */
 #include "config.h"
@@ -63,19 +63,29 @@ static void hs_count(const pdshm_seg *seg, struct pdshm_heap_stats *st, pdshm_of
   }
 }
 
+struct hs_walk {
+  pdshm_seg *seg;
+  struct pdshm_heap_stats *st;
+};
+
+static void hs_reset(void *arg) {
+  struct pdshm_heap_stats *st = ((struct hs_walk *)arg)->st;
+  memset(st, 0, sizeof *st);
+  for (unsigned c = 0; c < PDSHM_NCLASSES; c++) st->cls[c].block_size = pdshm__class_size(c);
+}
+
+static int hs_visit(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
+  struct hs_walk *hw = arg;
+  hs_count(hw->seg, hw->st, at, b, w);
+  return 0;
+}
+
 static int hs_walk(pdshm_seg *seg, struct pdshm_heap_stats *st) {
   const struct pdshm_hdr *h = seg->hdr;
-  memset(st, 0, sizeof *st);
-  if (!pdshm__arena_sane(seg)) return pdshm__fail(PDSHM_EBADSEG, "arena bounds are damaged");
+  struct hs_walk hw = {seg, st};
+  int rc = pdshm__chain_walk(seg, &(struct pdshm_walker){hs_reset, hs_visit, &hw}, NULL);
+  if (rc) return rc;
   st->arena = h->arena_end - h->arena_off;
-  for (unsigned c = 0; c < PDSHM_NCLASSES; c++) st->cls[c].block_size = pdshm__class_size(c);
-  for (pdshm_off_t at = h->arena_off; at < h->arena_end;) {
-    uint64_t size = hc_size(seg, at);
-    if (!size) return pdshm__fail(PDSHM_EBADSEG, "block chain broken at %#llx",
-                                  (unsigned long long)at);
-    hs_count(seg, st, at, hc_blk(seg, at), atomic_load(&hc_blk(seg, at)->word));
-    at += size;
-  }
   st->rebuilds = h->heap.rebuilds;
   st->punched = h->heap.punched;
   return 0;
@@ -102,6 +112,8 @@ struct hc {
   FILE *report;
   int problems;
   uint64_t free_blocks;
+  uint64_t prev;           /* the chain walk: the previous block's size,      */
+  unsigned prev_state;     /* and its state (~0u before the first)            */
 };
 
 void pdshm__check_vsay(FILE *report, const char *what, const char *fmt, va_list ap) {
@@ -121,39 +133,32 @@ static void hc_say(struct hc *c, const char *fmt, ...) {
 }
 
 /* Invariants 2, 3 (adjacency) and 4 (cache owners), along the chain. */
-static void hc_chain(struct hc *c) {
+static int hc_block(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
+  struct hc *c = arg;
   const struct pdshm_hdr *h = c->seg->hdr;
-  if (!pdshm__arena_sane(c->seg)) {
-    hc_say(c, "arena bounds [%#llx, %#llx) do not fit the mapping", (unsigned long long)h->arena_off,
-           (unsigned long long)h->arena_end);
-    return;
-  }
-  uint64_t prev = 0;
-  unsigned prev_state = ~0u;
-  for (pdshm_off_t at = h->arena_off; at < h->arena_end;) {
-    const struct pdshm_blk *b = hc_blk(c->seg, at);
-    uint64_t size = hc_size(c->seg, at), w = atomic_load(&b->word);
-    if (!size) {
-      hc_say(c, "block at %#llx has an impossible size %llu", (unsigned long long)at,
-             (unsigned long long)pdshm__blk_size(w));
-      return;
-    }
-    unsigned state = pdshm__blk_state(w);
-    if (b->prev16 != prev / 16)
-      hc_say(c, "block at %#llx: prev16 %u, the previous block has %llu bytes",
-             (unsigned long long)at, b->prev16, (unsigned long long)prev);
-    if (state == PDSHM_BLK_FREE && prev_state == PDSHM_BLK_FREE && prev + size < PDSHM_BLK_MAX)
-      hc_say(c, "FREE blocks adjacent at %#llx", (unsigned long long)at);
-    if (state > PDSHM_BLK_CACHED) hc_say(c, "block at %#llx: state %u", (unsigned long long)at, state);
-    if (state == PDSHM_BLK_CACHED && (!b->owner || b->owner > h->max_procs))
-      hc_say(c, "cached block at %#llx has owner %u", (unsigned long long)at, b->owner);
-    if (state == PDSHM_BLK_FREE && b->owner)
-      hc_say(c, "free block at %#llx has owner %u", (unsigned long long)at, b->owner);
-    c->free_blocks += state == PDSHM_BLK_FREE;
-    prev = size;
-    prev_state = state;
-    at += size;
-  }
+  uint64_t size = pdshm__blk_size(w), prev = c->prev;
+  unsigned state = pdshm__blk_state(w), prev_state = c->prev_state;
+  if (b->prev16 != prev / 16)
+    hc_say(c, "block at %#llx: prev16 %u, the previous block has %llu bytes",
+           (unsigned long long)at, b->prev16, (unsigned long long)prev);
+  if (state == PDSHM_BLK_FREE && prev_state == PDSHM_BLK_FREE && prev + size < PDSHM_BLK_MAX)
+    hc_say(c, "FREE blocks adjacent at %#llx", (unsigned long long)at);
+  if (state > PDSHM_BLK_CACHED) hc_say(c, "block at %#llx: state %u", (unsigned long long)at, state);
+  if (state == PDSHM_BLK_CACHED && (!b->owner || b->owner > h->max_procs))
+    hc_say(c, "cached block at %#llx has owner %u", (unsigned long long)at, b->owner);
+  if (state == PDSHM_BLK_FREE && b->owner)
+    hc_say(c, "free block at %#llx has owner %u", (unsigned long long)at, b->owner);
+  c->free_blocks += state == PDSHM_BLK_FREE;
+  c->prev = size;
+  c->prev_state = state;
+  return 0;
+}
+
+static void hc_chain(struct hc *c) {
+  c->prev = 0;
+  c->prev_state = ~0u;
+  if (pdshm__chain_walk(c->seg, &(struct pdshm_walker){NULL, hc_block, c}, NULL))
+    hc_say(c, "%s", pdshm_last_error());
 }
 
 static bool hc_is_block(struct hc *c, pdshm_off_t off) {

@@ -14,6 +14,7 @@
 #include "pdshm.h"
 #include "layout.h"
 #include "crashpoint.h"
+#include "cpu.h"
 
 #define PDSHM_NOSLOT UINT32_MAX
 
@@ -66,11 +67,29 @@ struct pdshm_held_lock {
   bool excl;
 };
 
+/* One segment lock a thread holds, as the lock-order check knows it. */
+struct pdshm_lockorder_ent {
+  const void *lock;        /* the struct pdshm_lock, in this mapping          */
+  const void *base;        /* its segment's mapping: ranks compare within one */
+  uint64_t forkgen;        /* pdshm__forkgen when taken                       */
+  uint32_t index, rank;
+};
+#define PDSHM_LOCKORDER_MAX 64 /* locks tracked; more are taken unchecked     */
+/* The segment locks a thread holds (lockorder.c). */
+struct pdshm_lockorder {
+  uint32_t n;              /* entries of held[] in use                        */
+  uint32_t untracked;      /* locks held beyond PDSHM_LOCKORDER_MAX           */
+  struct pdshm_lockorder_ent held[PDSHM_LOCKORDER_MAX];
+};
+
 /* What a thread keeps that is too big for the static TLS block: private
  * memory (malloc), made at the thread's first need, freed when it exits. */
 struct pdshm_thread {
   char error[PDSHM_ERROR_MAX];                     /* errors.c               */
   struct pdshm_held_lock held[PDSHM_VL_HELD_MAX];  /* varlock.c              */
+#ifdef PDSHM_DEBUG
+  struct pdshm_lockorder order;                    /* lockorder.c            */
+#endif
 };
 
 /* This thread's block, or NULL before its first pdshm__thread() call. */
@@ -131,6 +150,23 @@ static inline struct pdshm_blk *pdshm__blk(const pdshm_seg *seg, pdshm_off_t pay
   return PDSHM_AT(seg->base, payload - PDSHM_BLK_HDR, struct pdshm_blk);
 }
 
+/* ---- chain.c: the one walk of the block chain ------------------------------ */
+/* Called for each block of the arena, in chain order (chain.c); a nonzero
+ * return stops the walk and is returned by it.  b is the block at `at` and
+ * word its header word as the walk read it. */
+struct pdshm_walker {
+  void (*reset)(void *arg); /* before the walk (and before each retry of    */
+                            /* pdshm__walk_blocks); may be NULL             */
+  int (*visit)(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t word);
+  void *arg;
+};
+/* Walks the chain from arena_off to arena_end once: 0, what visit returned,
+ * or EBADSEG (pdshm_last_error() says where) at damaged arena bounds or a
+ * block whose size does not fit; *broke (may be NULL) is then that block's
+ * offset, else 0.  The caller holds the heap lock, or copes with a chain
+ * that changes under it (pdshm__walk_blocks retries). */
+int pdshm__chain_walk(const pdshm_seg *seg, const struct pdshm_walker *w, pdshm_off_t *broke);
+
 /* ---- errors.c ------------------------------------------------------------- */
 /* Records the detail pdshm_last_error() returns, and returns err. */
 int pdshm__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -174,12 +210,16 @@ void pdshm__daemon_drop(pdshm_seg *seg);
 /* ---- lock.c --------------------------------------------------------------- */
 void pdshm__lock_init_table(pdshm_seg *seg); /* create only */
 /* Takes lock i, counting contention.  When its holder died, repairs what the
- * lock guards first (pdshm__lock_repair); 0 or ENOTRECOVERABLE (the segment is
+ * lock guards first (lock.c, invariant 2); 0 or ENOTRECOVERABLE (the segment is
  * then poisoned and the lock released). */
 int pdshm__lock(pdshm_seg *seg, uint32_t i);
 int pdshm__trylock(pdshm_seg *seg, uint32_t i); /* 0, EBUSY, ENOTRECOVERABLE */
 void pdshm__unlock(pdshm_seg *seg, uint32_t i);
-/* Claims a free lock-table entry for an object being built (alloc = slot+1). */
+/* For the inspector, without taking it: 1 when lock i is held right now, 0
+ * when not, -1 when this C library does not let us tell. */
+int pdshm__lock_held_hint(const pdshm_seg *seg, uint32_t i);
+/* Claims a free lock-table entry for an object being built (alloc = slot+1),
+ * ranked for its kind (a scope's builder ranks it again for its depth). */
 int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_t *out);
 /* Gives back an entry we claimed and did not publish (an abandoned build). */
 void pdshm__lock_unclaim(pdshm_seg *seg, uint32_t i);
@@ -190,6 +230,25 @@ void pdshm__lock_return(pdshm_seg *seg, uint32_t i, uint16_t tag);
 /* Reaper: returns the entries slot `slot` claimed but never published. */
 void pdshm__lock_sweep_slot(pdshm_seg *seg, uint32_t slot);
 void pdshm__poison(pdshm_seg *seg, const char *why);
+
+/* ---- lockorder.c ----------------------------------------------------------- */
+/* The rank of a lock guarding an object of `kind` (a scope: at `depth`). */
+uint32_t pdshm__lock_rank(unsigned kind, uint32_t depth);
+/* The held entry of o, in the segment mapped at base, that taking a lock of
+ * `rank` would wait under against the order (the highest such), or NULL;
+ * always NULL for rank 0 (unranked). */
+const struct pdshm_lockorder_ent *pdshm__lockorder_conflict(const struct pdshm_lockorder *o,
+                                                            const void *base, uint64_t forkgen,
+                                                            uint32_t rank);
+void pdshm__lockorder_push(struct pdshm_lockorder *o, const struct pdshm_lockorder_ent *e);
+void pdshm__lockorder_pop(struct pdshm_lockorder *o, const void *lock);
+/* Debug builds only (lock.c makes them nothing otherwise): */
+/* Before waiting for lock i: aborts the process, naming both locks, when
+ * this thread holds one of a higher rank (lockorder.c, invariant 1). */
+void pdshm__lockorder_check(const pdshm_seg *seg, uint32_t i);
+/* Lock i is now held by this thread; it is released. */
+void pdshm__lockorder_took(const pdshm_seg *seg, uint32_t i);
+void pdshm__lockorder_released(const pdshm_seg *seg, uint32_t i);
 
 /* ---- journal.c ------------------------------------------------------------ */
 /* One mutation under lock `lock`, on the caller's lane (see layout.h). */
@@ -232,14 +291,14 @@ int pdshm__reap_dead(pdshm_seg *seg, unsigned *reaped);
  * heap's). */
 void pdshm__reap_caches(pdshm_seg *seg);
 
-/* ---- alloc.c --------------------------------------------------------------- */
+/* ---- heap.c ---------------------------------------------------------------- */
 /* Lays out the arena as FREE blocks (create only). */
 void pdshm__heap_init(pdshm_seg *seg);
 /* A USED block of at least `bytes` payload bytes, 16-aligned, of `type`,
  * owned by our slot (owner = slot+1) until a journal publishes it.  The lane
  * must be held by the caller.  ENOMEM when nothing fits even after flushing
- * our caches and reaping dead processes; ENOSPC when /dev/shm cannot back
- * pages that had been given back; EOVERFLOW for absurd sizes. */
+ * our caches and dead processes' (pdshm__reap_caches); ENOSPC when /dev/shm
+ * cannot back pages that had been given back; EOVERFLOW for absurd sizes. */
 int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes,
                  unsigned type, pdshm_off_t *payload);
 /* Frees a USED block (any process's) into the lane's cache or the heap; with

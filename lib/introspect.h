@@ -24,18 +24,18 @@
 
 #define PDSHM_INSPECT_TRIES 8
 
-/* Called for each block of the chain; a nonzero return stops the walk and is
- * returned by it. */
-struct pdshm_walker {
-  void (*reset)(void *arg); /* before each attempt (may be NULL)              */
-  int (*visit)(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t word);
-  void *arg;
-};
-
-/* Walks the block chain from arena_off to arena_end, with retries (inv. 3).
- * 0, EBADSEG (with pdshm_last_error() saying where it broke), or what visit
- * returned. */
+/* pdshm__chain_walk (internal.h) with retries (inv. 3): 0, EBADSEG (with
+ * pdshm_last_error() saying where it broke), or what visit returned. */
 int pdshm__walk_blocks(const pdshm_seg *seg, const struct pdshm_walker *w);
+
+/* Tables an introspection call reads (pdshm__inspect_begin). */
+enum pdshm_inspect_tables { PDSHM_INSPECT_SLOTS = 1u << 0, PDSHM_INSPECT_LOCKS = 1u << 1 };
+
+/* How every introspection call starts: clears the last error; then 0, or
+ * EINVAL / EFORKED for seg, EINVAL when the caller's `what` (its callback
+ * or its output) is missing (!given), EBADSEG when a table of `tables`
+ * lies outside the mapping. */
+int pdshm__inspect_begin(const pdshm_seg *seg, bool given, const char *what, unsigned tables);
 
 /* Do the process table and the lock table lie inside the mapping? */
 bool pdshm__slots_sane(const pdshm_seg *seg);

@@ -4,8 +4,9 @@
  *
  * An entry is in use when it is the heap's or published (lent to a scope or
  * a variable, layout.h); entries claimed for an object still being built are
- * left out.  Whether the mutex is held is read from its futex word (no lock
- * is touched); the holder's pid is the best-effort field the holder sets.
+ * left out.  Whether the mutex is held comes from pdshm__lock_held_hint (no
+ * lock is touched; -1 where the C library does not let a reader tell); the
+ * holder's pid is the best-effort field the holder sets.
  */
 #include "config.h"
 
@@ -50,8 +51,8 @@ static int lk_entry(struct lk_walk *w, uint32_t i) {
                           .contended = l->contended, .wait_ns = l->wait_ns,
                           .owner_died = l->owner_died,
                           .unrecoverable = atomic_load(&l->unrecoverable) != 0};
-  li->held = __atomic_load_n(&l->mutex.__data.__lock, __ATOMIC_RELAXED) != 0;
-  if (li->held) li->holder_pid = atomic_load_explicit(&l->holder_pid, memory_order_relaxed);
+  li->held = pdshm__lock_held_hint(w->seg, i);
+  if (li->held == 1) li->holder_pid = atomic_load_explicit(&l->holder_pid, memory_order_relaxed);
   switch (l->kind) {
   case PDSHM_LK_HEAP: li->kind = PDSHM_LOCK_OF_HEAP; break;
   case PDSHM_LK_SCOPE: li->kind = PDSHM_LOCK_OF_SCOPE; break;
@@ -88,11 +89,8 @@ static int lk_once(void *arg) {
 
 PDSHM_API int pdshm_inspect_locks(pdshm_seg *seg,
                                   int (*fn)(const pdshm_lock_info *li, void *arg), void *arg) {
-  pdshm__fail_clear();
-  int rc = pdshm__seg_usable(seg);
+  int rc = pdshm__inspect_begin(seg, fn != NULL, "callback", PDSHM_INSPECT_LOCKS);
   if (rc) return rc;
-  if (!fn) return pdshm__fail(PDSHM_EINVAL, "NULL callback");
-  if (!pdshm__locks_sane(seg)) return pdshm__fail(PDSHM_EBADSEG, "lock table is damaged");
   struct lk_walk w = {.seg = seg};
   rc = pdshm__inspect_retry(lk_once, &w);
   for (size_t i = 0; !rc && i < w.n; i++) rc = fn(&w.li[i], arg);

@@ -68,11 +68,8 @@ static void procs_fill(pdshm_seg *seg, uint32_t i, uint32_t st, const struct pro
 }
 
 PDSHM_API int pdshm_procs(pdshm_seg *seg, pdshm_proc_info *out, unsigned cap) {
-  pdshm__fail_clear();
-  int rc = pdshm__seg_usable(seg);
+  int rc = pdshm__inspect_begin(seg, out || !cap, "output with a nonzero cap", PDSHM_INSPECT_SLOTS);
   if (rc) return rc;
-  if (!out && cap) return pdshm__fail(PDSHM_EINVAL, "NULL output with cap %u", cap);
-  if (!pdshm__slots_sane(seg)) return pdshm__fail(PDSHM_EBADSEG, "process table is damaged");
   struct procs_walk pw = {.nslots = seg->hdr->max_procs};
   pw.acc = pdshm__zalloc(pw.nslots * sizeof *pw.acc);
   if (!pw.acc) return pdshm__fail(PDSHM_ENOMEM, "no memory for %u slots", pw.nslots);

@@ -221,11 +221,8 @@ static int sc_once(void *arg) {
 
 PDSHM_API int pdshm_inspect_scopes(pdshm_seg *seg,
                                    int (*fn)(const pdshm_scope_info *si, void *arg), void *arg) {
-  pdshm__fail_clear();
-  int rc = pdshm__seg_usable(seg);
+  int rc = pdshm__inspect_begin(seg, fn != NULL, "callback", PDSHM_INSPECT_SLOTS);
   if (rc) return rc;
-  if (!fn) return pdshm__fail(PDSHM_EINVAL, "NULL callback");
-  if (!pdshm__slots_sane(seg)) return pdshm__fail(PDSHM_EBADSEG, "process table is damaged");
   struct sc_walk w = {.seg = seg};
   rc = pdshm__inspect_retry(sc_once, &w);
   for (size_t i = 0; !rc && i < w.norder; i++) rc = fn(&w.e[w.order[i]].si, arg);

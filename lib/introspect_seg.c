@@ -9,10 +9,8 @@
 #include "introspect.h"
 
 PDSHM_API int pdshm_inspect_seg(pdshm_seg *seg, pdshm_seg_info *out) {
-  pdshm__fail_clear();
-  int rc = pdshm__seg_usable(seg);
+  int rc = pdshm__inspect_begin(seg, out != NULL, "output", 0);
   if (rc) return rc;
-  if (!out) return pdshm__fail(PDSHM_EINVAL, "NULL output");
   const struct pdshm_hdr *h = seg->hdr;
   *out = (pdshm_seg_info){
       .size = seg->size, .layout_version = h->layout_version, .max_procs = h->max_procs,
@@ -46,10 +44,8 @@ static void alloc_fill(const struct pdshm_heap_stats *hs, pdshm_alloc_info *out)
 
 PDSHM_API int pdshm_inspect_alloc(pdshm_seg *seg, pdshm_alloc_info *out) {
   _Static_assert(PDSHM_ALLOC_CLASSES == PDSHM_NCLASSES, "one size-class count");
-  pdshm__fail_clear();
-  int rc = pdshm__seg_usable(seg);
+  int rc = pdshm__inspect_begin(seg, out != NULL, "output", 0);
   if (rc) return rc;
-  if (!out) return pdshm__fail(PDSHM_EINVAL, "NULL output");
   struct pdshm_heap_stats hs;
   if ((rc = pdshm__heap_stats(seg, &hs))) return rc;
   alloc_fill(&hs, out);

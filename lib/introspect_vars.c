@@ -100,8 +100,7 @@ static int vr_lock(struct vr_walk *w, const struct pdshm_var_rec *r, pdshm_var_i
                        (unsigned long long)idx);
   const struct pdshm_lock *l = pdshm__lockent(w->seg, (uint32_t)idx);
   vi->lock = (uint32_t)idx;
-  bool held = __atomic_load_n(&l->mutex.__data.__lock, __ATOMIC_RELAXED) != 0;
-  if (held && !vi->lock_readers) {
+  if (pdshm__lock_held_hint(w->seg, (uint32_t)idx) == 1 && !vi->lock_readers) {
     vi->lock_state = PDSHM_VLOCK_EXCLUSIVE;
     vi->lock_holder_pid = atomic_load_explicit(&l->holder_pid, memory_order_relaxed);
   }
@@ -174,10 +173,8 @@ static int vr_cmp(const void *a, const void *b) {
 
 PDSHM_API int pdshm_inspect_vars(pdshm_seg *seg, uint64_t scope_id,
                                  int (*fn)(const pdshm_var_info *vi, void *arg), void *arg) {
-  pdshm__fail_clear();
-  int rc = pdshm__seg_usable(seg);
+  int rc = pdshm__inspect_begin(seg, fn != NULL, "callback", 0);
   if (rc) return rc;
-  if (!fn) return pdshm__fail(PDSHM_EINVAL, "NULL callback");
   struct vr_walk w = {.seg = seg, .scope_id = scope_id};
   rc = pdshm__inspect_retry(vr_once, &w);
   if (!rc) qsort(w.e, w.n, sizeof *w.e, vr_cmp);

@@ -1,6 +1,6 @@
 /*
- * introspect_walk.c - the bounded, retried walk of the block chain and the
- * region checks every introspection call starts with (introspect.h).
+ * introspect_walk.c - the retried walk of the block chain and the checks
+ * every introspection call starts with (introspect.h).
  */
 #include "config.h"
 
@@ -20,43 +20,27 @@ bool pdshm__locks_sane(const pdshm_seg *seg) {
          (uint64_t)h->max_locks * sizeof(struct pdshm_lock) <= seg->size - h->locks_off;
 }
 
-/* The size of the block at `at` if it is plausible there, else 0. */
-static uint64_t walk_size(const pdshm_seg *seg, pdshm_off_t at, uint64_t word) {
-  uint64_t size = pdshm__blk_size(word);
-  if (size < PDSHM_BLK_MIN || size % PDSHM_ALIGN || size > seg->hdr->arena_end - at) return 0;
-  return size;
-}
-
-/* One attempt: what visit returned (0 at the end), or 0 with *broke set to
- * where the chain broke.  Sizes are at least PDSHM_BLK_MIN, so the loop ends
- * (inv. 2). */
-static int walk_once(const pdshm_seg *seg, const struct pdshm_walker *w, pdshm_off_t *broke) {
-  const struct pdshm_hdr *h = seg->hdr;
-  if (w->reset) w->reset(w->arg);
-  for (pdshm_off_t at = h->arena_off; at < h->arena_end;) {
-    const struct pdshm_blk *b = PDSHM_AT(seg->base, at, const struct pdshm_blk);
-    uint64_t word = atomic_load_explicit(&b->word, memory_order_acquire);
-    uint64_t size = walk_size(seg, at, word);
-    if (!size) {
-      *broke = at;
-      return 0;
-    }
-    int rc = w->visit(w->arg, at, b, word);
-    if (rc) return rc;
-    at += size;
-  }
+int pdshm__inspect_begin(const pdshm_seg *seg, bool given, const char *what, unsigned tables) {
+  pdshm__fail_clear();
+  int rc = pdshm__seg_usable(seg);
+  if (rc) return rc;
+  if (!given) return pdshm__fail(PDSHM_EINVAL, "NULL %s", what);
+  if ((tables & PDSHM_INSPECT_SLOTS) && !pdshm__slots_sane(seg))
+    return pdshm__fail(PDSHM_EBADSEG, "process table is damaged");
+  if ((tables & PDSHM_INSPECT_LOCKS) && !pdshm__locks_sane(seg))
+    return pdshm__fail(PDSHM_EBADSEG, "lock table is damaged");
   return 0;
 }
 
+/* A chain that breaks where a writer is half way is walked again. */
 int pdshm__walk_blocks(const pdshm_seg *seg, const struct pdshm_walker *w) {
-  if (!pdshm__arena_sane(seg)) return pdshm__fail(PDSHM_EBADSEG, "arena bounds are damaged");
-  pdshm_off_t broke = 0;
+  int rc = 0;
   for (int tries = 0; tries < PDSHM_INSPECT_TRIES; tries++) {
-    broke = 0;
-    int rc = walk_once(seg, w, &broke);
-    if (rc || !broke) return rc;
+    pdshm_off_t broke;
+    rc = pdshm__chain_walk(seg, w, &broke);
+    if (!broke) return rc;
   }
-  return pdshm__fail(PDSHM_EBADSEG, "block chain broken at %#llx", (unsigned long long)broke);
+  return rc;
 }
 
 const void *pdshm__payload_at(const pdshm_seg *seg, pdshm_off_t off, unsigned type, size_t bytes) {

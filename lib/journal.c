@@ -1,8 +1,11 @@
 /*
  * journal.c - crash-atomic mutations: a per-lane redo log.
  *
- * Owns: struct pdshm_journal (layout.h).  Every mutation of shared structures
- * other than the heap's own bins runs as one journal under one lock L:
+ * Owns: struct pdshm_journal (layout.h).  A mutation of the model (scopes,
+ * variables, tables, lock entries, the lanes' todo) runs as one journal under
+ * one lock L; what is not journaled (the heap and the pins, derived again by
+ * a repair; the idempotent step of a scope's destruction) and how to write a
+ * journal are in lib/CRASH-SAFETY.md:
  *
  *   IDLE --begin: lock:=L, take L--> ARMED --commit point--> COMMIT
  *        <-- release L, free oldb <-- state:=IDLE <-- apply, publish newb
@@ -49,7 +52,6 @@ static struct pdshm_journal *jrn(struct pdshm_lane_ctx *ln) { return &ln->rec->j
 static void jrn_arm(struct pdshm_journal *j, uint32_t op) {
   j->op = op;
   j->nredo = j->nnew = j->nold = 0;
-  j->cont = 0;
   j->seq = 0;
   atomic_store_explicit(&j->state, PDSHM_J_ARMED, memory_order_release);
 }

@@ -34,7 +34,7 @@ struct pdshm_lane_ctx *pdshm__lane_get(pdshm_seg *seg) {
         return ln;
       }
     }
-    if (round < 64) __builtin_ia32_pause();
+    if (round < 64) pdshm__cpu_relax();
     else sched_yield();
   }
 }

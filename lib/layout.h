@@ -12,7 +12,8 @@
  *   locks_off   struct pdshm_lock[max_locks]
  *   arena_off   blocks, back to back, up to arena_end (== size)
  *
- * Invariants (checked by pdshm__heap_check and pdshm_check):
+ * Invariants (checked by pdshm__heap_check and pdshm_check; how a death at
+ * any instruction keeps them: lib/CRASH-SAFETY.md):
  *  1. Nothing in the segment holds a pointer: links are pdshm_off_t offsets from
  *     the start of the segment, 0 meaning none.
  *  2. The arena is a chain of blocks: from arena_off, adding each block's size
@@ -21,10 +22,11 @@
  *     always by one 8-byte store that keeps the chain walkable (a split writes
  *     the tail's header before shrinking the head; a merge grows the head over
  *     the tail's header), so a death at any instruction leaves a walkable chain.
- *  3. A FREE block is on exactly one bin list (rebuilt from the chain alone
- *     when a process dies holding the heap lock); no two FREE blocks are
- *     adjacent once the heap lock is released.
- *  4. A CACHED block sits in the cache of the lane of slot owner-1; a USED
+ *  3. A FREE block is on exactly one bin list, its size's (rebuilt from the
+ *     chain alone when a process dies holding the heap lock); no two FREE
+ *     blocks are adjacent once the heap lock is released.
+ *  4. A CACHED block sits in the cache of the lane of slot owner-1, which
+ *     only that lane's thread touches, and keeps its size there; a USED
  *     block with owner != 0 is private to slot owner-1 (in flight, retired by a
  *     pending journal, or process-owned like a handle or pin record) and is
  *     reclaimed when that slot is reaped (a pinned TENSOR block is orphaned
@@ -153,6 +155,12 @@ struct pdshm_heap {
 
 enum pdshm_lock_kind { PDSHM_LK_NONE, PDSHM_LK_HEAP, PDSHM_LK_SCOPE, PDSHM_LK_VAR };
 
+/* Ranks (struct pdshm_lock.rank): a thread takes locks in rising rank
+ * (lib/lockorder.c).  0 is an entry nobody ranked: never checked. */
+#define PDSHM_RANK_VAR 1u         /* a variable's lock                         */
+#define PDSHM_RANK_SCOPE 2u       /* + the scope's depth: a parent's first     */
+#define PDSHM_RANK_HEAP UINT32_MAX /* the heap lock, always last               */
+
 struct pdshm_lock {
   pthread_mutex_t mutex; /* robust, process-shared, never re-initialised      */
   uint64_t acquisitions; /* under mutex                                        */
@@ -168,7 +176,8 @@ struct pdshm_lock {
   pdshm_off_t guards;    /* offset of the object it guards, 0 for fixed locks;
                             written by the claimer before publication          */
   uint32_t kind;         /* enum pdshm_lock_kind; written by the claimer        */
-  uint32_t rank;         /* acquisition order (debug builds check it)           */
+  uint32_t rank;         /* PDSHM_RANK_*: acquisition order, checked by debug
+                            builds (lockorder.c); written by the claimer      */
   _Atomic uint32_t holder_pid;  /* the last holder, best effort, for the       */
   _Atomic uint32_t holder_slot; /* inspector: set after acquiring when it      */
                                 /* changed, kept at release (held or not: the  */
@@ -211,14 +220,10 @@ struct pdshm_cache_bin {
 };
 
 /*
- * Journal: a redo log for one mutation under one lock.  The protocol
- * (journal.c) is: lock := L (before taking L); take L; state := ARMED; build
- * new blocks off to the side (newb), mark blocks to free (oldb, owner :=
- * slot+1), record word stores (redo); state := COMMIT (the commit point);
- * apply the stores, publish newb (owner := 0), free oldb; state := IDLE;
- * release L.  Whoever next holds L after a death finishes a COMMIT journal
- * (the stores are absolute values, so redoing them is idempotent) and rolls
- * back an ARMED one (frees newb, keeps oldb).
+ * Journal: a redo log for one mutation under one lock L (journal.c owns it
+ * and states its protocol; lib/CRASH-SAFETY.md says how to use it).  Whoever
+ * next holds L after the owner's death finishes a COMMIT journal and rolls
+ * back an ARMED one.
  */
 #define PDSHM_J_REDO 24u
 #define PDSHM_J_BLOCKS 8u
@@ -235,7 +240,7 @@ struct pdshm_journal {
   _Atomic uint32_t lock;  /* lock index the op runs under                    */
   uint32_t op;            /* what the op is, for reports                     */
   uint32_t nredo, nnew, nold;
-  pdshm_off_t cont;       /* work that must follow the commit (cascades)     */
+  pdshm_off_t unused;     /* always 0: kept so that the layout stays         */
   pdshm_off_t seq;        /* a seqlock word the op made odd: repair makes it
                              even again so that lock-free readers go on       */
   pdshm_off_t newb[PDSHM_J_BLOCKS];
@@ -243,13 +248,24 @@ struct pdshm_journal {
   struct pdshm_redo redo[PDSHM_J_REDO];
 };
 
+/* How far a scope's destruction has got (lib/CRASH-SAFETY.md, "Work longer
+ * than one journal"): each phase is the next one to run. */
+enum pdshm_destroy_phase {
+  PDSHM_DESTROY_NONE = 0,   /* nothing being destroyed                          */
+  PDSHM_DESTROY_UNHOOK = 1, /* off the parent's kid list, the parent's ref
+                               dropped: a journal under the parent's lock      */
+  PDSHM_DESTROY_VARS = 2,   /* every variable freed: no lock, idempotent       */
+  PDSHM_DESTROY_RECORD = 3  /* table, name, record and lock entry retired: a
+                               journal under the scope's own lock              */
+};
+
 /* Work that must survive the lane owner's death, resumed by its reaper
- * (model.h, "Lifetime").  Written through the lane's journals, or by plain
- * stores where model.h says a single store is the commit. */
+ * (lib/CRASH-SAFETY.md).  Written through the lane's journals, or by the one
+ * release store that ends PDSHM_DESTROY_VARS. */
 struct pdshm_lane_todo {
   pdshm_off_t destroy;    /* a scope whose refs reached 0, being destroyed    */
   pdshm_off_t next;       /* its parent, when that one's refs reached 0 too    */
-  uint64_t phase;         /* how far `destroy` has got: 1, 2 or 3              */
+  uint64_t phase;         /* enum pdshm_destroy_phase: what `destroy` runs next */
   pdshm_off_t chain;      /* scopes taken off their parent's kid list whose
                              link reference is still to be dropped, linked
                              through their next_sib                           */

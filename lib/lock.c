@@ -15,14 +15,18 @@
  *     ENOTRECOVERABLE instead of a guess.
  *  3. acquisitions, contended and wait_ns change only under the mutex.
  *  4. An entry's alloc word moves AVAILABLE -> slot+1 by CAS (claim), then to
- *     PUBLISHED (or back to AVAILABLE, abandoned) by a journal under the
- *     guarded object's parent lock.  The object's death moves it back to
+ *     PUBLISHED by a journal under the guarded object's parent lock (or back
+ *     to AVAILABLE by the claimer, abandoned: pdshm__lock_unclaim).  The object's death moves it back to
  *     slot+1 in the journal that retires the object, and only once that
  *     journal is over does the slot give it back (CAS slot+1 -> AVAILABLE).
  *     A journal is re-applied by whoever repairs it after its owner's death,
  *     possibly much later: had it stored AVAILABLE itself, a re-application
  *     could take back an entry a new object had claimed since.  A reaper
  *     returns the slot+1 entries of a dead slot after settling its journals.
+ *     One death is not journaled: a variable freed with its dying scope
+ *     (PDSHM_DESTROY_VARS) gives its entry back by a CAS PUBLISHED ->
+ *     AVAILABLE that first checks `guards`: its record is not freed yet, so
+ *     no other object can guard an entry with that offset.
  */
 #include "config.h"
 
@@ -31,6 +35,12 @@
 #include <unistd.h>
 
 #include "internal.h"
+
+#ifndef PDSHM_DEBUG /* only debug builds check the order (lockorder.c) */
+#define pdshm__lockorder_check(seg, i) ((void)(seg), (void)(i))
+#define pdshm__lockorder_took(seg, i) ((void)(seg), (void)(i))
+#define pdshm__lockorder_released(seg, i) ((void)(seg), (void)(i))
+#endif
 
 void pdshm__lock_init_table(pdshm_seg *seg) {
   pthread_mutexattr_t a;
@@ -45,6 +55,7 @@ void pdshm__lock_init_table(pdshm_seg *seg) {
   pthread_mutexattr_destroy(&a);
   struct pdshm_lock *heap = pdshm__lockent(seg, PDSHM_LOCK_HEAP);
   heap->kind = PDSHM_LK_HEAP;
+  heap->rank = pdshm__lock_rank(PDSHM_LK_HEAP, 0);
   atomic_store(&heap->alloc, PDSHM_LOCK_PUBLISHED);
 }
 
@@ -100,6 +111,7 @@ static int lock_result(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l, int e) 
     return -e;
   }
   lock_note_holder(seg, l);
+  pdshm__lockorder_took(seg, i);
   return 0;
 }
 
@@ -109,16 +121,18 @@ static int lock_gone(pdshm_seg *seg, const struct pdshm_lock *l) {
   return PDSHM_ENOTRECOVERABLE;
 }
 
-/* Contention is seen by peeking at the futex word (glibc's __lock) before
- * blocking: a hint for the counters, and no trylock on the hot path. */
+/* Contention is a trylock that fails: an uncontended lock costs the one
+ * atomic exchange it costs anyway, and only a waiter reads the clock. */
 int pdshm__lock(pdshm_seg *seg, uint32_t i) {
   struct pdshm_lock *l = pdshm__lockent(seg, i);
   int rc = lock_gone(seg, l);
   if (rc) return rc;
-  bool busy = __atomic_load_n(&l->mutex.__data.__lock, __ATOMIC_RELAXED) != 0;
-  uint64_t t0 = busy ? pdshm__now_ns(CLOCK_MONOTONIC) : 0;
+  pdshm__lockorder_check(seg, i); /* whether it would wait this time or not */
+  int e = pthread_mutex_trylock(&l->mutex);
+  if (e != EBUSY) return lock_result(seg, i, l, e);
+  uint64_t t0 = pdshm__now_ns(CLOCK_MONOTONIC);
   rc = lock_result(seg, i, l, pthread_mutex_lock(&l->mutex));
-  if (!rc && busy) {
+  if (!rc) {
     l->contended++;
     l->wait_ns += pdshm__now_ns(CLOCK_MONOTONIC) - t0;
   }
@@ -135,7 +149,22 @@ int pdshm__trylock(pdshm_seg *seg, uint32_t i) {
 }
 
 void pdshm__unlock(pdshm_seg *seg, uint32_t i) {
+  pdshm__lockorder_released(seg, i);
   pthread_mutex_unlock(&pdshm__lockent(seg, i)->mutex);
+}
+
+/* POSIX has no way to ask whether a mutex is held without taking it, and a
+ * read-only attachment cannot take it: only glibc's futex word tells, read
+ * here and nowhere else (configure checks that the field exists). */
+int pdshm__lock_held_hint(const pdshm_seg *seg, uint32_t i) {
+#ifdef HAVE_GLIBC_MUTEX_LOCK_WORD
+  const pthread_mutex_t *m = &pdshm__lockent(seg, i)->mutex;
+  return __atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED) != 0;
+#else
+  (void)seg;
+  (void)i;
+  return -1;
+#endif
 }
 
 /* ---- entries lent to objects ---------------------------------------------- */
@@ -154,6 +183,7 @@ int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_
     if (!atomic_compare_exchange_strong(&l->alloc, &expected, seg->owner_tag)) continue;
     PDSHM_CRASHPOINT("lock.claimed");
     l->kind = kind;
+    l->rank = pdshm__lock_rank(kind, 0);
     l->guards = guards;
     atomic_store_explicit(&lock_hint, i, memory_order_relaxed);
     *out = i;

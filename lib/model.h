@@ -15,19 +15,15 @@
  * Lifetime (DESIGN §2): X->refs counts X's handle records, X's kids, and
  * X's link (named scopes, while linked).  A scope whose refs reach zero is
  * unreachable: no handle, no kid, no link, so no new reference can appear.
- * Its destruction runs from the destroying lane's todo fields (struct
- * pdshm_lane_todo) so that a reaper finishes it after a death:
- *   1. under P's lock: take X off P's kid list, drop X's reference on P (if
- *      that was P's last, P is queued next);
- *   2. no lock (X is unreachable): for each variable, mark its blocks with our
- *      slot, clear its table entry, free its blocks (a pinned tensor buffer
- *      is orphaned instead, and freed by its last unpin: layout.h, inv. 6);
- *   3. under X's lock: retire table, name and record, return X's lock entry,
- *      move the todo queue on, in one journal.
+ * Its destruction runs in the phases of enum pdshm_destroy_phase (layout.h)
+ * from the destroying lane's todo, so that a reaper finishes it after a
+ * death: lib/CRASH-SAFETY.md, "Work longer than one journal".
  *
- * Lock order: a parent's lock before a child's; a scope's lock before a
- * variable's lock; any lock before the heap lock (a pin takes its variable's
- * scope lock, then the heap lock).
+ * Lock order (ranks, checked by debug builds: lockorder.c): a variable's
+ * lock before any scope's (a user holds it across calls that take scope
+ * locks, as pdshm_tensor_resize does); a parent's lock before a child's; any
+ * lock before the heap lock (a pin takes its variable's scope lock, then the
+ * heap lock).
  */
 #ifndef PDSHM_MODEL_H
 #define PDSHM_MODEL_H
@@ -107,7 +103,8 @@ struct pdshm_var_rec {
   /* The tensor; every word below changes in one journal (resize). */
   uint64_t dtype_ndim;     /* dtype | ndim << 32                                */
   int64_t dims[PDSHM_NDIM_MAX_];
-  pdshm_off_t buf;         /* TENSOR block payload, 0 when nbytes == 0          */
+  pdshm_off_t buf;         /* TENSOR block payload: every tensor has one, of
+                              0 bytes too; 0 before the first resize          */
   pdshm_off_t data;        /* 64-aligned start of the data inside buf           */
   uint64_t nbytes;
   /* pdshm_var_lock: shared holds are counted here and recorded per process
@@ -130,9 +127,14 @@ struct pdshm_name {
  * block comes out of the allocator zeroed, and `scope` is set by the journal
  * that counts the reference: a record whose scope is 0 counts for nothing. */
 struct pdshm_handle_rec {
-  pdshm_off_t scope;       /* the scope this record holds one ref on (for a
-                              HOLD: the variable); set at the commit          */
-  uint64_t epoch;          /* the slot's epoch when it was made                 */
+  pdshm_off_t scope;       /* HANDLE: the scope this record holds one ref on;
+                              HOLD: the variable it holds a share of; set at
+                              the commit                                      */
+  union {
+    uint64_t epoch;        /* HANDLE: the slot's epoch when it was made (read
+                              by nothing: for whoever examines a segment)     */
+    uint64_t gen;          /* HOLD: the variable's generation (pdshm_varref)  */
+  };
 };
 
 /* Operator names of a variable's readers or writers: count, then count NUL-

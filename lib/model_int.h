@@ -54,6 +54,13 @@ static inline void pdshm__j_retire_kept(pdshm_seg *seg, struct pdshm_lane_ctx *l
 static inline pdshm_off_t pdshm__off(const pdshm_seg *seg, const void *p) {
   return (pdshm_off_t)((const uint8_t *)p - seg->base);
 }
+/* A pdshm_var * is the variable's record in this mapping, and back. */
+static inline struct pdshm_var_rec *pdshm__var_rec(const pdshm_var *v) {
+  return (struct pdshm_var_rec *)(uintptr_t)(const void *)v;
+}
+static inline pdshm_var *pdshm__var_handle(struct pdshm_var_rec *r) {
+  return (pdshm_var *)(void *)r;
+}
 /* The offset of a field of a record in the segment, for journal stores. */
 #define PDSHM_FOFF(seg, rec, field) pdshm__off((seg), &(rec)->field)
 

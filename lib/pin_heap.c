@@ -79,17 +79,17 @@ static void ph_mark_free(pdshm_seg *seg, pdshm_off_t at) {
   b->type = PDSHM_T_NONE;
 }
 
-/* Calls fn for every block of the chain; EBADSEG when the chain breaks. */
-static int ph_walk(pdshm_seg *seg, void (*fn)(pdshm_seg *, pdshm_off_t, void *), void *arg) {
-  const struct pdshm_hdr *h = seg->hdr;
-  for (pdshm_off_t at = h->arena_off; at < h->arena_end;) {
-    uint64_t size = pdshm__blk_size(ph_word(ph_blk(seg, at)));
-    if (size < PDSHM_BLK_MIN || size > h->arena_end - at)
-      return pdshm__fail(PDSHM_EBADSEG, "block chain broken at %#llx", (unsigned long long)at);
-    fn(seg, at, arg);
-    at += size;
-  }
-  return 0;
+/* What the walks of the chain below carry (pdshm__chain_walk). */
+struct ph_walk {
+  pdshm_seg *seg;
+  uint16_t tag;            /* the sweep: the dead slot's owner tag             */
+};
+
+/* The heap lock is held: the chain is ours, a break is damage (EBADSEG). */
+static int ph_walk(pdshm_seg *seg, uint16_t tag,
+                   int (*visit)(void *, pdshm_off_t, const struct pdshm_blk *, uint64_t)) {
+  struct ph_walk w = {seg, tag};
+  return pdshm__chain_walk(seg, &(struct pdshm_walker){NULL, visit, &w}, NULL);
 }
 
 /* ---- the API ---------------------------------------------------------------- */
@@ -143,51 +143,58 @@ pdshm_off_t pdshm__pin_drop_locked(pdshm_seg *seg, pdshm_off_t rec) {
 
 /* ---- the reaper ------------------------------------------------------------- */
 
-static void ph_sweep_one(pdshm_seg *seg, pdshm_off_t at, void *arg) {
-  const uint16_t tag = *(const uint16_t *)arg;
-  if (ph_blk(seg, at)->owner != tag || !ph_pin(seg, at)) return;
-  pdshm_off_t freed = pdshm__pin_drop_locked(seg, at + PDSHM_BLK_HDR);
+static int ph_sweep_one(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
+  const struct ph_walk *pw = arg;
+  (void)w;
+  if (b->owner != pw->tag || !ph_pin(pw->seg, at)) return 0;
+  pdshm_off_t freed = pdshm__pin_drop_locked(pw->seg, at + PDSHM_BLK_HDR);
   if (freed) {
-    ph_mark_free(seg, freed - PDSHM_BLK_HDR);
+    ph_mark_free(pw->seg, freed - PDSHM_BLK_HDR);
     PDSHM_CRASHPOINT("pin.sweep.freed");
   }
+  return 0;
 }
 
 int pdshm__pin_sweep_slot_locked(pdshm_seg *seg, uint16_t tag) {
-  return ph_walk(seg, ph_sweep_one, &tag);
+  return ph_walk(seg, tag, ph_sweep_one);
 }
 
 /* ---- the recount ------------------------------------------------------------ */
 
-static void ph_zero(pdshm_seg *seg, pdshm_off_t at, void *arg) {
-  struct pdshm_tensor_buf *t = ph_tbuf(seg, at);
-  (void)arg;
+static int ph_zero(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
+  struct pdshm_tensor_buf *t = ph_tbuf(((const struct ph_walk *)arg)->seg, at);
+  (void)b, (void)w;
   if (t) atomic_store_explicit(&t->pins, 0, memory_order_relaxed);
+  return 0;
 }
 
-static void ph_count(pdshm_seg *seg, pdshm_off_t at, void *arg) {
+static int ph_count(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
+  pdshm_seg *seg = ((const struct ph_walk *)arg)->seg;
   struct pdshm_pin_rec *p = ph_pin(seg, at);
-  (void)arg;
-  if (!p || !p->target) return;
+  (void)b, (void)w;
+  if (!p || !p->target) return 0;
   struct pdshm_tensor_buf *t = ph_target(seg, p->target);
   if (t) atomic_fetch_add_explicit(&t->pins, 1, memory_order_relaxed);
   else p->target = 0; /* names no buffer: let it count for nothing */
+  return 0;
 }
 
-static void ph_free_unpinned(pdshm_seg *seg, pdshm_off_t at, void *arg) {
+static int ph_free_unpinned(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
+  pdshm_seg *seg = ((const struct ph_walk *)arg)->seg;
   struct pdshm_tensor_buf *t = ph_tbuf(seg, at);
-  (void)arg;
+  (void)b, (void)w;
   if (t && t->orphan && !atomic_load_explicit(&t->pins, memory_order_relaxed)) {
     ph_mark_free(seg, at);
     PDSHM_CRASHPOINT("pin.recount.freed");
   }
+  return 0;
 }
 
 int pdshm__pin_recount_locked(pdshm_seg *seg) {
-  int rc = ph_walk(seg, ph_zero, NULL);
+  int rc = ph_walk(seg, 0, ph_zero);
   PDSHM_CRASHPOINT("pin.recount.zeroed");
-  if (!rc) rc = ph_walk(seg, ph_count, NULL);
+  if (!rc) rc = ph_walk(seg, 0, ph_count);
   PDSHM_CRASHPOINT("pin.recount.counted");
-  if (!rc) rc = ph_walk(seg, ph_free_unpinned, NULL);
+  if (!rc) rc = ph_walk(seg, 0, ph_free_unpinned);
   return rc;
 }

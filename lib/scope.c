@@ -3,7 +3,7 @@
  *
  * Owns: struct pdshm_scope_rec and struct pdshm_handle_rec (model.h), the
  * private struct pdshm_scope, and the lanes' todo queues.  model.h says which
- * lock guards which field and how a scope is destroyed.
+ * lock guards which field; lib/CRASH-SAFETY.md how a scope is destroyed.
  *
  * Invariants:
  *  1. x->refs == (HANDLE blocks naming x) + (scopes whose parent is x) +
@@ -28,7 +28,7 @@
 
 #define SCOPE_KIDS_MAX (1ull << 32) /* bound on any kid-list walk */
 
-static struct pdshm_scope_rec *SC(const pdshm_seg *seg, pdshm_off_t off) {
+static struct pdshm_scope_rec *scope_rec(const pdshm_seg *seg, pdshm_off_t off) {
   return pdshm__scope_at(seg, off);
 }
 
@@ -41,7 +41,7 @@ int pdshm__scope_init_root(pdshm_seg *seg) {
   int rc = pdshm__lock_claim(seg, PDSHM_LK_SCOPE, 0, &lk);
   if (!rc) rc = pdshm__alloc(seg, ln, sizeof(struct pdshm_scope_rec), PDSHM_T_SCOPE, &off);
   if (rc) return rc;
-  struct pdshm_scope_rec *r = SC(seg, off);
+  struct pdshm_scope_rec *r = scope_rec(seg, off);
   memset(r, 0, sizeof *r);
   r->magic = PDSHM_SCOPE_MAGIC;
   r->flags = PDSHM_SF_ROOT;
@@ -118,20 +118,20 @@ static int scope_handle_add(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off
   hr->epoch = atomic_load(&pdshm__slot(seg, ln->tag - 1u)->epoch);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, hr, scope), x); /* model.h: a handle counts once
                                                             its scope is set */
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, SC(seg, x), refs), SC(seg, x)->refs + 1);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, scope_rec(seg, x), refs), scope_rec(seg, x)->refs + 1);
   return 0;
 }
 
 /* Within a journal under x's lock: x loses one reference; invariant 3. */
 static void scope_unref(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
-  struct pdshm_scope_rec *r = SC(seg, x);
+  struct pdshm_scope_rec *r = scope_rec(seg, x);
   struct pdshm_lane_todo *t = &ln->rec->todo;
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, refs), r->refs - 1);
   if (r->refs != 1) return;
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, dying), 1);
   if (!t->destroy) {
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, destroy), x);
-    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), 1);
+    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), PDSHM_DESTROY_UNHOOK);
   } else {
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, next), x);
   }
@@ -142,11 +142,11 @@ static int scope_handle_new(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off
                             bool locked, pdshm_scope **out) {
   pdshm_scope *h = scope_priv_new(seg);
   int rc = h ? 0 : pdshm__fail(PDSHM_ENOMEM, "out of private memory");
-  if (!rc && locked) pdshm__j_begin_locked(seg, ln, SC(seg, x)->lock, PDSHM_OP_HANDLE);
-  else if (!rc) rc = pdshm__j_begin(seg, ln, SC(seg, x)->lock, PDSHM_OP_HANDLE);
+  if (!rc && locked) pdshm__j_begin_locked(seg, ln, scope_rec(seg, x)->lock, PDSHM_OP_HANDLE);
+  else if (!rc) rc = pdshm__j_begin(seg, ln, scope_rec(seg, x)->lock, PDSHM_OP_HANDLE);
   if (rc) {
     pdshm__xfree(h);
-    if (locked) pdshm__unlock(seg, SC(seg, x)->lock);
+    if (locked) pdshm__unlock(seg, scope_rec(seg, x)->lock);
     return rc;
   }
   rc = scope_handle_add(seg, ln, x, &h->handle);
@@ -174,7 +174,7 @@ int pdshm__handle_drop(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h)
   if (!handle_ok(seg, h, ln->tag)) return pdshm__fail(PDSHM_EINVAL, "not a handle record");
   pdshm_off_t x = PDSHM_AT(seg->base, h, struct pdshm_handle_rec)->scope;
   if (!x) return 0; /* never committed: no reference to drop; the sweep frees it */
-  int rc = pdshm__j_begin(seg, ln, SC(seg, x)->lock, PDSHM_OP_UNHANDLE);
+  int rc = pdshm__j_begin(seg, ln, scope_rec(seg, x)->lock, PDSHM_OP_UNHANDLE);
   if (rc) return rc;
   pdshm__j_retire_kept(seg, ln, h);
   scope_unref(seg, ln, x);
@@ -188,8 +188,9 @@ int pdshm__handle_drop(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h)
 static pdshm_off_t kid_find(pdshm_seg *seg, struct pdshm_scope_rec *p, const char *name,
                             size_t len) {
   uint64_t n = 0;
-  for (pdshm_off_t k = p->first_kid; k && n < SCOPE_KIDS_MAX; k = SC(seg, k)->next_sib, n++) {
-    const struct pdshm_name *nm = pdshm__name_at(seg, SC(seg, k)->name);
+  for (pdshm_off_t k = p->first_kid; k && n < SCOPE_KIDS_MAX;
+       k = scope_rec(seg, k)->next_sib, n++) {
+    const struct pdshm_name *nm = pdshm__name_at(seg, scope_rec(seg, k)->name);
     if (nm && nm->len == len && !memcmp(nm->s, name, len)) return k;
   }
   return 0;
@@ -198,20 +199,20 @@ static pdshm_off_t kid_find(pdshm_seg *seg, struct pdshm_scope_rec *p, const cha
 /* Journaled: k off p's kid list. */
 static void kid_delist(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *p,
                        pdshm_off_t k) {
-  struct pdshm_scope_rec *kr = SC(seg, k);
+  struct pdshm_scope_rec *kr = scope_rec(seg, k);
   if (kr->prev_sib)
-    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, SC(seg, kr->prev_sib), next_sib), kr->next_sib);
+    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, scope_rec(seg, kr->prev_sib), next_sib), kr->next_sib);
   else
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, p, first_kid), kr->next_sib);
   if (kr->next_sib)
-    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, SC(seg, kr->next_sib), prev_sib), kr->prev_sib);
+    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, scope_rec(seg, kr->next_sib), prev_sib), kr->prev_sib);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, kr, inlist), 0);
 }
 
 /* Journaled: a delisted named kid k goes on the lane's unlink chain. */
 static void kid_chain(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t k) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, SC(seg, k), next_sib), t->chain);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, scope_rec(seg, k), next_sib), t->chain);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, chain), k);
 }
 
@@ -235,7 +236,7 @@ static int scope_build(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t p,
   int rc = pdshm__j_alloc(seg, ln, sizeof(struct pdshm_scope_rec), PDSHM_T_SCOPE, &k);
   if (!rc && name) rc = pdshm__name_new(seg, ln, name, len, &nm);
   if (rc) return rc;
-  struct pdshm_scope_rec *pr = SC(seg, p), *r = SC(seg, k);
+  struct pdshm_scope_rec *pr = scope_rec(seg, p), *r = scope_rec(seg, k);
   memset(r, 0, sizeof *r);
   r->magic = PDSHM_SCOPE_MAGIC;
   r->flags = name ? PDSHM_SF_NAMED : 0;
@@ -252,6 +253,7 @@ static int scope_build(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t p,
   r->creator_slot = ln->tag - 1u;
   r->created_ns = pdshm__now_ns(CLOCK_REALTIME);
   pdshm__lockent(seg, lk)->guards = k;
+  pdshm__lockent(seg, lk)->rank = pdshm__lock_rank(PDSHM_LK_SCOPE, r->depth);
   *out = k;
   return 0;
 }
@@ -259,7 +261,7 @@ static int scope_build(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t p,
 /* Under p's journal: build k, link it first on p's list, take p's reference. */
 static int scope_create_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t p,
                                const char *name, size_t len, uint32_t lk, pdshm_scope *h) {
-  struct pdshm_scope_rec *pr = SC(seg, p);
+  struct pdshm_scope_rec *pr = scope_rec(seg, p);
   pdshm_off_t k;
   int rc = scope_check_parent(seg, pr, name, len);
   if (!rc) rc = scope_build(seg, ln, p, name, len, lk, &k);
@@ -270,8 +272,9 @@ static int scope_create_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_
   struct pdshm_handle_rec *hr = PDSHM_AT(seg->base, h->handle, struct pdshm_handle_rec);
   hr->epoch = atomic_load(&pdshm__slot(seg, ln->tag - 1u)->epoch);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, hr, scope), k);
-  SC(seg, k)->refs++;
-  if (pr->first_kid) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, SC(seg, pr->first_kid), prev_sib), k);
+  scope_rec(seg, k)->refs++;
+  if (pr->first_kid)
+    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, scope_rec(seg, pr->first_kid), prev_sib), k);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pr, first_kid), k);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pr, refs), pr->refs + 1);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pdshm__lockent(seg, lk), alloc), PDSHM_LOCK_PUBLISHED);
@@ -293,7 +296,7 @@ PDSHM_API int pdshm_scope_new(pdshm_scope *parent, const char *name, pdshm_scope
   if ((rc = pdshm__lock_claim(seg, PDSHM_LK_SCOPE, 0, &lk))) goto fail;
   PDSHM_CRASHPOINT("scope.new.claimed");
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  rc = pdshm__j_begin(seg, ln, SC(seg, parent->rec)->lock, PDSHM_OP_SCOPE_NEW);
+  rc = pdshm__j_begin(seg, ln, scope_rec(seg, parent->rec)->lock, PDSHM_OP_SCOPE_NEW);
   if (!rc) {
     rc = scope_create_locked(seg, ln, parent->rec, name, len, lk, h);
     if (rc) pdshm__j_abort(seg, ln);
@@ -338,7 +341,7 @@ PDSHM_API int pdshm_scope_parent(pdshm_scope *s, pdshm_scope **out) {
   int rc = scope_usable(s);
   if (rc) return rc;
   if (!out) return pdshm__fail(PDSHM_EINVAL, "NULL out pointer");
-  pdshm_off_t p = SC(s->seg, s->rec)->parent;
+  pdshm_off_t p = scope_rec(s->seg, s->rec)->parent;
   if (!p) return pdshm__fail(PDSHM_ENOENT, "the root has no parent");
   struct pdshm_lane_ctx *ln = pdshm__lane_get(s->seg);
   rc = scope_handle_new(s->seg, ln, p, false, out);
@@ -361,7 +364,7 @@ PDSHM_API int pdshm_scope_release(pdshm_scope *s) {
 
 PDSHM_API const char *pdshm_scope_name(const pdshm_scope *s) {
   if (!s || pdshm__seg_usable(s->seg)) return "";
-  const struct pdshm_name *nm = pdshm__name_at(s->seg, SC(s->seg, s->rec)->name);
+  const struct pdshm_name *nm = pdshm__name_at(s->seg, scope_rec(s->seg, s->rec)->name);
   return nm ? nm->s : "";
 }
 
@@ -391,16 +394,16 @@ static int path_check(const char *path) {
 /* Hand over hand from the root; returns with the found scope's lock held. */
 static int scope_walk(pdshm_seg *seg, const char *path, pdshm_off_t *found) {
   pdshm_off_t cur = seg->hdr->root;
-  int rc = pdshm__lock(seg, SC(seg, cur)->lock);
+  int rc = pdshm__lock(seg, scope_rec(seg, cur)->lock);
   while (!rc && *path) {
     const char *comp = NULL;
     size_t len = 0;
     pdshm_off_t k = 0;
     rc = path_next(&path, &comp, &len);
-    if (!rc && !(k = kid_find(seg, SC(seg, cur), comp, len)))
+    if (!rc && !(k = kid_find(seg, scope_rec(seg, cur), comp, len)))
       rc = pdshm__fail(PDSHM_ENOENT, "no scope \"%.*s\"", (int)len, comp);
-    if (!rc) rc = pdshm__lock(seg, SC(seg, k)->lock);
-    pdshm__unlock(seg, SC(seg, cur)->lock);
+    if (!rc) rc = pdshm__lock(seg, scope_rec(seg, k)->lock);
+    pdshm__unlock(seg, scope_rec(seg, cur)->lock);
     if (!rc) cur = k;
     else return rc;
   }
@@ -432,7 +435,7 @@ PDSHM_API int pdshm_scope_unlink(pdshm_scope *parent, const char *name) {
   if (!rc) rc = pdshm__name_check(name, true, &len);
   if (rc) return rc;
   pdshm_seg *seg = parent->seg;
-  struct pdshm_scope_rec *p = SC(seg, parent->rec);
+  struct pdshm_scope_rec *p = scope_rec(seg, parent->rec);
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
   rc = pdshm__j_begin(seg, ln, p->lock, PDSHM_OP_UNLINK);
   if (!rc) {
@@ -462,7 +465,7 @@ static int drop_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scop
     return 1;
   }
   kid_delist(seg, ln, x, k);
-  if (SC(seg, k)->flags & PDSHM_SF_NAMED) kid_chain(seg, ln, k);
+  if (scope_rec(seg, k)->flags & PDSHM_SF_NAMED) kid_chain(seg, ln, k);
   pdshm__j_commit(seg, ln);
   PDSHM_CRASHPOINT("scope.drop_kids.one");
   return pdshm__todo_run(seg, ln);
@@ -473,7 +476,7 @@ PDSHM_API int pdshm_scope_drop_kids(pdshm_scope *s) {
   int rc = scope_usable(s);
   if (rc) return rc;
   struct pdshm_lane_ctx *ln = pdshm__lane_get(s->seg);
-  while ((rc = drop_one(s->seg, ln, SC(s->seg, s->rec))) == 0) continue;
+  while ((rc = drop_one(s->seg, ln, scope_rec(s->seg, s->rec))) == 0) continue;
   pdshm__lane_put(ln);
   return rc == 1 ? 0 : rc;
 }
@@ -485,13 +488,13 @@ PDSHM_API int pdshm_scope_drop_kids(pdshm_scope *s) {
 static int chain_step(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
   pdshm_off_t h = t->chain;
-  struct pdshm_scope_rec *hr = SC(seg, h);
+  struct pdshm_scope_rec *hr = scope_rec(seg, h);
   int rc = pdshm__j_begin(seg, ln, hr->lock, PDSHM_OP_UNLINK);
   if (rc) return rc;
   pdshm_off_t k = hr->first_kid;
   uint64_t n = 0;
-  while (k && !(SC(seg, k)->flags & PDSHM_SF_NAMED) && n++ < SCOPE_KIDS_MAX)
-    k = SC(seg, k)->next_sib;
+  while (k && !(scope_rec(seg, k)->flags & PDSHM_SF_NAMED) && n++ < SCOPE_KIDS_MAX)
+    k = scope_rec(seg, k)->next_sib;
   if (k) {
     kid_delist(seg, ln, hr, k);
     kid_chain(seg, ln, k);
@@ -507,36 +510,41 @@ static int chain_step(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   return 0;
 }
 
-/* Phase 1 (parent's lock): off the parent's list, drop the parent's ref. */
+/* PDSHM_DESTROY_UNHOOK (parent's lock): off the parent's list, drop the
+ * parent's ref. */
 static int destroy_unhook(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
-  struct pdshm_scope_rec *r = SC(seg, x), *p = SC(seg, r->parent);
+  struct pdshm_scope_rec *r = scope_rec(seg, x), *p = scope_rec(seg, r->parent);
   int rc = pdshm__j_begin(seg, ln, p->lock, PDSHM_OP_DESTROY);
   if (rc) return rc;
   if (r->inlist) kid_delist(seg, ln, p, x);
   scope_unref(seg, ln, r->parent);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), 2);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), PDSHM_DESTROY_VARS);
   pdshm__j_commit(seg, ln);
   PDSHM_CRASHPOINT("scope.destroy.unhooked");
   return 0;
 }
 
-/* Phase 2 (no lock: x is unreachable): free every variable. */
+/* PDSHM_DESTROY_VARS (no lock: x is unreachable): free every variable; a
+ * re-run after a death skips the entries already cleared.  One release
+ * store of the next phase ends it. */
 static void destroy_vars(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
-  struct pdshm_scope_rec *r = SC(seg, x);
+  struct pdshm_scope_rec *r = scope_rec(seg, x);
   if (r->table) {
     struct pdshm_table *tb = PDSHM_AT(seg->base, r->table, struct pdshm_table);
     for (uint64_t i = 0; i < tb->cap; i++)
       if (tb->ent[i].var > PDSHM_TOMBSTONE) pdshm__var_free_unreachable(seg, ln, &tb->ent[i]);
   }
-  atomic_store_explicit((_Atomic uint64_t *)&ln->rec->todo.phase, 3, memory_order_release);
+  atomic_store_explicit((_Atomic uint64_t *)&ln->rec->todo.phase, PDSHM_DESTROY_RECORD,
+                        memory_order_release);
   PDSHM_CRASHPOINT("scope.destroy.vars");
 }
 
-/* Phase 3 (x's lock): the record itself, and the queue moves on. */
+/* PDSHM_DESTROY_RECORD (x's lock): the record itself, and the queue moves
+ * on. */
 static int destroy_record(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
-  struct pdshm_scope_rec *r = SC(seg, x);
+  struct pdshm_scope_rec *r = scope_rec(seg, x);
   const uint32_t lk = r->lock;
   int rc = pdshm__j_begin(seg, ln, lk, PDSHM_OP_DESTROY);
   if (rc) return rc;
@@ -548,7 +556,8 @@ static int destroy_record(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pdshm__lockent(seg, lk), alloc), ln->tag);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, destroy), t->next);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, next), 0);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), t->next ? 1 : 0);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase),
+                t->next ? PDSHM_DESTROY_UNHOOK : PDSHM_DESTROY_NONE);
   pdshm__j_commit(seg, ln);
   PDSHM_CRASHPOINT("scope.destroy.record");
   pdshm__lock_return(seg, lk, ln->tag);
@@ -559,9 +568,9 @@ static int destroy_step(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
   pdshm_off_t x = t->destroy;
   switch (t->phase) {
-  case 1: return destroy_unhook(seg, ln, x);
-  case 2: destroy_vars(seg, ln, x); return 0;
-  case 3: return destroy_record(seg, ln, x);
+  case PDSHM_DESTROY_UNHOOK: return destroy_unhook(seg, ln, x);
+  case PDSHM_DESTROY_VARS: destroy_vars(seg, ln, x); return 0;
+  case PDSHM_DESTROY_RECORD: return destroy_record(seg, ln, x);
   default: return pdshm__fail(PDSHM_EBADSEG, "todo phase %llu", (unsigned long long)t->phase);
   }
 }

@@ -3,7 +3,8 @@
  *
  * The byte counts come from one walk of the block chain under the heap lock,
  * so they are exact: used is the sum of USED blocks, and a block parked in a
- * lane cache counts as free.
+ * lane cache counts as free.  A read-only attachment cannot take the lock: it
+ * walks the live chain, again when a walk is torn.
  */
 #include "config.h"
 
@@ -23,25 +24,31 @@ static void stats_procs(pdshm_seg *seg, pdshm_stats *st) {
   }
 }
 
-/* Scopes, variables and tensor bytes, from one walk of the chain (heap lock
- * held, or none on a read-only attachment: then bounded and validated). */
-static void stats_model(pdshm_seg *seg, pdshm_stats *st) {
-  const struct pdshm_hdr *h = seg->hdr;
-  if (!pdshm__arena_sane(seg)) return;
-  uint64_t guard = (h->arena_end - h->arena_off) / PDSHM_BLK_MIN;
-  for (pdshm_off_t at = h->arena_off; at < h->arena_end && guard--;) {
-    const struct pdshm_blk *b = PDSHM_AT(seg->base, at, const struct pdshm_blk);
-    uint64_t w = atomic_load_explicit(&b->word, memory_order_acquire), size = pdshm__blk_size(w);
-    if (size < PDSHM_BLK_MIN || size > h->arena_end - at) break;
-    if (pdshm__blk_state(w) == PDSHM_BLK_USED && b->type == PDSHM_T_SCOPE) st->scopes++;
-    if (pdshm__blk_state(w) == PDSHM_BLK_USED && b->type == PDSHM_T_VAR &&
-        size >= PDSHM_BLK_HDR + sizeof(struct pdshm_var_rec)) {
-      const struct pdshm_var_rec *r = pdshm__var_at(seg, at + PDSHM_BLK_HDR);
-      st->vars++;
-      if (r->vtype == PDSHM_V_TENSOR) st->tensor_bytes += r->nbytes;
-    }
-    at += size;
+struct stats_walk {
+  pdshm_seg *seg;
+  pdshm_stats *st;
+};
+
+static int stats_block(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
+  struct stats_walk *sw = arg;
+  if (pdshm__blk_state(w) != PDSHM_BLK_USED) return 0;
+  if (b->type == PDSHM_T_SCOPE) sw->st->scopes++;
+  if (b->type == PDSHM_T_VAR &&
+      pdshm__blk_size(w) >= PDSHM_BLK_HDR + sizeof(struct pdshm_var_rec)) {
+    const struct pdshm_var_rec *r = pdshm__var_at(sw->seg, at + PDSHM_BLK_HDR);
+    sw->st->vars++;
+    if (r->vtype == PDSHM_V_TENSOR) sw->st->tensor_bytes += r->nbytes;
   }
+  return 0;
+}
+
+/* Scopes, variables and tensor bytes, from one walk of the chain (heap lock
+ * held, or none on a read-only attachment); a chain that breaks (the heap
+ * walk before it did not) leaves the counts of the blocks before the break. */
+static void stats_model(pdshm_seg *seg, pdshm_stats *st) {
+  struct stats_walk sw = {seg, st};
+  if (pdshm__chain_walk(seg, &(struct pdshm_walker){NULL, stats_block, &sw}, NULL))
+    pdshm__fail_clear(); /* the call succeeds: no detail of a failure */
 }
 
 PDSHM_API int pdshm_seg_stats(pdshm_seg *seg, pdshm_stats *st) {

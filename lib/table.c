@@ -108,7 +108,7 @@ PDSHM_SEQLOCK_READ static int64_t tab_probe(const pdshm_seg *seg, const struct p
  * the lock.  A read-only attachment cannot lock: it waits longer, then gives up. */
 static bool tab_wait(unsigned tries) {
   if (tries < TABLE_SPINS) {
-    __builtin_ia32_pause();
+    pdshm__cpu_relax();
     return false;
   }
   sched_yield();

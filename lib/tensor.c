@@ -36,17 +36,13 @@ PDSHM_API size_t pdshm_dtype_size(pdshm_dtype dt) {
   return (unsigned)dt < sizeof dtype_sizes ? dtype_sizes[dt] : 0;
 }
 
-static struct pdshm_var_rec *R(const pdshm_var *v) {
-  return (struct pdshm_var_rec *)(uintptr_t)(const void *)v;
-}
-
 /* 0 when v is a tensor of an attachment usable here; EFORKED for a handle
  * inherited across fork() (nothing of the segment is read then); ETYPE for
  * anything else. */
 static int tensor_check(const pdshm_var *v) {
   int rc;
   if (!pdshm__var_attached(v, &rc)) return rc == PDSHM_EFORKED ? rc : PDSHM_ETYPE;
-  return R(v)->vtype == PDSHM_V_TENSOR ? 0 : PDSHM_ETYPE;
+  return pdshm__var_rec(v)->vtype == PDSHM_V_TENSOR ? 0 : PDSHM_ETYPE;
 }
 static bool is_tensor(const pdshm_var *v) { return tensor_check(v) == 0; }
 
@@ -117,7 +113,7 @@ PDSHM_API int pdshm_tensor_resize(pdshm_var *v, pdshm_dtype dt, int ndim, const 
   if (!seg) return rc;
   struct resize_args a = {.dt = dt, .ndim = ndim, .dims = dims};
   if ((rc = tensor_size(dt, ndim, dims, &a.nbytes))) return rc;
-  struct pdshm_var_rec *r = R(v);
+  struct pdshm_var_rec *r = pdshm__var_rec(v);
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
   rc = pdshm__j_begin(seg, ln, pdshm__scope_at(seg, r->scope)->lock, PDSHM_OP_RESIZE);
   if (!rc) {
@@ -131,26 +127,26 @@ PDSHM_API int pdshm_tensor_resize(pdshm_var *v, pdshm_dtype dt, int ndim, const 
 
 PDSHM_API void *pdshm_tensor_data(const pdshm_var *v) {
   if (!is_tensor(v)) return NULL;
-  const struct pdshm_var_rec *r = R(v);
+  const struct pdshm_var_rec *r = pdshm__var_rec(v);
   return (uint8_t *)(uintptr_t)r - r->self + r->data;
 }
 
 PDSHM_API int pdshm_tensor_dtype(const pdshm_var *v) {
   int rc = tensor_check(v);
   if (rc) return rc == PDSHM_ETYPE ? pdshm__fail(rc, "not a tensor") : rc;
-  return (int)(R(v)->dtype_ndim & 0xffffffffu);
+  return (int)(pdshm__var_rec(v)->dtype_ndim & 0xffffffffu);
 }
 
 PDSHM_API int pdshm_tensor_ndim(const pdshm_var *v) {
   int rc = tensor_check(v);
   if (rc) return rc == PDSHM_ETYPE ? pdshm__fail(rc, "not a tensor") : rc;
-  return (int)(R(v)->dtype_ndim >> 32);
+  return (int)(pdshm__var_rec(v)->dtype_ndim >> 32);
 }
 
 PDSHM_API const int64_t *pdshm_tensor_dims(const pdshm_var *v) {
-  return is_tensor(v) ? R(v)->dims : NULL;
+  return is_tensor(v) ? pdshm__var_rec(v)->dims : NULL;
 }
 
 PDSHM_API size_t pdshm_tensor_nbytes(const pdshm_var *v) {
-  return is_tensor(v) ? (size_t)R(v)->nbytes : 0;
+  return is_tensor(v) ? (size_t)pdshm__var_rec(v)->nbytes : 0;
 }

@@ -22,8 +22,7 @@ static pthread_once_t thread_once = PTHREAD_ONCE_INIT;
 static bool thread_key_made;
 
 static void thread_exit(void *p) {
-  pdshm__fail_clear(); /* the detail pointed into the block */
-  pdshm__self = NULL;
+  pdshm__self = NULL; /* pdshm_last_error() reads no detail from here on */
   free(p);
 }
 

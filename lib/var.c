@@ -8,7 +8,7 @@
  *  1. A variable belongs to exactly one scope (v->scope never changes) and is
  *     reachable only through that scope's table.
  *  2. Every change to a variable or its scope's table is one journal under the
- *     scope's lock; a name, label or operator list is replaced whole (a new
+ *     scope's lock (lib/CRASH-SAFETY.md); a name, label or operator list is replaced whole (a new
  *     block published by one store), never edited in place, so lock-free
  *     readers see the old one or the new one.
  *  3. v->gen is unique among every variable the segment ever had, so a
@@ -22,10 +22,6 @@
 
 #define VAR_GEN_PREFIX "@var-" /* names of pdshm_var_new */
 
-static pdshm_var *V(struct pdshm_var_rec *r) { return (pdshm_var *)(void *)r; }
-static struct pdshm_var_rec *R(const pdshm_var *v) {
-  return (struct pdshm_var_rec *)(uintptr_t)(const void *)v;
-}
 static const uint8_t *var_base(const struct pdshm_var_rec *r) { return (const uint8_t *)r - r->self; }
 
 /* The attachment whose range holds v, then check(it): v is not read. */
@@ -88,7 +84,7 @@ static int var_make(pdshm_scope *s, const char *name, enum var_mode mode, pdshm_
   uint64_t hash = pdshm__hash(name, len);
   pdshm_off_t v = mode == VAR_GET ? pdshm__table_find(seg, x, name, len, hash) : 0;
   if (v) {
-    *out = V(pdshm__var_at(seg, v));
+    *out = pdshm__var_handle(pdshm__var_at(seg, v));
     return 0;
   }
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
@@ -102,7 +98,7 @@ static int var_make(pdshm_scope *s, const char *name, enum var_mode mode, pdshm_
   }
   if (rc || i >= 0) pdshm__j_abort(seg, ln);
   else pdshm__j_commit(seg, ln);
-  if (!rc) *out = V(pdshm__var_at(seg, v));
+  if (!rc) *out = pdshm__var_handle(pdshm__var_at(seg, v));
 out:
   pdshm__lane_put(ln);
   return rc;
@@ -146,7 +142,7 @@ static pdshm_var *var_find(pdshm_scope *s, const char *name, bool up) {
   for (pdshm_off_t x = s->rec; x && depth <= pdshm__scope_at(seg, s->rec)->depth; depth++) {
     struct pdshm_scope_rec *r = pdshm__scope_at(seg, x);
     pdshm_off_t v = pdshm__table_find(seg, r, name, len, hash);
-    if (v) return V(pdshm__var_at(seg, v));
+    if (v) return pdshm__var_handle(pdshm__var_at(seg, v));
     if (!up) break;
     x = r->parent;
   }
@@ -171,7 +167,7 @@ PDSHM_API int pdshm_scope_foreach_var(pdshm_scope *s, const char *label,
   size_t n;
   if ((rc = pdshm__table_snapshot(s->seg, pdshm__scope_at(s->seg, s->rec), &vars, &n))) return rc;
   for (size_t i = 0; i < n && !rc; i++) {
-    pdshm_var *v = V(pdshm__var_at(s->seg, vars[i]));
+    pdshm_var *v = pdshm__var_handle(pdshm__var_at(s->seg, vars[i]));
     if (!label || !strcmp(pdshm_var_label(v), label)) rc = fn(v, arg);
   }
   pdshm__xfree(vars);
@@ -289,14 +285,14 @@ PDSHM_API int pdshm_var_rename(pdshm_scope *s, const char *from, const char *to)
 PDSHM_API const char *pdshm_var_name(const pdshm_var *v) {
   int rc;
   if (!pdshm__var_attached(v, &rc)) return "";
-  const struct pdshm_var_rec *r = R(v);
+  const struct pdshm_var_rec *r = pdshm__var_rec(v);
   return ((const struct pdshm_name *)(const void *)(var_base(r) + r->name))->s;
 }
 
 PDSHM_API const char *pdshm_var_label(const pdshm_var *v) {
   int rc;
-  if (!pdshm__var_attached(v, &rc) || !R(v)->label) return "";
-  const struct pdshm_var_rec *r = R(v);
+  if (!pdshm__var_attached(v, &rc) || !pdshm__var_rec(v)->label) return "";
+  const struct pdshm_var_rec *r = pdshm__var_rec(v);
   return ((const struct pdshm_name *)(const void *)(var_base(r) + r->label))->s;
 }
 
@@ -309,7 +305,7 @@ static int var_edit(pdshm_var *v, unsigned op,
   pdshm__fail_clear();
   pdshm_seg *seg = pdshm__var_seg(v, &rc);
   if (!seg) return rc;
-  struct pdshm_var_rec *r = R(v);
+  struct pdshm_var_rec *r = pdshm__var_rec(v);
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
   rc = pdshm__j_begin(seg, ln, var_scope(seg, r)->lock, op);
   if (!rc) {
@@ -389,7 +385,7 @@ static int var_ops(const pdshm_var *v, const char **ops, int cap, bool writers) 
   int rc;
   if (!pdshm__var_attached(v, &rc)) return rc;
   if (cap < 0 || (cap > 0 && !ops)) return pdshm__fail(PDSHM_EINVAL, "bad arguments");
-  const struct pdshm_var_rec *r = R(v);
+  const struct pdshm_var_rec *r = pdshm__var_rec(v);
   const struct pdshm_oplist *l = oplist_at(r, writers ? r->writers : r->readers);
   if (!l) return 0;
   const char *p = l->names;
@@ -411,13 +407,14 @@ PDSHM_API int pdshm_var_writers(const pdshm_var *v, const char **ops, int cap) {
 PDSHM_API uint64_t pdshm_var_version(const pdshm_var *v) {
   int rc;
   if (!pdshm__var_attached(v, &rc)) return 0;
-  return atomic_load_explicit(&R(v)->version, memory_order_acquire);
+  return atomic_load_explicit(&pdshm__var_rec(v)->version, memory_order_acquire);
 }
 
 PDSHM_API pdshm_varref pdshm_var_ref(const pdshm_var *v) {
   int rc;
   pdshm_varref ref = {0, 0};
-  if (pdshm__var_attached(v, &rc)) ref = (pdshm_varref){.off = R(v)->self, .gen = R(v)->gen};
+  if (pdshm__var_attached(v, &rc))
+    ref = (pdshm_varref){.off = pdshm__var_rec(v)->self, .gen = pdshm__var_rec(v)->gen};
   return ref;
 }
 
@@ -433,5 +430,5 @@ PDSHM_API pdshm_var *pdshm_varref_get(pdshm_seg *seg, pdshm_varref ref) {
     return NULL;
   struct pdshm_var_rec *r = pdshm__var_at(seg, ref.off);
   if (r->magic != PDSHM_VAR_MAGIC || r->self != ref.off || r->gen != ref.gen) return NULL;
-  return V(r);
+  return pdshm__var_handle(r);
 }

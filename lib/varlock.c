@@ -70,13 +70,9 @@ static void vl_release(struct pdshm_held_lock *h) {
   while (vl_top && !pdshm__self->held[vl_top - 1].var) vl_top--;
 }
 
-static struct pdshm_var_rec *R(const pdshm_var *v) {
-  return (struct pdshm_var_rec *)(uintptr_t)(const void *)v;
-}
-
 static void vl_pause(unsigned round) {
   if (round < 64) {
-    __builtin_ia32_pause();
+    pdshm__cpu_relax();
     return;
   }
   long ns = round < 1024 ? 1000 : 100000;
@@ -122,7 +118,7 @@ static int vl_share(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk, pdshm_
     pdshm__j_abort(seg, ln);
   } else {
     struct pdshm_handle_rec *h = PDSHM_AT(seg->base, *hold, struct pdshm_handle_rec);
-    h->epoch = r->gen;
+    h->gen = r->gen;
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, h, scope), r->self); /* the variable */
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lk_readers), r->lk_readers + 1);
     pdshm__j_commit(seg, ln);
@@ -202,7 +198,7 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   pdshm__fail_clear();
   pdshm_seg *seg = pdshm__var_seg(v, &rc);
   if (!seg) return rc;
-  struct pdshm_var_rec *r = R(v);
+  struct pdshm_var_rec *r = pdshm__var_rec(v);
   struct pdshm_held_lock *held = vl_find(r);
   if (held && (held->excl || exclusive))
     return pdshm__fail(PDSHM_EDEADLK, "this thread already holds the lock of \"%s\"",
@@ -229,7 +225,7 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
   pdshm__fail_clear();
   pdshm_seg *seg = pdshm__var_seg(v, &rc);
   if (!seg) return rc;
-  struct pdshm_var_rec *r = R(v);
+  struct pdshm_var_rec *r = pdshm__var_rec(v);
   struct pdshm_held_lock *held = vl_find(r);
   if (!held) return pdshm__fail(PDSHM_EPERM, "this thread does not hold that variable's lock");
   if (!held->excl && --held->count) return 0;
@@ -250,8 +246,8 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
 /* Reaper: the share a dead process's HOLD block h gives back. */
 int pdshm__varlock_drop_hold(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h) {
   const struct pdshm_handle_rec *hr = PDSHM_AT(seg->base, h, struct pdshm_handle_rec);
-  pdshm_varref ref = {.off = hr->scope, .gen = hr->epoch};
+  pdshm_varref ref = {.off = hr->scope, .gen = hr->gen};
   pdshm_var *v = pdshm_varref_get(seg, ref);
-  if (!v || !R(v)->lock) return 0; /* the variable is gone: the sweep frees h */
-  return vl_unshare(seg, ln, R(v), (uint32_t)R(v)->lock, h);
+  if (!v || !pdshm__var_rec(v)->lock) return 0; /* the variable is gone: the sweep frees h */
+  return vl_unshare(seg, ln, pdshm__var_rec(v), (uint32_t)pdshm__var_rec(v)->lock, h);
 }

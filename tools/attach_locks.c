@@ -49,8 +49,8 @@ static void locks_text(struct ctx *c, const struct scope_list *l, const struct l
   for (size_t i = 0; i < r->n; i++) {
     const pdshm_lock_info *li = &r->li[i];
     char holder[16];
-    if (li->held) snprintf(holder, sizeof holder, "%u", li->holder_pid);
-    else snprintf(holder, sizeof holder, "-");
+    if (li->held == 1) snprintf(holder, sizeof holder, "%u", li->holder_pid);
+    else snprintf(holder, sizeof holder, li->held ? "?" : "-");
     fprintf(c->out, "%6u  %-*s  %8s  %12llu  %8.1f%%  %10.3f s  %5llu%s\n", li->index, (int)w,
             printable(guards(l, li, g, sizeof g), safe, sizeof safe), holder,
             (unsigned long long)li->acquisitions, 100.0 * share(li), (double)li->wait_ns / 1e9,
@@ -81,7 +81,7 @@ static void locks_json(struct ctx *c, const struct scope_list *l, const struct l
     else fputs("null", f);
     fprintf(f, ",\"held\":%s,\"holder_pid\":%u,\"acquisitions\":%llu,\"contended\":%llu,"
             "\"contended_share\":%.6f,\"wait_ns\":%llu,\"owner_died\":%llu,\"unrecoverable\":%s}",
-            li->held ? "true" : "false", li->holder_pid, (unsigned long long)li->acquisitions,
+            li->held == 1 ? "true" : li->held ? "null" : "false", li->holder_pid, (unsigned long long)li->acquisitions,
             (unsigned long long)li->contended, share(li), (unsigned long long)li->wait_ns,
             (unsigned long long)li->owner_died, li->unrecoverable ? "true" : "false");
   }

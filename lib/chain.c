@@ -1,0 +1,45 @@
+/*
+ * chain.c - the one walk of the arena's chain of blocks (layout.h,
+ * invariant 2), for the heap, the checker, the statistics and the
+ * introspection calls.
+ *
+ * Invariants:
+ *  1. A block is visited only once its size was found to fit: a multiple of
+ *     PDSHM_ALIGN, at least PDSHM_BLK_MIN, and not past arena_end.  So every
+ *     step moves forward, the walk ends, and it never leaves the arena, even
+ *     on hostile bytes.
+ *  2. The walk steps over the size it read before the visit: a visitor may
+ *     change the block it is given (state, owner, type; or make it the tail
+ *     of a merge into an earlier block) but never its end.
+ */
+#include "config.h"
+
+#include "internal.h"
+
+/* The size of the block whose header word is w at `at`, if it fits, else 0. */
+static uint64_t chain_size(const pdshm_seg *seg, pdshm_off_t at, uint64_t w) {
+  uint64_t size = pdshm__blk_size(w);
+  if (size < PDSHM_BLK_MIN || size % PDSHM_ALIGN || size > seg->hdr->arena_end - at) return 0;
+  return size;
+}
+
+int pdshm__chain_walk(const pdshm_seg *seg, const struct pdshm_walker *w, pdshm_off_t *broke) {
+  const struct pdshm_hdr *h = seg->hdr;
+  if (broke) *broke = 0;
+  if (!pdshm__arena_sane(seg)) return pdshm__fail(PDSHM_EBADSEG, "arena bounds are damaged");
+  if (w->reset) w->reset(w->arg);
+  for (pdshm_off_t at = h->arena_off; at < h->arena_end;) {
+    const struct pdshm_blk *b = PDSHM_AT(seg->base, at, const struct pdshm_blk);
+    uint64_t word = atomic_load_explicit(&b->word, memory_order_acquire);
+    uint64_t size = chain_size(seg, at, word);
+    if (!size) {
+      if (broke) *broke = at;
+      return pdshm__fail(PDSHM_EBADSEG, "block chain broken at %#llx (size %llu)",
+                         (unsigned long long)at, (unsigned long long)pdshm__blk_size(word));
+    }
+    int rc = w->visit(w->arg, at, b, word);
+    if (rc) return rc;
+    at += size;
+  }
+  return 0;
+}
