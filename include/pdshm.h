@@ -71,7 +71,9 @@ extern "C" {
     "segment poisoned: a repair after a process death failed")                 \
   X(EBADSEG, -10001, "not a valid pdshm segment (bad header, layout or size)") \
   X(ETYPE, -10002, "variable holds a value of another type")                   \
-  X(EFORKED, -10003, "handle inherited across fork(): attach again")
+  X(EFORKED, -10003, "handle inherited across fork(): attach again")          \
+  X(ETIMEDOUT, -ETIMEDOUT, "timed out")                                        \
+  X(EOWNERDEAD, -EOWNERDEAD, "a member of the group died")
 
 typedef enum {
 #define PDSHM__ERR_ENUM(name, value, msg) PDSHM_##name = (value),
@@ -246,6 +248,71 @@ PDSHM_API uint64_t pdshm_var_version(const pdshm_var *v);
 PDSHM_API pdshm_varref pdshm_var_ref(const pdshm_var *v);
 /* The variable, or NULL once it was erased or its scope died. */
 PDSHM_API pdshm_var *pdshm_varref_get(pdshm_seg *seg, pdshm_varref r);
+
+/* ---- Trainer groups: waiting, barriers, reduction ----------------------- */
+/*
+ * Blocks until v's version differs from `seen`; 0 (read the new version with
+ * pdshm_var_version), PDSHM_ETIMEDOUT after timeout_ns (< 0: no limit).  No
+ * lock, no busy spinning: a futex on the version word, woken by every bump
+ * (an exclusive unlock, a resize, in any process).  A read-only attachment
+ * cannot be woken and looks again every millisecond.  EINVAL for NULL or a
+ * variable of no attachment of this process; EFORKED.
+ */
+PDSHM_API int pdshm_var_wait(const pdshm_var *v, uint64_t seen, int64_t timeout_ns);
+
+#define PDSHM_GROUP_MAX 256u   /* members of one group                         */
+#define PDSHM_GROUP_NAME_MAX PDSHM_NAME_MAX
+typedef struct pdshm_group pdshm_group; /* this process's membership: private */
+typedef enum { PDSHM_SUM, PDSHM_MEAN, PDSHM_MAX, PDSHM_MIN } pdshm_reduce_op;
+
+/*
+ * Joins the group NAME (1 to PDSHM_GROUP_NAME_MAX bytes; created by its first
+ * joiner) of `size` members (1 to PDSHM_GROUP_MAX).  rank < 0 takes the lowest
+ * free rank (a rank whose holder died counts as free); a given rank held by a
+ * live member is PDSHM_EBUSY, one held by a dead member is taken over (the
+ * replacement).  A size other than the group's, or a rank >= size, is
+ * PDSHM_EINVAL; a full group PDSHM_EUSERS; ENOMEM; EROFS; EFORKED.  A group's
+ * memory goes back when its last member leaves (or dies and is reaped).  A
+ * failure changes nothing.  One thread at a time uses a pdshm_group.
+ */
+PDSHM_API int pdshm_group_join(pdshm_seg *seg, const char *name, unsigned size, int rank,
+                               pdshm_group **out);
+PDSHM_API int pdshm_group_rank(const pdshm_group *g);  /* EINVAL for NULL */
+PDSHM_API int pdshm_group_size(const pdshm_group *g);  /* EINVAL for NULL */
+/*
+ * 0 once every rank has reached this barrier.  PDSHM_EOWNERDEAD when a member
+ * died during or before this round: every survivor gets it for the same round
+ * (within 100 ms of the death without pdshmd, at once with it), the round is
+ * abandoned, and the next barrier waits for the dead rank to be taken over.
+ * A replacement is not told of the death it replaced: its first barrier
+ * joins the next round.  A rank left free by pdshm_group_leave is waited for
+ * too.  PDSHM_ETIMEDOUT after timeout_ns (< 0: no limit): the caller then has
+ * not passed the barrier, and its next barrier call waits for the same round
+ * again.  EINVAL for NULL; EFORKED.
+ */
+PDSHM_API int pdshm_group_barrier(pdshm_group *g, int64_t timeout_ns);
+/*
+ * Every member passes its own tensor of the same dtype and element count,
+ * with the same op (else PDSHM_EINVAL at every member, and no tensor
+ * changed); on return each member's tensor holds the op over all members'
+ * tensors.  The work is split between the members and done in place in the
+ * segment (the buffers are pinned meanwhile).  F16 and BF16 are reduced in
+ * f32; MEAN divides the sum once, at the end: integer MEAN truncates towards
+ * zero, as C's division does.  Integer sums wrap around.  Dtypes: F16,
+ * BF16, F32, F64, I32, I64 (others: EINVAL at the caller alone, before it
+ * takes part).  Errors as for the barrier: after PDSHM_EOWNERDEAD or a
+ * timeout while the members were writing (PDSHM_ETIMEDOUT at every member of
+ * that round) the tensors' contents are unspecified; a timeout before any
+ * member wrote leaves them unchanged and a later call takes part in the same
+ * round.  Once the call returns, with any result, no other member writes the
+ * caller's tensor.  ETYPE when v holds no tensor.
+ */
+PDSHM_API int pdshm_group_allreduce(pdshm_group *g, pdshm_var *v, pdshm_reduce_op op,
+                                    int64_t timeout_ns);
+/* Frees the rank and the handle (also on error); the group's memory goes
+ * back when this was its last member.  pdshm_detach leaves every group of
+ * the attachment. */
+PDSHM_API int pdshm_group_leave(pdshm_group *g);
 
 /* ---- Tensors ------------------------------------------------------------ */
 #define PDSHM_NDIM_MAX 8
@@ -437,7 +504,8 @@ typedef struct pdshm_var_info {
 PDSHM_API int pdshm_inspect_vars(pdshm_seg *seg, uint64_t scope_id,
                                  int (*fn)(const pdshm_var_info *vi, void *arg), void *arg);
 
-enum { PDSHM_LOCK_OF_HEAP = 1, PDSHM_LOCK_OF_SCOPE = 2, PDSHM_LOCK_OF_VAR = 3 };
+enum { PDSHM_LOCK_OF_HEAP = 1, PDSHM_LOCK_OF_SCOPE = 2, PDSHM_LOCK_OF_VAR = 3,
+       PDSHM_LOCK_OF_GROUPS = 4 /* the trainer groups' registry */ };
 typedef struct pdshm_lock_info {
   uint32_t index;          /* in the lock table                                  */
   int kind;                /* PDSHM_LOCK_OF_*: what it guards                    */
