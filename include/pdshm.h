@@ -504,8 +504,7 @@ typedef struct pdshm_var_info {
 PDSHM_API int pdshm_inspect_vars(pdshm_seg *seg, uint64_t scope_id,
                                  int (*fn)(const pdshm_var_info *vi, void *arg), void *arg);
 
-enum { PDSHM_LOCK_OF_HEAP = 1, PDSHM_LOCK_OF_SCOPE = 2, PDSHM_LOCK_OF_VAR = 3,
-       PDSHM_LOCK_OF_GROUPS = 4 /* the trainer groups' registry */ };
+enum { PDSHM_LOCK_OF_HEAP = 1, PDSHM_LOCK_OF_SCOPE = 2, PDSHM_LOCK_OF_VAR = 3 };
 typedef struct pdshm_lock_info {
   uint32_t index;          /* in the lock table                                  */
   int kind;                /* PDSHM_LOCK_OF_*: what it guards                    */

@@ -42,7 +42,8 @@ static int lk_guards(struct lk_walk *w, const struct pdshm_lock *l, pdshm_lock_i
 static int lk_entry(struct lk_walk *w, uint32_t i) {
   const struct pdshm_lock *l = pdshm__lockent(w->seg, i);
   uint64_t alloc = atomic_load_explicit(&l->alloc, memory_order_acquire);
-  if (i >= PDSHM_LOCK_FIXED && alloc != PDSHM_LOCK_PUBLISHED) return 0;
+  /* The groups' registry lock is the groups view's business. */
+  if (i == PDSHM_LOCK_GROUPS || (i != PDSHM_LOCK_HEAP && alloc != PDSHM_LOCK_PUBLISHED)) return 0;
   if (w->n == w->most)
     return pdshm__fail(PDSHM_EBADSEG, "more locks in use than scopes and variables");
   pdshm_lock_info *li = &w->li[w->n];
@@ -56,13 +57,11 @@ static int lk_entry(struct lk_walk *w, uint32_t i) {
   case PDSHM_LK_HEAP: li->kind = PDSHM_LOCK_OF_HEAP; break;
   case PDSHM_LK_SCOPE: li->kind = PDSHM_LOCK_OF_SCOPE; break;
   case PDSHM_LK_VAR: li->kind = PDSHM_LOCK_OF_VAR; break;
-  case PDSHM_LK_GROUPS: li->kind = PDSHM_LOCK_OF_GROUPS; break;
   default: return pdshm__fail(PDSHM_EBADSEG, "lock %u: unknown kind %u", i, l->kind);
   }
-  if ((i == PDSHM_LOCK_HEAP) != (li->kind == PDSHM_LOCK_OF_HEAP) ||
-      (i == PDSHM_LOCK_GROUPS) != (li->kind == PDSHM_LOCK_OF_GROUPS))
+  if ((i == PDSHM_LOCK_HEAP) != (li->kind == PDSHM_LOCK_OF_HEAP))
     return pdshm__fail(PDSHM_EBADSEG, "lock %u: kind %u in the wrong place", i, l->kind);
-  int rc = i < PDSHM_LOCK_FIXED ? 0 : lk_guards(w, l, li);
+  int rc = li->kind == PDSHM_LOCK_OF_HEAP ? 0 : lk_guards(w, l, li);
   if (!rc) w->n++;
   return rc;
 }
@@ -80,7 +79,7 @@ static int lk_once(void *arg) {
   int rc = pdshm__snap_take(w->seg, &w->snap);
   if (rc) return rc;
   /* Entries in use guard the heap or a record the snapshot holds (inv. 4). */
-  w->most = PDSHM_LOCK_FIXED + pdshm__snap_count(&w->snap, PDSHM_T_SCOPE) +
+  w->most = 1 + pdshm__snap_count(&w->snap, PDSHM_T_SCOPE) +
                 pdshm__snap_count(&w->snap, PDSHM_T_VAR);
   w->li = pdshm__zalloc(w->most * sizeof *w->li);
   if (!w->li) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");

@@ -59,10 +59,7 @@ static void locks_text(struct ctx *c, const struct scope_list *l, const struct l
 }
 
 static const char *kind_name(int kind) {
-  return kind == PDSHM_LOCK_OF_HEAP     ? "heap"
-         : kind == PDSHM_LOCK_OF_SCOPE  ? "scope"
-         : kind == PDSHM_LOCK_OF_GROUPS ? "groups"
-                                        : "var";
+  return kind == PDSHM_LOCK_OF_HEAP ? "heap" : kind == PDSHM_LOCK_OF_SCOPE ? "scope" : "var";
 }
 
 static void locks_json(struct ctx *c, const struct scope_list *l, const struct lock_rows *r) {
