@@ -270,7 +270,9 @@ static int jrn_sane(pdshm_seg *seg, const struct pdshm_journal *j) {
     return PDSHM_EBADSEG;
   for (uint32_t i = 0; i < j->nredo; i++) {
     pdshm_off_t at = j->redo[i].at & ~(pdshm_off_t)JRN_BUMP;
-    if (at % 8 || at < seg->hdr->slots_off || at >= seg->size) return PDSHM_EBADSEG;
+    bool registry = at == offsetof(struct pdshm_hdr, groups); /* group.c's list head */
+    if (at % 8 || (at < seg->hdr->slots_off && !registry) || at >= seg->size)
+      return PDSHM_EBADSEG;
   }
   const pdshm_off_t lo = seg->hdr->arena_off + PDSHM_BLK_HDR, hi = seg->hdr->arena_end;
   for (uint32_t i = 0; i < j->nnew; i++) {
