@@ -274,8 +274,9 @@ void pdshm__group_leave_all(pdshm_seg *seg) {
 
 /* ---- the reaper's part ------------------------------------------------------ */
 
-/* Lock held, journaled: marks slot's members of one group dead; the first
- * group needing it, or 0 when none does.  *round_out: the round broken. */
+/* Lock held, journaled: marks slot's member of one group dead (the first
+ * group that has one, in *done); 1 when the group lives on, 2 when it went
+ * with it, 0 when no group has one.  *broken: the round it broke. */
 static int group_reap_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t slot,
                           pdshm_off_t *done, uint32_t *broken) {
   uint64_t bound = seg->hdr->size / sizeof(struct pdshm_group_rec);
@@ -287,7 +288,7 @@ static int group_reap_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t sl
       uint64_t m = atomic_load(&g->rank[r].member);
       if (!group_rank_held(m) || (m & 0xffff) != slot + 1) continue;
       *broken = PDSHM_GS_ROUND(atomic_load(&g->state));
-      group_announce(g, r, m);
+      group_announce(g, r, m); /* breaks *broken and wakes the survivors */
       *done = off;
       int rc = group_set_member(seg, ln, off, r, m | PDSHM_GM_DEAD);
       return rc < 0 ? rc : rc ? 2 : 1;
@@ -308,12 +309,10 @@ int pdshm__group_reap_slot(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx 
       pdshm__j_abort(seg, ln);
       return rc;
     }
+    /* Invariant 4, with the lock held so that the record stays (writers
+     * take no lock: they stop within a chunk of the break). */
+    pdshm__round_wait_writers(seg, pdshm__group_rec(seg, off), round, -1);
     PDSHM_CRASHPOINT("group.reap.ready");
     pdshm__j_commit(seg, ln);
-    if (rc == 1) { /* the group lives on: survivors see the death now */
-      struct pdshm_group_rec *g = pdshm__group_rec(seg, off);
-      pdshm__futex_wake(pdshm__futex_low(&g->state), &g->waiters);
-      pdshm__round_wait_writers(seg, g, round, -1);
-    }
   }
 }
