@@ -524,6 +524,39 @@ typedef struct pdshm_lock_info {
 PDSHM_API int pdshm_inspect_locks(pdshm_seg *seg,
                                   int (*fn)(const pdshm_lock_info *li, void *arg), void *arg);
 
+/* Trainer groups (pdshm_group_join), as the registry lists them. */
+enum { PDSHM_MEMBER_FREE = 0, PDSHM_MEMBER_ALIVE = 1, PDSHM_MEMBER_DEAD = 2 };
+typedef struct pdshm_group_member_info {
+  int state;               /* PDSHM_MEMBER_*: FREE = never taken or left; DEAD = */
+                           /* its process died (reaped or not)                   */
+  uint32_t slot;           /* its process slot (ALIVE, DEAD)                     */
+  uint32_t pid;            /* that slot's pid while ALIVE, else 0                */
+  uint32_t arrived;        /* the last round it arrived at                       */
+  int writing;             /* writing its share of an allreduce right now        */
+} pdshm_group_member_info;
+typedef struct pdshm_group_info {
+  char name[PDSHM_GROUP_NAME_MAX + 1];
+  uint64_t id;             /* unique for the segment's life                      */
+  uint32_t size;           /* ranks                                              */
+  uint32_t alive, dead;    /* members of each state                              */
+  uint32_t round;          /* the round in progress (barriers and allreduces     */
+                           /* count one or two each)                             */
+  uint32_t arrived;        /* members that arrived at it                         */
+  uint32_t broken;         /* of the PDSHM_GROUP_HISTORY rounds before it, those */
+  uint32_t timed_out;      /* broken by a death (bit 0: the last), or by a       */
+                           /* timeout                                            */
+  uint64_t bytes;          /* of its blocks: record and name                     */
+  uint64_t created_ns;     /* CLOCK_REALTIME                                     */
+  const pdshm_group_member_info *members; /* [size], rank order: valid during    */
+                                          /* the callback only                   */
+} pdshm_group_info;
+#define PDSHM_GROUP_HISTORY 10
+/* Calls fn for each group of the registry, newest first, until fn returns
+ * nonzero, which is then returned.  Works on a read-only attachment; takes no
+ * lock, stores nothing.  ENOMEM, EBADSEG. */
+PDSHM_API int pdshm_inspect_groups(pdshm_seg *seg,
+                                   int (*fn)(const pdshm_group_info *gi, void *arg), void *arg);
+
 #define PDSHM_ALLOC_CLASSES 59 /* small size classes */
 typedef struct pdshm_alloc_class {
   uint32_t block_size;     /* bytes, header included                             */
