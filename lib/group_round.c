@@ -27,7 +27,7 @@
 #include "group.h"
 
 #define SLICE_NS 10000000 /* 10 ms: a death is noticed well within 100 ms */
-#define SPIN 2000         /* looks at the state before the first sleep     */
+#define SPIN 200          /* looks at the state before the first sleep     */
 
 uint64_t pdshm__round_deadline(int64_t timeout_ns) {
   return timeout_ns < 0 ? UINT64_MAX : pdshm__now_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ns;
