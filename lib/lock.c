@@ -46,6 +46,9 @@ void pdshm__lock_init_table(pdshm_seg *seg) {
   struct pdshm_lock *heap = pdshm__lockent(seg, PDSHM_LOCK_HEAP);
   heap->kind = PDSHM_LK_HEAP;
   atomic_store(&heap->alloc, PDSHM_LOCK_PUBLISHED);
+  struct pdshm_lock *groups = pdshm__lockent(seg, PDSHM_LOCK_GROUPS);
+  groups->kind = PDSHM_LK_GROUPS;
+  atomic_store(&groups->alloc, PDSHM_LOCK_PUBLISHED);
 }
 
 void pdshm__poison(pdshm_seg *seg, const char *why) {
