@@ -12,7 +12,8 @@
  * Invariants:
  *  1. Every Scope and Pin holds a strong reference to its Segment, so the C
  *     attachment outlives them; pdshm_detach runs only when the Segment is
- *     closed (detach() or dealloc) AND no Pin of it is alive.
+ *     closed (detach() or dealloc) AND no Pin of it is alive AND no call is
+ *     running on it with the GIL released (pdshmpy_seg_hold).
  *  2. A Segment lists its live Scope objects and Pins (borrowed links, kept
  *     under the GIL); detach() releases every scope handle of the list.
  *  3. After fork() the first use of a Segment in the child drops the inherited
@@ -83,6 +84,7 @@ typedef struct pdshmpy_seg {
   pid_t pid;           /* the process that made seg                         */
   int closed;          /* detach() was called: no new use                   */
   Py_ssize_t npins;    /* live Pins of this attachment                      */
+  Py_ssize_t busy;     /* calls running on seg with the GIL released        */
   pdshmpy_link scopes; /* live Scope objects                                */
   pdshmpy_link pins;   /* live Pin objects                                  */
   pdshmpy_link link;   /* in the state's segment list                       */
@@ -129,6 +131,10 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
                            int create);
 /* Called when a pin of s goes: detaches a closed segment after its last pin. */
 void pdshmpy_seg_pin_gone(pdshmpy_seg *s);
+/* Around a call that releases the GIL: detach() from another thread meanwhile
+ * closes the Segment but leaves pdshm_detach to the last of these. */
+static inline void pdshmpy_seg_hold(pdshmpy_seg *s) { s->busy++; }
+void pdshmpy_seg_unhold(pdshmpy_seg *s);
 /* The fork hook (after_in_child): re-attaches segments that have pins and
  * inherits each pin so that inherited views stay backed. */
 PyObject *pdshmpy_after_fork_child(PyObject *module, PyObject *unused);

@@ -4,8 +4,10 @@
  *
  * States: OPEN (seg set, not closed) -> CLOSED (detach() called: every scope
  * handle released, no new use) -> DETACHED (pdshm_detach ran, seg NULL).
- * CLOSED -> DETACHED happens at once when no Pin is alive, otherwise when the
- * last Pin goes (pdshmpy_seg_pin_gone), so that no view sees unmapped memory.
+ * CLOSED -> DETACHED happens at once when no Pin is alive and no call runs
+ * without the GIL, otherwise when the last of them ends (pdshmpy_seg_pin_gone,
+ * pdshmpy_seg_unhold), so that no view sees unmapped memory and no call a
+ * freed handle.
  * A Segment used in a fork child (pid differs) first drops what it inherited
  * and attaches again by name (invariant 3 of pdshmpy.h).
  */
@@ -45,6 +47,7 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
   s->pid = getpid();
   s->closed = 0;
   s->npins = 0;
+  s->busy = 0;
   s->weakrefs = NULL;
   pdshmpy_list_init(&s->scopes);
   pdshmpy_list_init(&s->pins);
@@ -99,11 +102,15 @@ static void seg_close(pdshmpy_seg *s) {
     pdshmpy_scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link));
     pdshmpy_list_del(l);
   }
-  if (s->npins == 0) seg_detach_now(s);
+  if (s->npins == 0 && s->busy == 0) seg_detach_now(s);
 }
 
 void pdshmpy_seg_pin_gone(pdshmpy_seg *s) {
-  if (--s->npins == 0 && s->closed) seg_detach_now(s);
+  if (--s->npins == 0 && s->busy == 0 && s->closed) seg_detach_now(s);
+}
+
+void pdshmpy_seg_unhold(pdshmpy_seg *s) {
+  if (--s->busy == 0 && s->npins == 0 && s->closed) seg_detach_now(s);
 }
 
 static PyObject *seg_detach(PyObject *self, PyObject *unused) {
@@ -205,9 +212,11 @@ static PyObject *seg_reap(PyObject *self, PyObject *unused) {
   if (!seg) return NULL;
   unsigned n = 0;
   int rc;
+  pdshmpy_seg_hold((pdshmpy_seg *)self);
   Py_BEGIN_ALLOW_THREADS
   rc = pdshm_reap(seg, &n);
   Py_END_ALLOW_THREADS
+  pdshmpy_seg_unhold((pdshmpy_seg *)self);
   if (rc) return pdshmpy_raise(PDSHMPY_STATE(self), rc, "reap");
   return PyLong_FromUnsignedLong(n);
 }
