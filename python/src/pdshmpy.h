@@ -72,7 +72,10 @@ int pdshmpy_errors_init(PyObject *module, pdshmpy_state *st);
 /* Raises the exception for rc (a negative PDSHM_E* code) with pdshm_strerror,
  * the library's detail (pdshm_last_error, read now) and what (may be NULL). */
 PyObject *pdshmpy_raise(pdshmpy_state *st, int rc, const char *what);
-/* Same, with a message of our own instead of the library's detail. */
+/* pdshmpy_raise with `what` formatted by PyOS_snprintf (no %R). */
+PyObject *pdshmpy_raise_fmt(pdshmpy_state *st, int rc, const char *fmt, ...);
+/* Same, with a message of our own instead of the library's detail (for
+ * failures the module itself detects). */
 PyObject *pdshmpy_raise_msg(pdshmpy_state *st, int rc, const char *fmt, ...);
 
 /* ---- objects ------------------------------------------------------------------------ */

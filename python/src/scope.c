@@ -57,7 +57,7 @@ static pdshm_scope *scope_handle(pdshmpy_scope *sc) {
   int rc = pdshm_scope_open(seg, PyUnicode_AsUTF8(sc->path), &sc->h);
   if (rc) {
     sc->h = NULL;
-    pdshmpy_raise_msg(st, rc, "reopening scope %R after fork()", sc->path);
+    pdshmpy_raise_fmt(st, rc, "reopening scope '%s' after fork()", PyUnicode_AsUTF8(sc->path));
     return NULL;
   }
   sc->pid = getpid();

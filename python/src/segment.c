@@ -34,8 +34,7 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
   if (!pdshmpy_utf8(name, "segment name")) return NULL;
   pdshm_seg *seg = NULL;
   int rc = seg_attach_now(name, o ? o->flags : 0, o, create, &seg);
-  if (rc) return pdshmpy_raise_msg(st, rc, "segment %R%s%s", name, *pdshm_last_error() ? ": " : "",
-                                   pdshm_last_error());
+  if (rc) return pdshmpy_raise_fmt(st, rc, "segment '%s'", PyUnicode_AsUTF8(name));
   pdshmpy_seg *s = PyObject_GC_New(pdshmpy_seg, st->segment_type);
   if (!s) {
     pdshm_detach(seg);
@@ -75,8 +74,7 @@ pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s) {
   int rc = seg_attach_now(s->name, s->flags, NULL, 0, &s->seg);
   if (rc) {
     s->seg = NULL;
-    pdshmpy_raise_msg(st, rc, "re-attaching segment %R after fork()%s%s", s->name,
-                      *pdshm_last_error() ? ": " : "", pdshm_last_error());
+    pdshmpy_raise_fmt(st, rc, "re-attaching segment '%s' after fork()", PyUnicode_AsUTF8(s->name));
     return NULL;
   }
   s->pid = getpid();
@@ -203,7 +201,7 @@ static PyObject *seg_open_path(PyObject *self, PyObject *path) {
   if (!seg) return NULL;
   pdshm_scope *h = NULL;
   int rc = pdshm_scope_open(seg, p, &h);
-  if (rc) return pdshmpy_raise_msg(PDSHMPY_STATE(self), rc, "scope path %R", path);
+  if (rc) return pdshmpy_raise_fmt(PDSHMPY_STATE(self), rc, "scope path '%s'", p);
   return pdshmpy_scope_wrap(s, h, path);
 }
 
