@@ -155,11 +155,9 @@ static int src_from_dlpack(PyObject *o, src_desc *s) {
   return 1;
 }
 
-static int src_from_numpy(PyObject *o, src_desc *s) {
-  PyObject *np = PyImport_ImportModule("numpy");
-  if (!np) return -1;
-  PyObject *arr = PyObject_CallMethod(np, "asarray", "O", o);
-  Py_DECREF(np);
+static int src_from_numpy(pdshmpy_state *st, PyObject *o, src_desc *s) {
+  PyObject *asarray = pdshmpy_np_asarray(st);
+  PyObject *arr = asarray ? PyObject_CallOneArg(asarray, o) : NULL;
   if (!arr) return -1;
   int rc = src_from_buffer(arr, s);
   Py_DECREF(arr); /* the buffer keeps the array */
@@ -171,7 +169,7 @@ static int src_open(pdshmpy_state *st, PyObject *o, src_desc *s) {
   if (Py_IS_TYPE(o, st->var_type)) return src_from_var((pdshmpy_var *)o, s);
   int rc = src_from_buffer(o, s);
   if (!rc) rc = src_from_dlpack(o, s);
-  if (!rc) return src_from_numpy(o, s);
+  if (!rc) return src_from_numpy(st, o, s);
   return rc < 0 ? -1 : 0;
 }
 

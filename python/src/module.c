@@ -3,12 +3,40 @@
  * (PEP 489), its state (PEP 573: heap types and exceptions, no static
  * PyObject *), and the module functions create, attach, unlink.
  */
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "pdshmpy.h"
 
 static struct PyModuleDef pdshmpy_module;
 
 pdshmpy_state *pdshmpy_state_of_type(PyTypeObject *tp) {
   return (pdshmpy_state *)PyType_GetModuleState(tp);
+}
+
+/* ---- fork generation ---------------------------------------------------------------- */
+
+/* Process-wide, like the fork itself: shared by every interpreter. */
+static atomic_ulong forkgen;
+static pthread_once_t forkgen_once = PTHREAD_ONCE_INIT;
+
+static void forkgen_bump(void) { atomic_fetch_add_explicit(&forkgen, 1, memory_order_relaxed); }
+static void forkgen_register(void) { pthread_atfork(NULL, NULL, forkgen_bump); }
+
+void pdshmpy_forkgen_init(void) { pthread_once(&forkgen_once, forkgen_register); }
+
+unsigned long pdshmpy_forkgen(void) {
+  return atomic_load_explicit(&forkgen, memory_order_relaxed);
+}
+
+PyObject *pdshmpy_np_asarray(pdshmpy_state *st) {
+  if (!st->np_asarray) {
+    PyObject *np = PyImport_ImportModule("numpy");
+    if (!np) return NULL;
+    st->np_asarray = PyObject_GetAttrString(np, "asarray");
+    Py_DECREF(np);
+  }
+  return st->np_asarray;
 }
 
 /* ---- functions ------------------------------------------------------------------------- */
@@ -97,7 +125,7 @@ static PyMethodDef mod_methods[] = {
   X(Error) X(NotFound) X(Exists) X(NoMemory) X(InvalidArgument) X(PermissionDenied)          \
   X(TimedOut) X(BadSegment) X(Forked) X(PeerDied) X(Stale) X(WrongType) X(stats_type)        \
   X(seginfo_type) X(scopeinfo_type) X(varinfo_type) X(procinfo_type) X(lockinfo_type)        \
-  X(allocinfo_type) X(allocclass_type)
+  X(allocinfo_type) X(allocclass_type) X(np_asarray)
 
 static int mod_traverse(PyObject *module, visitproc visit, void *arg) {
   pdshmpy_state *st = PyModule_GetState(module);
@@ -125,6 +153,7 @@ static int add_type(PyObject *module, PyTypeObject **slot, PyType_Spec *spec, in
 
 static int mod_exec(PyObject *module) {
   pdshmpy_state *st = PyModule_GetState(module);
+  pdshmpy_forkgen_init();
   pdshmpy_list_init(&st->segments);
   if (add_type(module, &st->segment_type, &pdshmpy_segment_spec, 1) ||
       add_type(module, &st->scope_type, &pdshmpy_scope_spec, 1) ||
@@ -160,4 +189,5 @@ static struct PyModuleDef pdshmpy_module = {
     .m_free = mod_free,
 };
 
+PyMODINIT_FUNC PyInit__pdshm(void);
 PyMODINIT_FUNC PyInit__pdshm(void) { return PyModuleDef_Init(&pdshmpy_module); }

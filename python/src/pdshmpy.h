@@ -16,10 +16,14 @@
  *     running on it with the GIL released (pdshmpy_seg_hold).
  *  2. A Segment lists its live Scope objects and Pins (borrowed links, kept
  *     under the GIL); detach() releases every scope handle of the list.
- *  3. After fork() the first use of a Segment in the child drops the inherited
- *     handles (scope handles first, then the attachment) and attaches again by
- *     name; a named Scope then reopens by path, an anonymous one raises Forked.
+ *  3. After fork() (the fork generation differs) the first use of a Segment in
+ *     the child drops the inherited handles (scope handles first, then the
+ *     attachment) and attaches again by name; a named Scope then reopens by
+ *     path, an anonymous one raises Forked.
  *  4. No static PyObject *: types and exceptions live in the module state.
+ *  5. References only point towards the Segment (Scope, Var, Pin -> Segment;
+ *     VarRef, VarLock -> Var), never back, so no cycle can form and the
+ *     objects are not tracked by the cyclic GC.
  */
 #ifndef PDSHMPY_H
 #define PDSHMPY_H
@@ -27,7 +31,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
-#include <sys/types.h>
 
 #include "pdshm.h"
 
@@ -61,10 +64,16 @@ typedef struct {
   /* introspection records (struct sequences) */
   PyTypeObject *stats_type, *seginfo_type, *scopeinfo_type, *varinfo_type, *procinfo_type,
       *lockinfo_type, *allocinfo_type, *allocclass_type;
+  PyObject *np_asarray;  /* numpy.asarray, fetched at first use */
   pdshmpy_link segments; /* every live Segment, for the fork hook */
 } pdshmpy_state;
 
 pdshmpy_state *pdshmpy_state_of_type(PyTypeObject *tp);
+
+/* This process's fork generation: bumped in every fork child (pthread_atfork),
+ * so "made in this process" is a load, not a getpid() system call. */
+unsigned long pdshmpy_forkgen(void);
+void pdshmpy_forkgen_init(void);
 #define PDSHMPY_STATE(obj) pdshmpy_state_of_type(Py_TYPE(obj))
 
 /* ---- errors (errors.c) ----------------------------------------------------------- */
@@ -84,7 +93,7 @@ typedef struct pdshmpy_seg {
   pdshm_seg *seg;      /* the attachment; NULL once pdshm_detach ran        */
   PyObject *name;      /* str                                               */
   unsigned flags;      /* PDSHM_RDONLY, PDSHM_SHARED_USERS                  */
-  pid_t pid;           /* the process that made seg                         */
+  unsigned long forkgen; /* pdshmpy_forkgen() when seg was made            */
   int closed;          /* detach() was called: no new use                   */
   Py_ssize_t npins;    /* live Pins of this attachment                      */
   Py_ssize_t busy;     /* calls running on seg with the GIL released        */
@@ -100,7 +109,9 @@ typedef struct pdshmpy_scope {
   pdshm_scope *h;      /* NULL once released or dropped after fork()        */
   PyObject *path;      /* str: path from the root ("" at the root); NULL for
                           an anonymous scope                                */
-  pid_t pid;           /* the process h belongs to                          */
+  PyObject *base;      /* str: path of the nearest scope at or above this one
+                          that is named or the root; NULL until known       */
+  unsigned long forkgen; /* pdshmpy_forkgen() when h was made              */
   int released;        /* release() or `with` exit                          */
   pdshmpy_link link;   /* in seg->scopes                                    */
   PyObject *weakrefs;
@@ -110,8 +121,11 @@ typedef struct pdshmpy_var {
   PyObject_HEAD
   pdshmpy_seg *seg;    /* strong                                            */
   pdshm_varref ref;    /* weak: resolved at every use                       */
-  PyObject *scope_path;/* str: path of the variable's scope; NULL when it is
-                          anonymous (then the Var cannot be pickled)        */
+  PyObject *scope_path;/* str: path of the variable's scope, when known     */
+  PyObject *search_path;/* when scope_path is NULL: the owner is the first
+                          scope along this path and its prefixes that has
+                          the variable (else an anonymous scope below it);
+                          both NULL: an anonymous owner (not picklable)     */
   PyObject *weakrefs;
 } pdshmpy_var;
 
@@ -144,14 +158,16 @@ PyObject *pdshmpy_after_fork_child(PyObject *module, PyObject *unused);
 
 /* ---- scope.c --------------------------------------------------------------------------- */
 extern PyType_Spec pdshmpy_scope_spec;
-/* A new Scope object owning h (released on failure); path may be NULL. */
-PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path);
+/* A new Scope object owning h (released on failure); path and base may be
+ * NULL (base is path when path is given). */
+PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path, PyObject *base);
 /* Drops the handle without touching the segment (fork child) or releases it. */
 void pdshmpy_scope_drop(pdshmpy_scope *sc);
 
 /* ---- var.c, varlock.c, varref.c ------------------------------------------------------- */
 extern PyType_Spec pdshmpy_var_spec, pdshmpy_varlock_spec, pdshmpy_varref_spec;
-PyObject *pdshmpy_var_wrap(pdshmpy_seg *seg, pdshm_var *v, PyObject *scope_path);
+PyObject *pdshmpy_var_wrap(pdshmpy_seg *seg, pdshm_var *v, PyObject *scope_path,
+                           PyObject *search_path);
 /* The variable now, or NULL with pdshm.Stale (or another error) raised. */
 pdshm_var *pdshmpy_var_get(pdshmpy_var *self);
 /* Copies a string the segment holds (at most PDSHM_NAME_MAX bytes). */
@@ -192,6 +208,9 @@ PyObject *pdshmpy_seg_procs(PyObject *self, PyObject *unused);
 PyObject *pdshmpy_seg_locks(PyObject *self, PyObject *unused);
 PyObject *pdshmpy_seg_alloc(PyObject *self, PyObject *unused);
 PyObject *pdshmpy_seg_check(PyObject *self, PyObject *unused);
+
+/* numpy.asarray (a borrowed reference kept in the state), or NULL. */
+PyObject *pdshmpy_np_asarray(pdshmpy_state *st);
 
 /* ---- util ------------------------------------------------------------------------------- */
 /* A str argument as UTF-8 without NUL bytes; NULL with TypeError/ValueError. */

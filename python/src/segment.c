@@ -8,11 +8,9 @@
  * without the GIL, otherwise when the last of them ends (pdshmpy_seg_pin_gone,
  * pdshmpy_seg_unhold), so that no view sees unmapped memory and no call a
  * freed handle.
- * A Segment used in a fork child (pid differs) first drops what it inherited
- * and attaches again by name (invariant 3 of pdshmpy.h).
+ * A Segment used in a fork child (its fork generation differs) first drops
+ * what it inherited and attaches again by name (invariant 3 of pdshmpy.h).
  */
-#include <unistd.h>
-
 #include "pdshmpy.h"
 
 /* ---- attaching ------------------------------------------------------------------- */
@@ -35,7 +33,7 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
   pdshm_seg *seg = NULL;
   int rc = seg_attach_now(name, o ? o->flags : 0, o, create, &seg);
   if (rc) return pdshmpy_raise_fmt(st, rc, "segment '%s'", PyUnicode_AsUTF8(name));
-  pdshmpy_seg *s = PyObject_GC_New(pdshmpy_seg, st->segment_type);
+  pdshmpy_seg *s = PyObject_New(pdshmpy_seg, st->segment_type);
   if (!s) {
     pdshm_detach(seg);
     return NULL;
@@ -43,7 +41,7 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
   s->seg = seg;
   s->name = Py_NewRef(name);
   s->flags = o ? o->flags : 0;
-  s->pid = getpid();
+  s->forkgen = pdshmpy_forkgen();
   s->closed = 0;
   s->npins = 0;
   s->busy = 0;
@@ -51,7 +49,6 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
   pdshmpy_list_init(&s->scopes);
   pdshmpy_list_init(&s->pins);
   pdshmpy_list_add(&st->segments, &s->link);
-  PyObject_GC_Track(s);
   return (PyObject *)s;
 }
 
@@ -69,7 +66,7 @@ pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s) {
     pdshmpy_raise_msg(st, PDSHM_EINVAL, "segment %R was detached", s->name);
     return NULL;
   }
-  if (s->pid == getpid() && s->seg) return s->seg;
+  if (s->forkgen == pdshmpy_forkgen() && s->seg) return s->seg;
   seg_drop_inherited(s);
   int rc = seg_attach_now(s->name, s->flags, NULL, 0, &s->seg);
   if (rc) {
@@ -77,7 +74,7 @@ pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s) {
     pdshmpy_raise_fmt(st, rc, "re-attaching segment '%s' after fork()", PyUnicode_AsUTF8(s->name));
     return NULL;
   }
-  s->pid = getpid();
+  s->forkgen = pdshmpy_forkgen();
   return s->seg;
 }
 
@@ -129,7 +126,6 @@ static PyObject *seg_exit(PyObject *self, PyObject *const *args, Py_ssize_t narg
 static void seg_dealloc(PyObject *self) {
   pdshmpy_seg *s = (pdshmpy_seg *)self;
   PyTypeObject *tp = Py_TYPE(self);
-  PyObject_GC_UnTrack(self);
   if (s->weakrefs) PyObject_ClearWeakRefs(self);
   /* Scopes and pins hold a reference: both lists are empty by now. */
   s->closed = 1;
@@ -138,11 +134,6 @@ static void seg_dealloc(PyObject *self) {
   Py_CLEAR(s->name);
   tp->tp_free(self);
   Py_DECREF(tp);
-}
-
-static int seg_traverse(PyObject *self, visitproc visit, void *arg) {
-  Py_VISIT(Py_TYPE(self));
-  return 0;
 }
 
 /* ---- the fork hook ------------------------------------------------------------------- */
@@ -162,14 +153,14 @@ static void seg_inherit_pins(pdshmpy_seg *s) {
     pdshmpy_scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link));
   if (old) pdshm_detach(old);
   s->seg = seg;
-  s->pid = getpid();
+  s->forkgen = pdshmpy_forkgen();
 }
 
 PyObject *pdshmpy_after_fork_child(PyObject *module, PyObject *unused) {
   pdshmpy_state *st = PyModule_GetState(module);
   for (pdshmpy_link *l = st->segments.next; l != &st->segments; l = l->next) {
     pdshmpy_seg *s = PDSHMPY_CONTAINER(l, pdshmpy_seg, link);
-    if (s->npins > 0 && s->seg && s->pid != getpid()) seg_inherit_pins(s);
+    if (s->npins > 0 && s->seg && s->forkgen != pdshmpy_forkgen()) seg_inherit_pins(s);
   }
   Py_RETURN_NONE;
 }
@@ -188,7 +179,7 @@ static PyObject *seg_root(PyObject *self, void *closure) {
     pdshm_scope_release(h);
     return NULL;
   }
-  PyObject *r = pdshmpy_scope_wrap(s, h, path);
+  PyObject *r = pdshmpy_scope_wrap(s, h, path, NULL);
   Py_DECREF(path);
   return r;
 }
@@ -202,7 +193,7 @@ static PyObject *seg_open_path(PyObject *self, PyObject *path) {
   pdshm_scope *h = NULL;
   int rc = pdshm_scope_open(seg, p, &h);
   if (rc) return pdshmpy_raise_fmt(PDSHMPY_STATE(self), rc, "scope path '%s'", p);
-  return pdshmpy_scope_wrap(s, h, path);
+  return pdshmpy_scope_wrap(s, h, path, NULL);
 }
 
 static PyObject *seg_reap(PyObject *self, PyObject *unused) {
@@ -314,7 +305,6 @@ static PyType_Slot seg_slots[] = {
      "`with` detaches at exit.  Pickles by name: unpickling attaches again.\n"
      "After fork() the child attaches again by name on first use."},
     {Py_tp_dealloc, seg_dealloc},
-    {Py_tp_traverse, seg_traverse},
     {Py_tp_repr, seg_repr},
     {Py_tp_methods, seg_methods},
     {Py_tp_getset, seg_getset},
@@ -324,7 +314,7 @@ static PyType_Slot seg_slots[] = {
 PyType_Spec pdshmpy_segment_spec = {
     .name = "pdshm.Segment",
     .basicsize = sizeof(pdshmpy_seg),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
              Py_TPFLAGS_IMMUTABLETYPE,
     .slots = seg_slots,
 };

@@ -51,9 +51,6 @@ PyObject *pdshmpy_var_array_interface(PyObject *self, void *closure) {
 }
 
 PyObject *pdshmpy_var_numpy(PyObject *self, PyObject *unused) {
-  PyObject *np = PyImport_ImportModule("numpy");
-  if (!np) return NULL;
-  PyObject *r = PyObject_CallMethod(np, "asarray", "O", self);
-  Py_DECREF(np);
-  return r;
+  PyObject *asarray = pdshmpy_np_asarray(PDSHMPY_STATE(self));
+  return asarray ? PyObject_CallOneArg(asarray, self) : NULL;
 }
