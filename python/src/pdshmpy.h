@@ -88,6 +88,14 @@ PyObject *pdshmpy_raise_fmt(pdshmpy_state *st, int rc, const char *fmt, ...);
 PyObject *pdshmpy_raise_msg(pdshmpy_state *st, int rc, const char *fmt, ...);
 
 /* ---- objects ------------------------------------------------------------------------ */
+/* A handle inherited across fork() that views still point into: in a child,
+ * pdshm_detach of an inherited handle unmaps the parent's range, so it waits
+ * for the last of those views. */
+typedef struct {
+  pdshm_seg *seg;
+  Py_ssize_t pins; /* live Pins whose bytes lie in its range */
+} pdshmpy_mapping;
+
 typedef struct pdshmpy_seg {
   PyObject_HEAD
   pdshm_seg *seg;      /* the attachment; NULL once pdshm_detach ran        */
@@ -99,6 +107,8 @@ typedef struct pdshmpy_seg {
   Py_ssize_t busy;     /* calls running on seg with the GIL released        */
   pdshmpy_link scopes; /* live Scope objects                                */
   pdshmpy_link pins;   /* live Pin objects                                  */
+  pdshmpy_mapping *old;/* inherited handles kept for views (fork child)     */
+  Py_ssize_t nold;
   pdshmpy_link link;   /* in the state's segment list                       */
   PyObject *weakrefs;
 } pdshmpy_seg;
@@ -133,6 +143,7 @@ typedef struct pdshmpy_pin {
   PyObject_HEAD
   pdshmpy_seg *seg;    /* strong                                            */
   pdshm_pin *pin;      /* NULL when pinning failed                          */
+  pdshm_seg *mapping;  /* the attachment whose mapping holds the bytes      */
   pdshm_tensor_view view;
   int readonly;
   Py_ssize_t shape[PDSHM_NDIM_MAX], strides[PDSHM_NDIM_MAX];
@@ -146,8 +157,9 @@ extern PyType_Spec pdshmpy_segment_spec;
 pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s);
 PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_options *o,
                            int create);
-/* Called when a pin of s goes: detaches a closed segment after its last pin. */
-void pdshmpy_seg_pin_gone(pdshmpy_seg *s);
+/* Called when a pin of s goes: unmaps an inherited range after its last view,
+ * detaches a closed segment after its last pin. */
+void pdshmpy_seg_pin_gone(pdshmpy_seg *s, pdshm_seg *mapping);
 /* Around a call that releases the GIL: detach() from another thread meanwhile
  * closes the Segment but leaves pdshm_detach to the last of these. */
 static inline void pdshmpy_seg_hold(pdshmpy_seg *s) { s->busy++; }

@@ -45,6 +45,8 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
   s->closed = 0;
   s->npins = 0;
   s->busy = 0;
+  s->old = NULL;
+  s->nold = 0;
   s->weakrefs = NULL;
   pdshmpy_list_init(&s->scopes);
   pdshmpy_list_init(&s->pins);
@@ -52,12 +54,27 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
   return (PyObject *)s;
 }
 
-/* In a fork child: drops every inherited scope handle, then the attachment. */
-static void seg_drop_inherited(pdshmpy_seg *s) {
+/* In a fork child, before s->seg (inherited) is replaced: every inherited
+ * scope handle goes first, then the handle itself -- detached at once (which
+ * unmaps its range) unless views still point into it; then it waits in
+ * s->old for the last of them. */
+static void seg_retire_inherited(pdshmpy_seg *s) {
   for (pdshmpy_link *l = s->scopes.next; l != &s->scopes; l = l->next)
     pdshmpy_scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link));
-  if (s->seg) pdshm_detach(s->seg); /* in a child: frees the copy only */
+  pdshm_seg *old = s->seg;
   s->seg = NULL;
+  if (!old) return;
+  Py_ssize_t n = 0;
+  for (pdshmpy_link *l = s->pins.next; l != &s->pins; l = l->next)
+    n += PDSHMPY_CONTAINER(l, pdshmpy_pin, link)->mapping == old;
+  if (n == 0) {
+    pdshm_detach(old); /* in a child: unmaps the inherited range, frees the copy */
+    return;
+  }
+  pdshmpy_mapping *more = PyMem_Realloc(s->old, (size_t)(s->nold + 1) * sizeof *more);
+  if (!more) return; /* the range stays mapped: the views stay safe */
+  s->old = more;
+  s->old[s->nold++] = (pdshmpy_mapping){old, n};
 }
 
 pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s) {
@@ -67,7 +84,7 @@ pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s) {
     return NULL;
   }
   if (s->forkgen == pdshmpy_forkgen() && s->seg) return s->seg;
-  seg_drop_inherited(s);
+  seg_retire_inherited(s);
   int rc = seg_attach_now(s->name, s->flags, NULL, 0, &s->seg);
   if (rc) {
     s->seg = NULL;
@@ -100,7 +117,13 @@ static void seg_close(pdshmpy_seg *s) {
   if (s->npins == 0 && s->busy == 0) seg_detach_now(s);
 }
 
-void pdshmpy_seg_pin_gone(pdshmpy_seg *s) {
+void pdshmpy_seg_pin_gone(pdshmpy_seg *s, pdshm_seg *mapping) {
+  for (Py_ssize_t i = 0; mapping != s->seg && i < s->nold; i++) {
+    if (s->old[i].seg != mapping || --s->old[i].pins > 0) continue;
+    pdshm_detach(mapping); /* a fork child's inherited range: unmapped now */
+    s->old[i] = s->old[--s->nold];
+    break;
+  }
   if (--s->npins == 0 && s->busy == 0 && s->closed) seg_detach_now(s);
 }
 
@@ -132,6 +155,7 @@ static void seg_dealloc(PyObject *self) {
   seg_detach_now(s);
   pdshmpy_list_del(&s->link);
   Py_CLEAR(s->name);
+  PyMem_Free(s->old); /* empty: every pin is gone */
   tp->tp_free(self);
   Py_DECREF(tp);
 }
@@ -140,8 +164,9 @@ static void seg_dealloc(PyObject *self) {
 
 /* Re-attaches s in the child and inherits each of its pins. */
 static void seg_inherit_pins(pdshmpy_seg *s) {
-  pdshm_seg *old = s->seg, *seg = NULL;
-  if (seg_attach_now(s->name, s->flags, NULL, 0, &seg)) return; /* views stay unbacked */
+  pdshm_seg *seg = NULL;
+  /* When attaching fails the views stay mapped but unpinned. */
+  if (seg_attach_now(s->name, s->flags, NULL, 0, &seg)) return;
   for (pdshmpy_link *l = s->pins.next; l != &s->pins; l = l->next) {
     pdshmpy_pin *p = PDSHMPY_CONTAINER(l, pdshmpy_pin, link);
     pdshm_pin *np = NULL;
@@ -149,9 +174,7 @@ static void seg_inherit_pins(pdshmpy_seg *s) {
     pdshm_tensor_unpin(p->pin); /* in the child: frees the handle only */
     p->pin = np;
   }
-  for (pdshmpy_link *l = s->scopes.next; l != &s->scopes; l = l->next)
-    pdshmpy_scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link));
-  if (old) pdshm_detach(old);
+  seg_retire_inherited(s);
   s->seg = seg;
   s->forkgen = pdshmpy_forkgen();
 }
