@@ -42,7 +42,7 @@ PyObject *pdshmpy_np_asarray(pdshmpy_state *st) {
 /* ---- functions ------------------------------------------------------------------------- */
 
 /* An option argument: None keeps the default (0), else a non-negative int. */
-static int opt_ulong(PyObject *o, const char *what, unsigned long long max,
+static int opt_ulong(pdshmpy_state *st, PyObject *o, const char *what, unsigned long long max,
                      unsigned long long *out) {
   if (o == Py_None) return 0;
   PyObject *i = PyNumber_Index(o);
@@ -52,7 +52,7 @@ static int opt_ulong(PyObject *o, const char *what, unsigned long long max,
   Py_DECREF(i);
   if (v == -1 && PyErr_Occurred()) return -1;
   if (overflow || v <= 0 || (unsigned long long)v > max) {
-    PyErr_Format(PyExc_ValueError, "%s must be between 1 and %llu", what, max);
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "%s must be between 1 and %llu", what, max);
     return -1;
   }
   *out = (unsigned long long)v;
@@ -66,11 +66,12 @@ static PyObject *mod_create(PyObject *module, PyObject *args, PyObject *kw) {
                                    &mode))
     return NULL;
   unsigned long long sz = 0, np = 0, md = 0;
-  if (opt_ulong(size, "size", SIZE_MAX, &sz) || opt_ulong(procs, "max_procs", UINT_MAX, &np) ||
-      opt_ulong(mode, "mode", 07777, &md))
+  pdshmpy_state *st = PyModule_GetState(module);
+  if (opt_ulong(st, size, "size", SIZE_MAX, &sz) ||
+      opt_ulong(st, procs, "max_procs", UINT_MAX, &np) || opt_ulong(st, mode, "mode", 07777, &md))
     return NULL;
   pdshm_options o = {.size = (size_t)sz, .max_procs = (unsigned)np, .mode = (unsigned)md};
-  return pdshmpy_seg_open(PyModule_GetState(module), name, &o, 1);
+  return pdshmpy_seg_open(st, name, &o, 1);
 }
 
 static PyObject *mod_attach(PyObject *module, PyObject *args, PyObject *kw) {

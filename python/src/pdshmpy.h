@@ -193,10 +193,12 @@ PyObject *pdshmpy_varref_new(pdshmpy_var *var);
 const char *pdshmpy_dtype_name(int dt);     /* "float32"; NULL for unknown   */
 const char *pdshmpy_dtype_format(int dt);   /* buffer-protocol format        */
 const char *pdshmpy_dtype_typestr(int dt);  /* __array_interface__ typestr   */
-int pdshmpy_dtype_parse(PyObject *o, pdshm_dtype *out);  /* -1 with error */
+/* -1 with TypeError for what is no dtype, InvalidArgument (EINVAL) for one
+ * pdshm does not hold or a bad shape. */
+int pdshmpy_dtype_parse(pdshmpy_state *st, PyObject *o, pdshm_dtype *out);
 /* A buffer format (with its itemsize) as a dtype; -1 when none fits. */
 int pdshmpy_dtype_from_format(const char *fmt, Py_ssize_t itemsize);
-int pdshmpy_shape_parse(PyObject *o, int *ndim, int64_t *dims);
+int pdshmpy_shape_parse(pdshmpy_state *st, PyObject *o, int *ndim, int64_t *dims);
 
 /* ---- pin.c, view.c, dlpack.c, assign.c ---------------------------------------------- */
 extern PyType_Spec pdshmpy_pin_spec;

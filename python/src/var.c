@@ -198,12 +198,13 @@ static PyObject *var_resize(PyObject *self, PyObject *args, PyObject *kw) {
   pdshm_dtype dt;
   int ndim;
   int64_t dims[PDSHM_NDIM_MAX];
-  if (pdshmpy_dtype_parse(dto, &dt) < 0 || pdshmpy_shape_parse(shapeo, &ndim, dims) < 0)
+  pdshmpy_state *st = PDSHMPY_STATE(self);
+  if (pdshmpy_dtype_parse(st, dto, &dt) < 0 || pdshmpy_shape_parse(st, shapeo, &ndim, dims) < 0)
     return NULL;
   pdshm_var *v = pdshmpy_var_get(VR(self));
   if (!v) return NULL;
   int rc = pdshm_tensor_resize(v, dt, ndim, dims);
-  if (rc) return pdshmpy_raise(PDSHMPY_STATE(self), rc, "resize");
+  if (rc) return pdshmpy_raise(st, rc, "resize");
   Py_RETURN_NONE;
 }
 
