@@ -362,7 +362,8 @@ static PyMethodDef var_methods[] = {
      "bfloat16 shows as uint16 (the raw bits)."},
     {"__dlpack__", (PyCFunction)(void (*)(void))pdshmpy_var_dlpack,
      METH_VARARGS | METH_KEYWORDS,
-     "__dlpack__(stream=None) -> capsule\n\nA DLPack 0.6 \"dltensor\" capsule aliasing the "
+     "__dlpack__(stream=None, max_version=None, dl_device=None, copy=None) -> capsule\n\n"
+     "A DLPack 0.6 \"dltensor\" capsule aliasing the "
      "tensor (pinned until the\nconsumer's deleter runs).  bfloat16 goes as kDLBfloat; bool "
      "as uint8 (DLPack\n0.6 has no bool)."},
     {"__dlpack_device__", pdshmpy_var_dlpack_device, METH_NOARGS,
