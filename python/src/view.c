@@ -25,6 +25,16 @@ int pdshmpy_var_getbuffer(PyObject *self, Py_buffer *view, int flags) {
   view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? p->strides : NULL;
   view->suboffsets = NULL;
   view->internal = p;
+  /* The tensor is C-contiguous: a request for Fortran order fails unless
+   * both orders coincide (at most one dimension above 1). */
+  if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && view->ndim > 1 &&
+      !PyBuffer_IsContiguous(view, 'F')) {
+    view->internal = NULL;
+    Py_CLEAR(view->obj);
+    Py_DECREF(p);
+    PyErr_SetString(PyExc_BufferError, "the tensor is C-contiguous, not Fortran-contiguous");
+    return -1;
+  }
   return 0;
 }
 
