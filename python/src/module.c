@@ -117,6 +117,9 @@ static PyMethodDef mod_methods[] = {
     {"strerror", mod_strerror, METH_O, "strerror(code) -> str\n\npdshm_strerror(code)."},
     {"_after_fork_child", pdshmpy_after_fork_child, METH_NOARGS,
      "os.register_at_fork(after_in_child=...) hook: keeps inherited views pinned."},
+    {"_close_all", pdshmpy_close_all, METH_NOARGS,
+     "atexit hook: closes every Segment of this process (as detach() does), so that its\n"
+     "process slot is freed at a normal exit instead of waiting for a reaper."},
     {NULL}};
 
 /* ---- state ----------------------------------------------------------------------------- */

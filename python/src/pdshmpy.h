@@ -167,6 +167,9 @@ void pdshmpy_seg_unhold(pdshmpy_seg *s);
 /* The fork hook (after_in_child): re-attaches segments that have pins and
  * inherits each pin so that inherited views stay backed. */
 PyObject *pdshmpy_after_fork_child(PyObject *module, PyObject *unused);
+/* The exit hook (atexit): closes every Segment of this process, as detach()
+ * does (an attachment with live views stays mapped until the process ends). */
+PyObject *pdshmpy_close_all(PyObject *module, PyObject *unused);
 
 /* ---- scope.c --------------------------------------------------------------------------- */
 extern PyType_Spec pdshmpy_scope_spec;

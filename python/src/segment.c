@@ -131,6 +131,15 @@ void pdshmpy_seg_unhold(pdshmpy_seg *s) {
   if (--s->busy == 0 && s->npins == 0 && s->closed) seg_detach_now(s);
 }
 
+PyObject *pdshmpy_close_all(PyObject *module, PyObject *unused) {
+  pdshmpy_state *st = PyModule_GetState(module);
+  for (pdshmpy_link *l = st->segments.next; l != &st->segments; l = l->next) {
+    pdshmpy_seg *s = PDSHMPY_CONTAINER(l, pdshmpy_seg, link);
+    if (s->forkgen == pdshmpy_forkgen()) seg_close(s);
+  }
+  Py_RETURN_NONE;
+}
+
 static PyObject *seg_detach(PyObject *self, PyObject *unused) {
   seg_close((pdshmpy_seg *)self);
   Py_RETURN_NONE;
