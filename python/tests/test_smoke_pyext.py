@@ -192,3 +192,26 @@ def test_barrier_survivor_gets_peer_died_when_a_member_is_killed(smoke_seg):
     wait_child(pid)
     g.leave()
     assert g.left
+
+
+@needs_groups
+def test_detach_while_another_thread_waits_in_a_barrier(smoke_seg):
+    g = smoke_seg.group("two", 2)
+    answers = []
+
+    def waiter():
+        try:
+            g.barrier(timeout=1)
+            answers.append("passed")
+        except pdshm.Error as e:
+            answers.append(type(e))
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.3)
+    with pytest.raises(pdshm.Error):
+        g.barrier()  # one thread at a time
+    smoke_seg.detach()
+    assert g.left
+    t.join(30)
+    assert answers == [pdshm.TimedOut]
