@@ -137,9 +137,12 @@ PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw) {
   if (!n) return NULL;
   int rank = -1;
   if (ranko != Py_None) {
-    rank = _PyLong_AsInt(ranko);
-    if (rank == -1 && PyErr_Occurred()) return NULL;
-    if (rank < 0) return pdshmpy_raise_msg(st, PDSHM_EINVAL, "rank %d is negative", rank);
+    long r = PyLong_AsLong(ranko);
+    if (r == -1 && PyErr_Occurred()) return NULL;
+    if (r < 0 || r >= (long)PDSHM_GROUP_MAX)
+      return pdshmpy_raise_msg(st, PDSHM_EINVAL, "rank %ld is outside [0, %u)", r,
+                               PDSHM_GROUP_MAX);
+    rank = (int)r;
   }
   pdshm_seg *seg = pdshmpy_seg_get(s);
   if (!seg) return NULL;
