@@ -27,7 +27,8 @@ ROWS, COLS = 512, 256
 
 
 def expected_w():
-    return np.arange(ROWS * COLS, dtype=np.float32).reshape(ROWS, COLS) / (ROWS * COLS)
+    w = np.arange(ROWS * COLS, dtype=np.float64) / (ROWS * COLS)
+    return w.astype(np.float32).reshape(ROWS, COLS)
 
 
 def trainer(seg_name, rank, steps):

@@ -3,7 +3,7 @@
 # configure found, on the module of this build tree:
 #   PYTHON        the interpreter (from configure; make check sets it)
 #   PDSHM_PYPATH  the build tree's python/ directory, put first on PYTHONPATH
-#   SAN_FLAGS     the build's -fsanitize flags: the module's sanitizer runtime
+#   PDSHM_SANITIZERS  the build's -fsanitize flags: the module's sanitizer runtime
 #                 must be loaded before anything else, so it is preloaded
 #   CC            the compiler, asked where that runtime is
 # numpy and pytest are required (exit 99, a hard error, when missing).
@@ -22,13 +22,13 @@ print(" ".join(m for m in ("numpy", "pytest") if importlib.util.find_spec(m) is 
 fi
 
 preload=
-case " ${SAN_FLAGS:-} " in
+case " ${PDSHM_SANITIZERS:-} " in
   *thread*)
     echo "pyrun: SKIP: a ThreadSanitizer build's module cannot be loaded by an uninstrumented $PYTHON"
     exit 77 ;;
 esac
 for rt in address:libasan.so undefined:libubsan.so; do
-  case " ${SAN_FLAGS:-} " in
+  case " ${PDSHM_SANITIZERS:-} " in
     *"-fsanitize=${rt%%:*}"*)
       lib=$(${CC:-cc} -print-file-name="${rt#*:}")
       case $lib in
