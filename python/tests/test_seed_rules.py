@@ -129,9 +129,12 @@ def test_rename_onto_an_existing_name_is_file_exists_error(seg):
 
 # S7, S8, S10b: scopes, names, parents and lifetimes
 
-def test_root_has_no_name_and_no_parent(seg):
-    assert seg.root.name is None
+def test_root_has_no_parent(seg):
     assert seg.root.parent is None
+
+
+def test_root_has_no_name_to_open_it_by(seg):
+    assert not seg.root.name
 
 
 def test_anonymous_scope_has_no_name_and_the_creator_as_parent(seg):

@@ -77,9 +77,20 @@ def test_bfloat16_round_trips_through_torch(seg):
 def test_bfloat16_bytes_are_the_top_half_of_float32(seg):
     v = tensor_var(seg, "bfloat16", (2,))
     torch.from_dlpack(v)[:] = torch.tensor([1.0, -2.0], dtype=torch.bfloat16)
-    raw = bytes(memoryview(v).cast("B")) if memoryview(v).format != "B" else bytes(memoryview(v))
-    as_f32 = np.array([1.0, -2.0], dtype=np.float32).view(np.uint32) >> 16
-    assert np.frombuffer(raw, dtype=np.uint16).tolist() == as_f32.tolist()
+    raw = np.frombuffer(bytes(memoryview(v).cast("B")), dtype=np.uint16)
+    top = np.array([1.0, -2.0], dtype=np.float32).view(np.uint32) >> 16
+    assert raw.tolist() == top.tolist()
+
+
+def test_bfloat16_numpy_is_uint16_of_the_raw_bits_as_documented(seg):
+    v = tensor_var(seg, "bfloat16", (2,))
+    torch.from_dlpack(v)[:] = torch.tensor([1.0, -2.0], dtype=torch.bfloat16)
+    a = v.numpy()
+    assert a.dtype == np.uint16
+    assert a.tolist() == [0x3F80, 0xC000]
+    assert memoryview(v).format == "H"
+    a[0] = 0x4000  # 2.0: numpy writes the bits torch reads
+    assert torch.from_dlpack(v)[0].item() == 2.0
 
 
 def test_float16_through_torch_matches_numpy_float16(seg):

@@ -124,3 +124,23 @@ def var_via_unpickled_arguments(conn, var):
 def unique_names_from_stack(conn, seg):
     st = pdshm.ScopeStack(seg)
     return [st.new_variable(prefix="t").name for _ in range(50)]
+
+
+def introspection_subject(conn, seg_name):
+    """Leaves marks for the introspection calls to find: a named scope it made
+    with a labelled tensor variable read by an operator, an anonymous scope it
+    holds, and p/w's exclusive lock; keeps them until told to exit."""
+    with pdshm.attach(seg_name) as seg:
+        made = seg.root.new_scope("made_by_kid")
+        kv = made.var("kv")
+        kv.label = "input"
+        kv.add_reader("op_r")
+        kv.resize("float32", (2, 3))
+        local = seg.root.new_scope()
+        local.var("lv")
+        w = seg.open("p")["w"]
+        with w.lock():
+            conn.send("ready")
+            assert conn.recv() == "exit"
+        local.release()
+        made.release()
