@@ -279,14 +279,18 @@ typedef struct pdshm_tensor_view {
   int64_t dims[PDSHM_NDIM_MAX];
   uint64_t version;        /* the variable's version when pinned                 */
 } pdshm_tensor_view;
-/* Pins v's current buffer and describes it in *view (may be NULL).  ETYPE
- * when v holds no tensor; ENOMEM when no block is left for the pin's record;
- * EROFS on a read-only attachment; EFORKED.  A failure changes nothing. */
+/* Pins v's current buffer and describes it in *view (may be NULL); every
+ * tensor has a buffer, a 0-byte one too.  ETYPE when v holds no tensor;
+ * ENOMEM when no block is left for the pin's record; EROFS on a read-only
+ * attachment; EFORKED; EINVAL for a NULL v or out; ESTALE when v was seen
+ * erased (using an erased pdshm_var * is the caller's race, as everywhere).
+ * A failure changes nothing. */
 PDSHM_API int pdshm_tensor_pin(pdshm_var *v, pdshm_pin **out, pdshm_tensor_view *view);
 /* The buffer the pin holds, as described when it was taken. */
 PDSHM_API const pdshm_tensor_view *pdshm_pin_view(const pdshm_pin *p);
 /* Drops the pin and frees the handle, also on error.  In a fork child it
- * frees the handle only and answers EFORKED (the parent's pin stays). */
+ * frees the handle only and answers EFORKED (the parent's pin stays).
+ * EINVAL for NULL; ENOTRECOVERABLE on a poisoned segment. */
 PDSHM_API int pdshm_tensor_unpin(pdshm_pin *p);
 /* In a fork child: a pin of this attachment (seg, attached in the child) on
  * the buffer that `inherited` -- a pin the parent took before the fork --
@@ -294,7 +298,8 @@ PDSHM_API int pdshm_tensor_unpin(pdshm_pin *p);
  * or dies.  Its view's data is the inherited one's (the child keeps the
  * parent's address range mapped: see pdshm_detach).  ESTALE when the
  * parent's pin is gone; EINVAL when inherited is not a pin inherited from an
- * attachment of the same segment. */
+ * attachment of the same segment (the same file); ENOMEM; and, for seg,
+ * EROFS and EFORKED.  pdshm_detach of seg drops the pin. */
 PDSHM_API int pdshm_pin_inherit(pdshm_seg *seg, const pdshm_pin *inherited, pdshm_pin **out);
 
 /* "prefix-N", N unique across every process of the segment.  ERANGE when cap
@@ -340,8 +345,9 @@ typedef struct pdshm_proc_info {
   uint32_t reaper_pid;  /* while REAPING                                       */
   uint64_t attach_ns;   /* CLOCK_REALTIME at attach                            */
   uint64_t handles;     /* scope handles it holds                              */
-  uint64_t bytes_held;  /* bytes of blocks it owns (handles, holds, in flight, */
-                        /* cached)                                             */
+  uint64_t bytes_held;  /* bytes of blocks it owns (handles, holds, pins, in  */
+                        /* flight, cached)                                     */
+  uint64_t pins;        /* tensor buffers it pins (pdshm_tensor_pin)           */
 } pdshm_proc_info;
 /* Fills out[0..cap) with the slots in use (not FREE), in slot order, and returns
  * how many are in use (which may exceed cap), or a negative PDSHM_E* code.
@@ -466,6 +472,10 @@ typedef struct pdshm_alloc_info {
   uint64_t scope_bytes, var_bytes, name_bytes, table_bytes, tensor_bytes, handle_bytes,
       oplist_bytes, hold_bytes, raw_bytes;
   pdshm_alloc_class cls[PDSHM_ALLOC_CLASSES];
+  uint64_t pin_bytes;      /* USED bytes of pin records                          */
+  uint64_t orphan_bytes;   /* bytes of pinned buffers no variable holds any more */
+  uint64_t orphan_blocks;  /* (erased, resized or destroyed while pinned); they  */
+                           /* are in tensor_bytes too                            */
 } pdshm_alloc_info;
 /* One walk of the arena (a writable attachment takes the heap lock for it,
  * a read-only one retries torn walks).  EBADSEG. */

@@ -30,7 +30,8 @@ struct ck_blk {
   uint16_t type, owner;
   uint8_t state;
   uint8_t reached;   /* referenced by a live structure                     */
-  uint32_t refs;     /* for scopes: references counted from the outside     */
+  uint32_t refs;     /* for scopes: references counted from the outside;
+                        for tensor buffers: PIN records targeting them     */
 };
 
 struct ck {
@@ -160,7 +161,7 @@ static void ck_var(struct ck *c, pdshm_off_t x, pdshm_off_t v, const struct pdsh
   if (r->vtype == PDSHM_V_TENSOR) {
     struct ck_blk *t = ck_want(c, r->buf, PDSHM_T_TENSOR, 0, "tensor buffer");
     if (t) t->reached = 1;
-    if (t && (r->data % PDSHM_TENSOR_ALIGN || r->data < r->buf ||
+    if (t && (r->data % PDSHM_TENSOR_ALIGN || r->data < r->buf + sizeof(struct pdshm_tensor_buf) ||
               r->data + r->nbytes > r->buf + t->size - PDSHM_BLK_HDR))
       ck_say(c, "variable \"%s\": tensor data outside its buffer", nm ? nm->s : "?");
   }
@@ -300,6 +301,39 @@ static void ck_locks(struct ck *c) {
   }
 }
 
+/* Pins (layout.h, invariant 6): every PIN record's target is a live buffer;
+ * every buffer's count is the records found; an orphan is pinned, published
+ * and hooked by no variable, and so accounted for here. */
+static void ck_pins(struct ck *c) {
+  for (size_t i = 0; i < c->n; i++) {
+    struct ck_blk *b = &c->b[i];
+    if (b->state != PDSHM_BLK_USED || b->type != PDSHM_T_PIN) continue;
+    if (b->size - PDSHM_BLK_HDR < sizeof(struct pdshm_pin_rec) || !b->owner) {
+      ck_say(c, "pin record %#llx: too small or published", (unsigned long long)b->off);
+      continue;
+    }
+    pdshm_off_t target = PDSHM_AT(c->seg->base, b->off, struct pdshm_pin_rec)->target;
+    struct ck_blk *t = target ? ck_want(c, target, PDSHM_T_TENSOR, sizeof(struct pdshm_tensor_buf),
+                                        "pinned buffer") : NULL;
+    if (t) t->refs++;
+  }
+  for (size_t i = 0; i < c->n; i++) {
+    struct ck_blk *b = &c->b[i];
+    if (b->state != PDSHM_BLK_USED || b->type != PDSHM_T_TENSOR ||
+        b->size - PDSHM_BLK_HDR < sizeof(struct pdshm_tensor_buf))
+      continue;
+    bool orphan;
+    uint64_t pins = pdshm__tensor_pins(c->seg, b->off, &orphan);
+    if (pins != b->refs)
+      ck_say(c, "buffer %#llx: %llu pins, %u pin records", (unsigned long long)b->off,
+             (unsigned long long)pins, b->refs);
+    if (!orphan) continue;
+    if (!pins) ck_say(c, "buffer %#llx: an orphan with no pin", (unsigned long long)b->off);
+    if (b->reached) ck_say(c, "buffer %#llx: an orphan still hooked", (unsigned long long)b->off);
+    if (!b->owner) b->reached = 1;
+  }
+}
+
 static void ck_leaks(struct ck *c) {
   for (size_t i = 0; i < c->n; i++) {
     struct ck_blk *b = &c->b[i];
@@ -328,6 +362,7 @@ static void ck_model(struct ck *c) {
     if (c->b[i].state == PDSHM_BLK_USED && c->b[i].type == PDSHM_T_SCOPE && !c->b[i].owner)
       ck_scope(c, &c->b[i]);
   ck_locks(c);
+  ck_pins(c);
   ck_leaks(c);
 }
 

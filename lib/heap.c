@@ -17,6 +17,8 @@
  *  5. Pages inside a HOLEY block may be missing from the file; every block
  *     carved from one is re-reserved (fallocate) before it is handed out, so
  *     first touch never raises SIGBUS on a full /dev/shm.
+ *  6. A TENSOR block with pins is never freed, by pdshm__free or by a sweep:
+ *     it is orphaned (pin_heap.c), and freed by its last unpin.
  *
  * Crash windows:
  *  - a cache pop or push is two stores (the block's word, the lane's head):
@@ -163,11 +165,15 @@ static int reserve(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
   return pdshm__fail(-errno, "fallocate: %s", strerror(errno));
 }
 
-/* Records of what a process holds must read as empty until a journal fills
- * them in (model.h): they are zeroed before they become USED. */
+/* Records of what a process holds must read as empty until a journal (or,
+ * for a pin, the heap lock) fills them in (model.h, layout.h invariant 6),
+ * and a tensor buffer starts with no pin: they are zeroed before they
+ * become USED. */
 static void zero_if_record(pdshm_seg *seg, pdshm_off_t off, uint64_t size, unsigned type) {
-  if (type == PDSHM_T_HANDLE || type == PDSHM_T_HOLD)
+  if (type == PDSHM_T_HANDLE || type == PDSHM_T_HOLD || type == PDSHM_T_PIN)
     memset(PDSHM_AT(seg->base, off + PDSHM_BLK_HDR, void), 0, size - PDSHM_BLK_HDR);
+  if (type == PDSHM_T_TENSOR && size >= PDSHM_BLK_HDR + sizeof(struct pdshm_tensor_buf))
+    memset(PDSHM_AT(seg->base, off + PDSHM_BLK_HDR, void), 0, sizeof(struct pdshm_tensor_buf));
 }
 
 /* Keeps a large free backed while the budget (1/16 of the arena, at most
@@ -411,10 +417,28 @@ int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsign
   return 0;
 }
 
+void pdshm__heap_release_locked(pdshm_seg *seg, pdshm_off_t payload) {
+  if (pdshm__blk_state(word(B(seg, payload - PDSHM_BLK_HDR))) == PDSHM_BLK_USED)
+    heap_release(seg, payload - PDSHM_BLK_HDR);
+}
+
+/* A pinned buffer is orphaned, not freed (layout.h, invariant 6); its pins
+ * may have gone meanwhile, so the lock decides. */
+static void free_pinned(pdshm_seg *seg, pdshm_off_t payload) {
+  if (pdshm__lock(seg, PDSHM_LOCK_HEAP)) return;
+  if (pdshm__tensor_pinned(seg, payload)) pdshm__pin_orphan_locked(seg, payload);
+  else pdshm__heap_release_locked(seg, payload);
+  pdshm__unlock(seg, PDSHM_LOCK_HEAP);
+}
+
 void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload) {
   pdshm_off_t off = payload - PDSHM_BLK_HDR;
   uint64_t w = word(B(seg, off)), size = pdshm__blk_size(w);
   if (pdshm__blk_state(w) != PDSHM_BLK_USED) return; /* freed already: never twice */
+  if (B(seg, off)->type == PDSHM_T_TENSOR && pdshm__tensor_pinned(seg, payload)) {
+    free_pinned(seg, payload);
+    return;
+  }
   unsigned c = size <= PDSHM_CLASS_MAX ? pdshm__class_of(size) : PDSHM_NCLASSES;
   if (ln && c < PDSHM_NCLASSES && pdshm__class_size(c) == size) {
     struct pdshm_cache_bin *cb = &ln->rec->cache[c];
@@ -467,9 +491,12 @@ static int heap_relink(pdshm_seg *seg) {
   return 0;
 }
 
+/* The pin counts are derived from the PIN records first (pin_heap.c): the
+ * dead holder may have been half way through a pin, an unpin or a sweep. */
 int pdshm__heap_rebuild(pdshm_seg *seg) {
   heap(seg)->rebuilds++;
-  return heap_relink(seg);
+  int rc = pdshm__pin_recount_locked(seg);
+  return rc ? rc : heap_relink(seg);
 }
 
 int pdshm__heap_sweep_slot(pdshm_seg *seg, uint32_t slot, unsigned keep_mask,
@@ -481,6 +508,8 @@ int pdshm__heap_sweep_slot(pdshm_seg *seg, uint32_t slot, unsigned keep_mask,
   int rc = pdshm__lock(seg, PDSHM_LOCK_HEAP);
   if (rc) return rc;
   uint16_t tag = (uint16_t)(slot + 1);
+  rc = pdshm__pin_sweep_slot_locked(seg, tag); /* its pins first: they may free orphans */
+  PDSHM_CRASHPOINT("heap.sweep.unpinned");
   for (pdshm_off_t at = hd->arena_off; at < hd->arena_end && !rc;) {
     struct pdshm_blk *b = B(seg, at);
     uint64_t w = word(b), size = pdshm__blk_size(w);
@@ -498,6 +527,9 @@ int pdshm__heap_sweep_slot(pdshm_seg *seg, uint32_t slot, unsigned keep_mask,
         *kept = nk;
       }
       if (*kept) (*kept)[(*nkept)++] = at + PDSHM_BLK_HDR;
+    } else if (b->owner == tag && st == PDSHM_BLK_USED && b->type == PDSHM_T_TENSOR &&
+               pdshm__tensor_pinned(seg, at + PDSHM_BLK_HDR)) {
+      pdshm__pin_orphan_locked(seg, at + PDSHM_BLK_HDR); /* retired while pinned */
     } else if (b->owner == tag && st != PDSHM_BLK_FREE) {
       set_word(b, size | PDSHM_BLK_FREE); /* merged and binned below */
       b->owner = 0;

@@ -27,7 +27,8 @@ static uint64_t hc_size(const pdshm_seg *seg, pdshm_off_t at) {
 
 /* ---- statistics ------------------------------------------------------------------ */
 
-static void hs_count(struct pdshm_heap_stats *st, const struct pdshm_blk *b, uint64_t w) {
+static void hs_count(const pdshm_seg *seg, struct pdshm_heap_stats *st, pdshm_off_t at,
+                     const struct pdshm_blk *b, uint64_t w) {
   uint64_t size = pdshm__blk_size(w);
   unsigned state = pdshm__blk_state(w), c = pdshm__class_of(size);
   bool exact = c < PDSHM_NCLASSES && pdshm__class_size(c) == size;
@@ -47,6 +48,13 @@ static void hs_count(struct pdshm_heap_stats *st, const struct pdshm_blk *b, uin
   st->used += size;
   st->blocks_used++;
   if (b->type < PDSHM_T_COUNT) st->by_type[b->type] += size;
+  bool orphan = false;
+  if (b->type == PDSHM_T_TENSOR && !b->owner)
+    pdshm__tensor_pins(seg, at + PDSHM_BLK_HDR, &orphan);
+  if (orphan) {
+    st->orphan_bytes += size;
+    st->orphan_blocks++;
+  }
   if (size > PDSHM_CLASS_MAX) {
     st->large_used += size;
     st->large_blocks++;
@@ -65,7 +73,7 @@ static int hs_walk(pdshm_seg *seg, struct pdshm_heap_stats *st) {
     uint64_t size = hc_size(seg, at);
     if (!size) return pdshm__fail(PDSHM_EBADSEG, "block chain broken at %#llx",
                                   (unsigned long long)at);
-    hs_count(st, hc_blk(seg, at), atomic_load(&hc_blk(seg, at)->word));
+    hs_count(seg, st, at, hc_blk(seg, at), atomic_load(&hc_blk(seg, at)->word));
     at += size;
   }
   st->rebuilds = h->heap.rebuilds;

@@ -54,6 +54,8 @@ struct pdshm_seg {
   uint16_t owner_tag;          /* slot + 1, what our blocks carry in `owner`   */
   uint64_t forkgen;            /* pdshm__forkgen at attach                     */
   uint32_t pid;                /* getpid() at attach (a syscall: kept here)    */
+  uint64_t file_dev, file_ino; /* the segment file's identity (fstat at open): */
+                               /* which attachments share a segment (pins)     */
   pthread_mutex_t reap_mu;     /* one reaper per attachment (OFD locks are     */
                                /* per descriptor, not per thread)              */
   _Atomic bool daemon;         /* holds the daemon claim (daemon.c)            */
@@ -98,6 +100,11 @@ int pdshm__seg_usable(const pdshm_seg *seg);
 int pdshm__seg_writable(const pdshm_seg *seg);
 uint64_t pdshm__layout_fingerprint(void);
 uint64_t pdshm__now_ns(int clock);
+
+/* ---- pin.c ---------------------------------------------------------------- */
+/* Detach: drops every pin the attachment holds (when it still may: not in a
+ * fork child, not read-only) and frees their private handles. */
+void pdshm__pin_drop_all(pdshm_seg *seg);
 
 /* ---- daemon.c ------------------------------------------------------------- */
 /* Gives up the daemon claim if this attachment holds it (detach). */
@@ -181,11 +188,13 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
 void pdshm__cache_flush(pdshm_seg *seg, struct pdshm_lane_ctx *ln);
 /* Usable payload bytes of a USED block. */
 size_t pdshm__alloc_usable(const pdshm_seg *seg, pdshm_off_t payload);
-/* Heap lock held, its previous holder dead: rebuild the bins from the chain.
- * 0, or EBADSEG when the chain itself is broken. */
+/* Heap lock held, its previous holder dead: recount the pins from the PIN
+ * records (pin_heap.c), then rebuild the bins from the chain.  0, or EBADSEG
+ * when the chain itself is broken. */
 int pdshm__heap_rebuild(pdshm_seg *seg);
-/* Reaper: frees the CACHED and USED blocks owned by slot `slot` (owner ==
- * slot+1) and clears that slot's lane caches; blocks whose type bit is set in
+/* Reaper: drops the pins of slot `slot`'s PIN records, frees the CACHED and
+ * USED blocks it owns (owner == slot+1; a pinned TENSOR block among them is
+ * orphaned instead) and clears its lane caches; blocks whose type bit is set in
  * keep_mask are left alone and returned in *kept (pdshm__zalloc'd payload offsets,
  * *nkept of them) for the caller to release first. */
 int pdshm__heap_sweep_slot(pdshm_seg *seg, uint32_t slot, unsigned keep_mask,
@@ -202,6 +211,7 @@ struct pdshm_heap_stats {
   uint64_t large_used, large_blocks;   /* above PDSHM_CLASS_MAX                */
   uint64_t by_type[PDSHM_T_COUNT];     /* USED bytes of each type              */
   uint64_t rebuilds, punched;
+  uint64_t orphan_bytes, orphan_blocks; /* pinned buffers no variable holds    */
   struct pdshm_heap_class_stats cls[PDSHM_NCLASSES];
 };
 /* Walks the chain under the heap lock (a snapshot). */
@@ -216,6 +226,30 @@ void pdshm__check_vsay(FILE *report, const char *what, const char *fmt, va_list 
     __attribute__((format(printf, 3, 0)));
 /* The same with the heap lock already held (pdshm_check stops the world). */
 int pdshm__heap_check_locked(pdshm_seg *seg, FILE *report);
+/* Heap lock held: returns a USED block to the bins at once. */
+void pdshm__heap_release_locked(pdshm_seg *seg, pdshm_off_t payload);
+
+/* ---- pin_heap.c: pin counts and orphans (layout.h, invariant 6) ----------- */
+/* Whether the TENSOR block at payload has pins (no lock: see pin_heap.c, 3). */
+bool pdshm__tensor_pinned(const pdshm_seg *seg, pdshm_off_t payload);
+/* Its pin count and orphan flag (0 / false unless a USED TENSOR block). */
+uint64_t pdshm__tensor_pins(const pdshm_seg *seg, pdshm_off_t payload, bool *orphan);
+/* Heap lock held: the buffer at payload is unhooked while pinned. */
+void pdshm__pin_orphan_locked(pdshm_seg *seg, pdshm_off_t payload);
+/* Heap lock held: PIN record rec (empty) now pins the buffer `target`.
+ * EBADSEG when either is not what it should be. */
+int pdshm__pin_take_locked(pdshm_seg *seg, pdshm_off_t rec, pdshm_off_t target);
+/* Heap lock held: PIN record rec lets go of its buffer; returns that buffer
+ * when it was an orphan and this was its last pin (the caller frees it),
+ * else 0. */
+pdshm_off_t pdshm__pin_drop_locked(pdshm_seg *seg, pdshm_off_t rec);
+/* Heap lock held: drops the pins of the PIN records slot tag-1 owns, marking
+ * the orphans that lose their last pin FREE (a relink must follow). */
+int pdshm__pin_sweep_slot_locked(pdshm_seg *seg, uint16_t tag);
+/* Heap lock held, its holder dead: every pin count from the PIN records,
+ * orphans left without a pin marked FREE (a relink must follow). */
+int pdshm__pin_recount_locked(pdshm_seg *seg);
+
 /* Frees the CACHED blocks of slot `slot` (whose OFD lock the caller holds). */
 int pdshm__heap_sweep_cached(pdshm_seg *seg, uint32_t slot);
 /* The free-list bin of a FREE block of that size (heap.c; the checker). */

@@ -6,7 +6,8 @@
  * and either without the lock is DEAD (a dead process, or a reaper that died
  * half way).  What a slot holds comes from one walk of the block chain: the
  * blocks whose owner is slot+1 (layout.h, invariant 4), and among them the
- * HANDLE records whose reference was counted (model.h).
+ * HANDLE records whose reference was counted (model.h) and the PIN records
+ * that target a buffer (layout.h, invariant 6).
  */
 #include "config.h"
 
@@ -15,7 +16,7 @@
 #include "introspect.h"
 
 struct procs_acc {
-  uint64_t handles, bytes;
+  uint64_t handles, bytes, pins;
 };
 
 struct procs_walk {
@@ -42,6 +43,11 @@ static int procs_visit(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uin
     const struct pdshm_handle_rec *hr = (const void *)((const uint8_t *)b + PDSHM_BLK_HDR);
     if (__atomic_load_n(&hr->scope, __ATOMIC_RELAXED)) a->handles++;
   }
+  if (state == PDSHM_BLK_USED && b->type == PDSHM_T_PIN &&
+      size >= PDSHM_BLK_HDR + sizeof(struct pdshm_pin_rec)) {
+    const struct pdshm_pin_rec *pr = (const void *)((const uint8_t *)b + PDSHM_BLK_HDR);
+    if (__atomic_load_n(&pr->target, __ATOMIC_RELAXED)) a->pins++;
+  }
   (void)at;
   return 0;
 }
@@ -57,7 +63,7 @@ static void procs_fill(pdshm_seg *seg, uint32_t i, uint32_t st, const struct pro
   const struct pdshm_slot *s = pdshm__slot(seg, i);
   *pi = (pdshm_proc_info){.slot = i, .pid = s->pid, .state = procs_state(seg, i, st),
                           .attach_ns = s->attach_ns, .handles = a->handles,
-                          .bytes_held = a->bytes};
+                          .bytes_held = a->bytes, .pins = a->pins};
   if (pi->state == PDSHM_PROC_REAPING) pi->reaper_pid = s->reaper_pid;
 }
 

@@ -34,7 +34,9 @@ static void alloc_fill(const struct pdshm_heap_stats *hs, pdshm_alloc_info *out)
       .var_bytes = hs->by_type[PDSHM_T_VAR], .name_bytes = hs->by_type[PDSHM_T_NAME],
       .table_bytes = hs->by_type[PDSHM_T_TABLE], .tensor_bytes = hs->by_type[PDSHM_T_TENSOR],
       .handle_bytes = hs->by_type[PDSHM_T_HANDLE], .oplist_bytes = hs->by_type[PDSHM_T_OPLIST],
-      .hold_bytes = hs->by_type[PDSHM_T_HOLD], .raw_bytes = hs->by_type[PDSHM_T_RAW]};
+      .hold_bytes = hs->by_type[PDSHM_T_HOLD], .raw_bytes = hs->by_type[PDSHM_T_RAW],
+      .pin_bytes = hs->by_type[PDSHM_T_PIN], .orphan_bytes = hs->orphan_bytes,
+      .orphan_blocks = hs->orphan_blocks};
   /* Cached blocks sit in process caches: only FREE blocks can merge. */
   uint64_t binned = hs->free - hs->cached;
   if (binned) out->fragmentation = 1.0 - (double)hs->largest_free / (double)binned;

@@ -21,7 +21,8 @@
  *     sees the change it announces.  Publishing newb (owner := 0) and
  *     freeing oldb (only blocks still USED and marked with this slot, so
  *     never a block another slot reused since; for this slot's, see 5) are
- *     idempotent too.
+ *     idempotent too; a pinned tensor buffer in oldb is orphaned (published
+ *     again, owner 0) rather than freed, so a second pass skips it.
  *  4. A seqlock word the op made odd is made even by whoever finishes the op,
  *     so lock-free readers never wait on a dead writer.
  *  5. The owner marks its journal IDLE before it frees blocks (the retired

@@ -26,10 +26,18 @@
  *     adjacent once the heap lock is released.
  *  4. A CACHED block sits in the cache of the lane of slot owner-1; a USED
  *     block with owner != 0 is private to slot owner-1 (in flight, retired by a
- *     pending journal, or process-owned like a handle record) and is reclaimed
- *     when that slot is reaped; a USED block with owner == 0 is published.
+ *     pending journal, or process-owned like a handle or pin record) and is
+ *     reclaimed when that slot is reaped (a pinned TENSOR block is orphaned
+ *     instead: invariant 6); a USED block with owner == 0 is published.
  *  5. A mutex in the lock table is initialised once, at create, and never
  *     destroyed or re-initialised; objects borrow lock-table entries by index.
+ *  6. Pins (pin.c): a TENSOR block's payload starts with struct
+ *     pdshm_tensor_buf.  Its pin count equals the number of USED PIN blocks
+ *     whose target is that payload, whenever nobody holds the heap lock (both
+ *     change only under it; a repair after the holder's death recounts).  A
+ *     pinned buffer is never freed: where it would be, it is orphaned (flag
+ *     set, owner 0, referenced by no variable) and freed by the unpin that
+ *     takes its count to 0.  An orphan's count is never 0 under the lock.
  */
 #ifndef PDSHM_LAYOUT_H
 #define PDSHM_LAYOUT_H
@@ -40,7 +48,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PDSHM_LAYOUT_VERSION 4u
+#define PDSHM_LAYOUT_VERSION 5u
 #define PDSHM_MAGIC "\x89PDSHM\r\n" /* 8 bytes, no NUL needed */
 #define PDSHM_MAGIC_LEN 8
 #define PDSHM_CACHELINE 64
@@ -74,6 +82,7 @@ enum pdshm_type {
   PDSHM_T_HANDLE,   /* a process's reference record on a scope           */
   PDSHM_T_OPLIST,   /* a variable's readers or writers                   */
   PDSHM_T_HOLD,     /* a process's shared hold on a variable lock        */
+  PDSHM_T_PIN,      /* a process's pin on a tensor buffer (struct pdshm_pin_rec) */
   PDSHM_T_COUNT
 };
 
@@ -92,6 +101,24 @@ struct pdshm_blk {
 /* A FREE block's payload: its bin list links (heap lock). */
 struct pdshm_free_links {
   pdshm_off_t next, prev; /* block offsets; 0 ends the list */
+};
+
+/* The head of every TENSOR block's payload; the data follows, aligned to
+ * PDSHM_TENSOR_ALIGN.  Zeroed when the block is handed out. */
+struct pdshm_tensor_buf {
+  _Atomic uint64_t pins;   /* PIN records targeting this buffer; heap lock
+                              (read without it only where no pin can appear:
+                              the buffer is unhooked, so a zero stays zero) */
+  uint64_t orphan;         /* 1 once unhooked while pinned: published, owned
+                              by no variable, freed at the last unpin; heap
+                              lock                                          */
+};
+
+/* A PIN block's payload: a process's pin (owner = slot+1, never published).
+ * It comes out of the allocator zeroed: a target of 0 counts for nothing. */
+struct pdshm_pin_rec {
+  pdshm_off_t target;      /* the pinned TENSOR payload, 0 when none; heap lock */
+  uint64_t epoch;          /* the owning slot's epoch when it was made        */
 };
 
 /* ---- Size classes and bins -------------------------------------------- */

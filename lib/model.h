@@ -20,12 +20,14 @@
  *   1. under P's lock: take X off P's kid list, drop X's reference on P (if
  *      that was P's last, P is queued next);
  *   2. no lock (X is unreachable): for each variable, mark its blocks with our
- *      slot, clear its table entry, free its blocks;
+ *      slot, clear its table entry, free its blocks (a pinned tensor buffer
+ *      is orphaned instead, and freed by its last unpin: layout.h, inv. 6);
  *   3. under X's lock: retire table, name and record, return X's lock entry,
  *      move the todo queue on, in one journal.
  *
  * Lock order: a parent's lock before a child's; a scope's lock before a
- * variable's lock; any lock before the heap lock.
+ * variable's lock; any lock before the heap lock (a pin takes its variable's
+ * scope lock, then the heap lock).
  */
 #ifndef PDSHM_MODEL_H
 #define PDSHM_MODEL_H
@@ -123,7 +125,8 @@ struct pdshm_name {
 };
 
 /* What a process holds, in blocks it owns (owner = slot+1, never published):
- * the reaper releases each kept HANDLE or HOLD block of a dead slot.  Such a
+ * the reaper releases each kept HANDLE or HOLD block of a dead slot (and
+ * drops the pins of its PIN blocks, struct pdshm_pin_rec in layout.h).  Such a
  * block comes out of the allocator zeroed, and `scope` is set by the journal
  * that counts the reference: a record whose scope is 0 counts for nothing. */
 struct pdshm_handle_rec {

@@ -13,8 +13,10 @@
  *  3. A slot whose state is not FREE and whose lock nobody holds is dead.  Its
  *     reaper claims the lock first, re-reads the state, and then, in this
  *     order: finishes or rolls back the journals of its lanes (taking each
- *     journal's lock), releases what it held, frees the blocks it owned,
- *     returns the lock entries it had claimed, and marks it FREE.  Every step
+ *     journal's lock), releases what it held (its pins first, inside the
+ *     sweep of its blocks), frees the blocks it owned (orphaning the pinned
+ *     buffers among them), returns the lock entries it had claimed, and
+ *     marks it FREE.  Every step
  *     is idempotent, so a reaper killed halfway leaves a dead slot that the
  *     next reaper finishes.
  *  4. A stopped process still holds its lock: slow is not dead.

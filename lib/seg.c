@@ -125,7 +125,8 @@ uint64_t pdshm__layout_fingerprint(void) {
       offsetof(struct pdshm_hdr, poisoned), offsetof(struct pdshm_hdr, heap),
       offsetof(struct pdshm_lock, alloc), offsetof(struct pdshm_slot, lane),
       PDSHM_NCLASSES, PDSHM_NBINS, PDSHM_LANES, PDSHM_J_REDO, PDSHM_J_BLOCKS, PDSHM_ALIGN,
-      _Alignof(struct pdshm_slot), 0x0102030405060708ull /* byte order */};
+      _Alignof(struct pdshm_slot), sizeof(struct pdshm_tensor_buf), sizeof(struct pdshm_pin_rec),
+      PDSHM_T_COUNT, 0x0102030405060708ull /* byte order */};
   uint64_t h = 0xcbf29ce484222325ull;
   for (size_t i = 0; i < sizeof facts / sizeof facts[0]; i++) h = fnv1a(h, facts[i]);
   return h;
@@ -234,6 +235,11 @@ static pdshm_seg *seg_handle_new(const char *name, int fd, unsigned flags) {
   seg->slot = PDSHM_NOSLOT;
   seg->forkgen = atomic_load(&pdshm__forkgen);
   seg->pid = (uint32_t)getpid();
+  struct stat st;
+  if (fstat(fd, &st) == 0) {
+    seg->file_dev = (uint64_t)st.st_dev;
+    seg->file_ino = (uint64_t)st.st_ino;
+  }
   snprintf(seg->name, sizeof seg->name, "%s", name);
   pthread_mutex_init(&seg->reap_mu, NULL);
   for (unsigned i = 0; i < PDSHM_LANES; i++) {
@@ -497,6 +503,7 @@ PDSHM_API int pdshm_detach(pdshm_seg *seg) {
   seg_list_remove(seg);
   /* In a fork child the slot is the parent's: touch nothing, free the copy. */
   if (!rc) pdshm__daemon_drop(seg);
+  pdshm__pin_drop_all(seg);
   if (!rc && seg->slot != PDSHM_NOSLOT) rc = pdshm__slot_release_own(seg);
   pdshm__scope_free_handles(seg);
   seg_handle_free(seg);

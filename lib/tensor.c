@@ -9,12 +9,16 @@
  *     by the same journal, after the other stores (an atomic add, since
  *     exclusive unlocks bump it under another lock): a committed resize is
  *     always announced, even when its process dies right after the commit.
- *  2. data is 64-byte aligned inside buf (blocks are 16-byte aligned, so each
- *     buffer carries up to 48 bytes of slack), and data + nbytes stays inside
- *     buf.  Every tensor has a buffer, even of 0 bytes, so pdshm_tensor_data
- *     is non-NULL exactly for tensors.
- *  3. A buffer is reused by a resize when it is big enough and no more than
- *     twice what is needed; otherwise the old one is freed at the commit.
+ *  2. buf starts with struct pdshm_tensor_buf (its pin count, layout.h
+ *     invariant 6); data is 64-byte aligned after it (blocks are 16-byte
+ *     aligned, so each buffer carries that header and up to 48 bytes of
+ *     slack), and data + nbytes stays inside buf.  Every tensor has a buffer,
+ *     even of 0 bytes, so pdshm_tensor_data is non-NULL exactly for tensors,
+ *     and every tensor can be pinned.
+ *  3. A buffer is reused by a resize when it is big enough, no more than
+ *     twice what is needed, and not pinned (the scope lock we hold keeps new
+ *     pins out); otherwise the old one is freed at the commit, which orphans
+ *     it instead when it is pinned (pin.c).
  */
 #include "config.h"
 
@@ -22,7 +26,7 @@
 
 #include "model_int.h"
 
-#define TENSOR_SLACK (PDSHM_TENSOR_ALIGN - PDSHM_ALIGN)
+#define TENSOR_SLACK (sizeof(struct pdshm_tensor_buf) + PDSHM_TENSOR_ALIGN - PDSHM_ALIGN)
 
 static const uint8_t dtype_sizes[] = {
     [PDSHM_BOOL] = 1, [PDSHM_U8] = 1,  [PDSHM_I8] = 1,   [PDSHM_I16] = 2, [PDSHM_I32] = 4,
@@ -61,7 +65,7 @@ static int tensor_buffer(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm
   uint64_t need = nbytes + TENSOR_SLACK;
   if (r->buf) {
     size_t have = pdshm__alloc_usable(seg, r->buf);
-    if (have >= need && have / 2 <= need) {
+    if (have >= need && have / 2 <= need && !pdshm__tensor_pinned(seg, r->buf)) {
       *buf = r->buf;
       return 0;
     }
@@ -84,7 +88,8 @@ static int resize_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm
   pdshm_off_t buf;
   int rc = tensor_buffer(seg, ln, r, a->nbytes, &buf);
   if (rc) return rc;
-  pdshm_off_t data = (buf + PDSHM_TENSOR_ALIGN - 1) & ~(pdshm_off_t)(PDSHM_TENSOR_ALIGN - 1);
+  pdshm_off_t data = (buf + sizeof(struct pdshm_tensor_buf) + PDSHM_TENSOR_ALIGN - 1) &
+                     ~(pdshm_off_t)(PDSHM_TENSOR_ALIGN - 1);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, dtype_ndim), (uint64_t)a->dt | (uint64_t)a->ndim << 32);
   for (int i = 0; i < PDSHM_NDIM_MAX; i++)
     if (r->dims[i] != (i < a->ndim ? a->dims[i] : 0))

@@ -345,6 +345,37 @@ START_TEST(procs_locks_alloc_check_reap) {
 }
 END_TEST
 
+/* A buffer pinned by us and erased underneath: our slot shows the pin,
+ * --alloc the orphan (text and JSON), --check stays clean; the last unpin
+ * gives it back. */
+START_TEST(pins_and_orphans_shown) {
+  struct world wd;
+  char mine[96];
+  world_build(&wd);
+  pdshm_var *v = mk_tensor(wd.root, "viewed", PDSHM_F32, 1, (const int64_t[]){1000}, NULL);
+  pdshm_pin *p;
+  ck_assert_int_eq(pdshm_tensor_pin(v, &p, NULL), 0);
+  ck_assert_int_eq(pdshm_var_erase(wd.root, "viewed"), 0);
+  struct run r = TOOL(g_name, "--procs");
+  has(r.out, "PINS");
+  run_free(&r);
+  snprintf(mine, sizeof mine, "\"pid\":%d,\"state\":\"alive\",", (int)getpid());
+  json_view("--procs", (const char *const[]){mine, "\"handles\":4,\"pins\":1,", NULL});
+  r = TOOL(g_name, "--alloc");
+  has(r.out, "orphans        1 pinned buffers no variable holds, 4");
+  has(r.out, "pin   ");
+  run_free(&r);
+  json_view("--alloc", (const char *const[]){"\"orphan_blocks\":1,\"orphan_bytes\":4", NULL});
+  r = TOOL(g_name, "--check");
+  ck_assert_msg(r.status == 0, "%s%s", r.out, r.err);
+  run_free(&r);
+  ck_assert_int_eq(pdshm_tensor_unpin(p), 0);
+  json_view("--alloc", (const char *const[]){"\"orphan_blocks\":0,\"orphan_bytes\":0,", NULL});
+  json_view("--procs", (const char *const[]){mine, "\"handles\":4,\"pins\":0,", NULL});
+  world_end(&wd);
+}
+END_TEST
+
 START_TEST(watch_repeats_until_interrupted) {
   make(8u << 20, 8, 0);
   struct run r = tool_argv((const char *const[]){g_name, "--procs", "--json", "--watch", "0.1",
@@ -495,6 +526,7 @@ static Suite *attach_suite(void) {
   tcase_add_test(tc, vars_view);
   tcase_add_test(tc, odd_names_stay_readable);
   tcase_add_test(tc, procs_locks_alloc_check_reap);
+  tcase_add_test(tc, pins_and_orphans_shown);
   tcase_add_test(tc, watch_repeats_until_interrupted);
   tcase_add_test(tc, file_truncated_while_watching);
   tcase_add_test(tc, usage_errors_exit_2);

@@ -14,6 +14,10 @@
  * states the operation may leave: before it, after it, or, for operations
  * made of several atomic steps, between two of them (the steps' boundary
  * crash point names them).  Reapers are killed at each of their windows too.
+ * Pins: the child pins, unpins, and erases, resizes or releases what it
+ * pinned; or this process pins a variable the child erases, resizes or
+ * unlinks, and the segment must check clean with the orphan and again
+ * once that pin is dropped.
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -109,6 +113,7 @@ struct cx {
   pdshm_seg *seg;
   pdshm_scope *root, *params, *s;
   pdshm_var *v;
+  pdshm_pin *pin;
 };
 
 static int open_params(struct cx *c) {
@@ -156,6 +161,20 @@ static int prep_holey(struct cx *c) {
   int64_t one = 1;
   if (prep_e(c) || !(big = pdshm_find_local_var(c->params, "big"))) return 1;
   return pdshm_tensor_resize(big, PDSHM_U8, 1, &one);
+}
+
+/* The child's own pins: on w, on b, on y of a local scope. */
+static int prep_pin_w(struct cx *c) { return prep_w(c) || pdshm_tensor_pin(c->v, &c->pin, NULL); }
+static int prep_pin_b(struct cx *c) { return prep_b(c) || pdshm_tensor_pin(c->v, &c->pin, NULL); }
+static int prep_pin_local(struct cx *c) {
+  return prep_local(c) || pdshm_tensor_pin(pdshm_find_local_var(c->s, "y"), &c->pin, NULL);
+}
+static int prep_big(struct cx *c) { return prep_var(c, "big"); }
+
+static int run_pin(struct cx *c) { return pdshm_tensor_pin(c->v, &c->pin, NULL); }
+static int run_unpin(struct cx *c) { return pdshm_tensor_unpin(c->pin); }
+static int run_resize_small(struct cx *c) {
+  return pdshm_tensor_resize(c->v, PDSHM_U8, 1, (int64_t[]){100});
 }
 
 static int run_new_named(struct cx *c) { return pdshm_scope_new(c->params, "fresh", &c->s); }
@@ -242,6 +261,8 @@ struct op {
   const char *boundary;      /* crash point between its atomic steps     */
   bool arm_first;            /* count from before the attach             */
   void (*verify)(pdshm_seg *); /* more to require once the dead are reaped */
+  const char *pinned;        /* "SCOPE/VAR" this process pins while the child
+                                runs (unpinned once the dead are reaped)  */
 };
 
 /* A resize that happened bumped the version, whenever its process died: the
@@ -256,39 +277,49 @@ static void resized_means_bumped(pdshm_seg *seg) {
 }
 
 static const struct op ops[] = {
-    {"attach", NULL, run_attach, NULL, true, NULL},
-    {"detach", prep_local, run_detach, NULL, false, NULL},
-    {"heap", NULL, run_heap, NULL, false, NULL},
-    {"scope_new_named", open_params, run_new_named, NULL, false, NULL},
-    {"scope_new_anon", open_params, run_new_anon, NULL, false, NULL},
-    {"scope_release", prep_local, run_release, NULL, false, NULL},
-    {"scope_release_cascade", prep_chain, run_release, NULL, false, NULL},
-    {"scope_handles", open_params, run_handles, NULL, false, NULL},
-    {"scope_unlink", open_params, run_unlink, NULL, false, NULL},
-    {"scope_drop_kids", open_params, run_drop_kids, "scope.drop_kids.one", false, NULL},
-    {"var_get", open_params, run_get, NULL, false, NULL},
-    {"var_create", open_params, run_create, NULL, false, NULL},
-    {"var_new", open_params, run_var_new, NULL, false, NULL},
-    {"var_get_grows_index", open_params, run_grow, NULL, false, NULL},
-    {"var_erase", open_params, run_erase, NULL, false, NULL},
-    {"var_rename", open_params, run_rename, NULL, false, NULL},
-    {"set_label_new", prep_e, run_label_new, NULL, false, NULL},
-    {"set_label_replace", prep_w, run_label_swap, NULL, false, NULL},
-    {"set_label_clear", prep_w, run_label_clear, NULL, false, NULL},
-    {"add_reader", prep_w, run_reader, NULL, false, NULL},
-    {"add_writer", prep_w, run_writer, NULL, false, NULL},
-    {"resize_grow", prep_b, run_resize_grow, NULL, false, resized_means_bumped},
-    {"resize_in_place", prep_w, run_resize_same, NULL, false, NULL},
-    {"resize_to_zero", prep_w, run_resize_zero, NULL, false, NULL},
-    {"resize_large", prep_e, run_resize_large, NULL, false, NULL},
-    {"resize_reserve_again", prep_holey, run_resize_large, NULL, false, NULL},
-    {"resize_enomem", prep_b, run_resize_enomem, NULL, false, NULL},
-    {"var_lock_first", prep_e, run_lock_excl, NULL, false, NULL},
-    {"var_lock_exclusive", prep_lk, run_lock_excl, NULL, false, NULL},
-    {"var_lock_shared", prep_lk, run_lock_shared, NULL, false, NULL},
-    {"var_lock_die_exclusive", prep_lk, run_hold_excl, NULL, false, NULL},
-    {"var_lock_die_shared", prep_lk, run_hold_shared, NULL, false, NULL},
-    {"unique_name", NULL, run_unique, NULL, false, NULL},
+    {"attach", NULL, run_attach, NULL, true, NULL, NULL},
+    {"detach", prep_local, run_detach, NULL, false, NULL, NULL},
+    {"heap", NULL, run_heap, NULL, false, NULL, NULL},
+    {"scope_new_named", open_params, run_new_named, NULL, false, NULL, NULL},
+    {"scope_new_anon", open_params, run_new_anon, NULL, false, NULL, NULL},
+    {"scope_release", prep_local, run_release, NULL, false, NULL, NULL},
+    {"scope_release_cascade", prep_chain, run_release, NULL, false, NULL, NULL},
+    {"scope_handles", open_params, run_handles, NULL, false, NULL, NULL},
+    {"scope_unlink", open_params, run_unlink, NULL, false, NULL, NULL},
+    {"scope_drop_kids", open_params, run_drop_kids, "scope.drop_kids.one", false, NULL, NULL},
+    {"var_get", open_params, run_get, NULL, false, NULL, NULL},
+    {"var_create", open_params, run_create, NULL, false, NULL, NULL},
+    {"var_new", open_params, run_var_new, NULL, false, NULL, NULL},
+    {"var_get_grows_index", open_params, run_grow, NULL, false, NULL, NULL},
+    {"var_erase", open_params, run_erase, NULL, false, NULL, NULL},
+    {"var_rename", open_params, run_rename, NULL, false, NULL, NULL},
+    {"set_label_new", prep_e, run_label_new, NULL, false, NULL, NULL},
+    {"set_label_replace", prep_w, run_label_swap, NULL, false, NULL, NULL},
+    {"set_label_clear", prep_w, run_label_clear, NULL, false, NULL, NULL},
+    {"add_reader", prep_w, run_reader, NULL, false, NULL, NULL},
+    {"add_writer", prep_w, run_writer, NULL, false, NULL, NULL},
+    {"resize_grow", prep_b, run_resize_grow, NULL, false, resized_means_bumped, NULL},
+    {"resize_in_place", prep_w, run_resize_same, NULL, false, NULL, NULL},
+    {"resize_to_zero", prep_w, run_resize_zero, NULL, false, NULL, NULL},
+    {"resize_large", prep_e, run_resize_large, NULL, false, NULL, NULL},
+    {"resize_reserve_again", prep_holey, run_resize_large, NULL, false, NULL, NULL},
+    {"resize_enomem", prep_b, run_resize_enomem, NULL, false, NULL, NULL},
+    {"var_lock_first", prep_e, run_lock_excl, NULL, false, NULL, NULL},
+    {"var_lock_exclusive", prep_lk, run_lock_excl, NULL, false, NULL, NULL},
+    {"var_lock_shared", prep_lk, run_lock_shared, NULL, false, NULL, NULL},
+    {"var_lock_die_exclusive", prep_lk, run_hold_excl, NULL, false, NULL, NULL},
+    {"var_lock_die_shared", prep_lk, run_hold_shared, NULL, false, NULL, NULL},
+    {"unique_name", NULL, run_unique, NULL, false, NULL, NULL},
+    {"pin", prep_w, run_pin, NULL, false, NULL, NULL},
+    {"unpin", prep_pin_w, run_unpin, NULL, false, NULL, NULL},
+    {"erase_own_pinned", prep_pin_w, run_erase, NULL, false, NULL, NULL},
+    {"resize_own_pinned", prep_pin_b, run_resize_grow, NULL, false, NULL, NULL},
+    {"release_own_pinned", prep_pin_local, run_release, NULL, false, NULL, NULL},
+    {"detach_own_pinned", prep_pin_local, run_detach, NULL, false, NULL, NULL},
+    {"erase_pinned", open_params, run_erase, NULL, false, NULL, "params/w"},
+    {"resize_pinned", prep_b, run_resize_grow, NULL, false, NULL, "params/b"},
+    {"resize_large_pinned", prep_big, run_resize_small, NULL, false, NULL, "params/big"},
+    {"unlink_pinned", open_params, run_unlink, NULL, false, NULL, "params/sub/s"},
 };
 #define NOPS (sizeof ops / sizeof ops[0])
 
@@ -407,18 +438,39 @@ static void bystander(pdshm_seg *seg, const char *what, uint64_t k) {
   ck_assert_int_eq(pdshm_scope_release(params), 0);
 }
 
+/* Pins the variable at "SCOPE/VAR" (op->pinned) from this process, through
+ * a scope handle it lets go of at once: a pin is no reference on the scope. */
+static pdshm_pin *pin_path(pdshm_seg *seg, const char *path) {
+  char scope[128];
+  const char *slash = strrchr(path, '/');
+  snprintf(scope, sizeof scope, "%.*s", (int)(slash - path), path);
+  pdshm_scope *s;
+  pdshm_pin *p;
+  ck_assert_int_eq(pdshm_scope_open(seg, scope, &s), 0);
+  ck_assert_int_eq(pdshm_tensor_pin(pdshm_find_local_var(s, slash + 1), &p, NULL), 0);
+  ck_assert_int_eq(pdshm_scope_release(s), 0);
+  return p;
+}
+
 /* A fresh world, the child of plan a (then, if b is not NULL, the child of
- * plan b: a reaper), then reap and verify.  The outcome's `after` is the
- * model once the dead have been reaped; its report is the last child's. */
+ * plan b: a reaper), then reap and verify; with a pin of ours (a->op->pinned)
+ * held throughout, verified with it and again once it is dropped.  The
+ * outcome's `after` is the model once the dead have been reaped and our pin
+ * dropped; its report is the last child's. */
 static struct outcome run_plans(const struct plan *a, const struct plan *b) {
   struct outcome o = {0}, ignored = {0};
   pdshm_seg *seg = world();
+  pdshm_pin *ours = a->op->pinned ? pin_path(seg, a->op->pinned) : NULL;
   o.before = snap_model(seg, 0, true);
   child_run(*a, b ? &ignored : &o);
   outcome_free(&ignored);
   if (b) child_run(*b, &o);
   bystander(seg, (b ? b : a)->op->name, (b ? b : a)->k);
   reap_verify(seg, (b ? b : a)->op->name, (b ? b : a)->k);
+  if (ours) {
+    ck_assert_int_eq(pdshm_tensor_unpin(ours), 0);
+    reap_verify(seg, "our unpin", (b ? b : a)->k);
+  }
   o.after = snap_model(seg, 0, true);
   if ((b ? b : a)->op->verify) (b ? b : a)->op->verify(seg);
   ck_assert_int_eq(pdshm_detach(seg), 0);
@@ -552,7 +604,7 @@ static void op_all_windows(const struct op *op) {
 
 static int run_reap(struct cx *c) { return pdshm_reap(c->seg, NULL); }
 /* Attaching reaps the dead slot it is about to take: armed from the start. */
-static const struct op reaper = {"reaper", NULL, run_reap, NULL, true, NULL};
+static const struct op reaper = {"reaper", NULL, run_reap, NULL, true, NULL, NULL};
 
 static const struct op *op_named(const char *name) {
   for (size_t i = 0; i < NOPS; i++)
@@ -564,7 +616,8 @@ static const struct op *op_named(const char *name) {
 /* Deaths that leave a reaper work of each kind: a destruction half done, an
  * unlink chain pending, a shared hold, a committed journal not applied, an
  * armed one with a new block, a detach half done, an armed one that retired
- * published blocks. */
+ * published blocks, a pin on an orphan, a buffer half orphaned under
+ * another's pin, an unpin half done inside the heap lock. */
 static const struct {
   const char *op, *point;
   uint64_t n;
@@ -573,6 +626,8 @@ static const struct {
     {"var_lock_die_shared", NULL, 0},               {"resize_large", "j.commit.after", 1},
     {"scope_new_named", "j.alloc.recorded", 1},     {"detach", "slot.release.holds", 1},
     {"var_erase", "j.retire.marked", 2},
+    {"erase_own_pinned", NULL, 0},                  {"erase_pinned", "pin.orphan.flagged", 1},
+    {"unpin", "pin.drop.cleared", 1},
 };
 
 /* A reaper killed at each of its windows leaves work the next reaper

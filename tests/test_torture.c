@@ -2,8 +2,10 @@
  *
  * Workers attach on their own and, in two threads each, loop at random over
  * local and named scopes, variables, tensors of 64 B to 1 MiB, labels,
- * operator lists, shared and exclusive variable locks and unique names; under
- * a variable lock they verify the committed parameters' bytes.  The driver kills a random
+ * operator lists, shared and exclusive variable locks, unique names and pins
+ * of their local tensors (whose bytes must survive an erase, a resize or the
+ * scope's release until the unpin); under a variable lock they verify the
+ * committed parameters' bytes.  The driver kills a random
  * worker at a random instant and starts another (whose attach reaps the
  * dead: a reaper that may be killed in turn), and now and then kills a
  * process in the middle of pdshm_reap.  After each round every process is
@@ -31,6 +33,7 @@
 #define KILLS_PER_ROUND 25
 #define NPARAMS 6
 #define SEG_SIZE (20u << 20) /* small enough to be filled now and then */
+#define WPINS 3              /* pins a worker thread keeps at most          */
 
 /* Shared with the workers through an anonymous MAP_SHARED mapping. */
 struct board {
@@ -74,6 +77,8 @@ struct worker {
   pdshm_scope *root, *params, *work;
   pdshm_scope *local[4];    /* anonymous scopes it holds                   */
   pdshm_scope *mine;        /* its current named scope under work/         */
+  pdshm_pin *pin[WPINS];    /* buffers of its local scopes it pins          */
+  pdshm_tensor_view view[WPINS];
   uint64_t rng;
 };
 
@@ -110,8 +115,10 @@ static int w_fill(struct worker *w, pdshm_scope *s) {
   int rc = pdshm_var_get(s, name, &v);
   if (rc) return w_ok("var_get", rc);
   int64_t d = tensor_bytes(w) / 4;
-  rc = w_ok("resize", pdshm_tensor_resize(v, PDSHM_F32, 1, &d));
-  if (!rc && pdshm_tensor_data(v)) memset(pdshm_tensor_data(v), 0x5a, pdshm_tensor_nbytes(v));
+  int resized = pdshm_tensor_resize(v, PDSHM_F32, 1, &d);
+  rc = w_ok("resize", resized);
+  /* not after a failure: the buffer is then the old one, which w_pin may hold */
+  if (!resized) memset(pdshm_tensor_data(v), 0x5a, pdshm_tensor_nbytes(v));
   if (!rc && rnd(w) % 2) rc = w_ok("label", pdshm_var_set_label(v, rnd(w) % 2 ? "input" : "grad"));
   if (!rc && rnd(w) % 2) rc = w_ok("reader", pdshm_var_add_reader(v, rnd(w) % 2 ? "mul" : "add"));
   if (!rc && rnd(w) % 3 == 0) rc = w_ok("writer", pdshm_var_add_writer(v, "sgd"));
@@ -182,11 +189,43 @@ static int w_params(struct worker *w) {
   return 0;
 }
 
+/* What this process writes into byte j of a buffer it pins (two pins of
+ * one buffer write the same). */
+static uint8_t pin_byte(size_t j) { return (uint8_t)(j * 13 + (size_t)getpid()); }
+
+/* A pin of a buffer of one of its local scopes, which it then owns alone:
+ * it writes a pattern there and finds it again before it unpins, whatever
+ * was erased, resized or released meanwhile (a buffer freed under a pin and
+ * handed to someone else would not keep it). */
+static int w_pin(struct worker *w) {
+  unsigned i = (unsigned)(rnd(w) % WPINS), l = (unsigned)(rnd(w) % 4);
+  char name[16];
+  if (w->pin[i]) {
+    const uint8_t *p = w->view[i].data;
+    for (size_t j = 0; j < w->view[i].nbytes; j++)
+      if (p[j] != pin_byte(j)) return w_fail("pinned bytes changed", PDSHM_EBADSEG);
+    int rc = pdshm_tensor_unpin(w->pin[i]);
+    w->pin[i] = NULL;
+    return rc ? w_fail("unpin", rc) : 0;
+  }
+  snprintf(name, sizeof name, "v%u", (unsigned)(rnd(w) % 6));
+  pdshm_var *v = w->local[l] ? pdshm_find_local_var(w->local[l], name) : NULL;
+  if (!v || !pdshm_tensor_data(v)) return 0;
+  int rc = pdshm_tensor_pin(v, &w->pin[i], &w->view[i]);
+  if (rc) {
+    w->pin[i] = NULL;
+    return w_ok("pin", rc);
+  }
+  uint8_t *p = w->view[i].data;
+  for (size_t j = 0; j < w->view[i].nbytes; j++) p[j] = pin_byte(j);
+  return 0;
+}
+
 static void *worker_loop(void *arg) {
   struct worker *w = arg;
   for (;;) {
-    uint64_t r = rnd(w) % 10;
-    int rc = r < 5 ? w_local(w) : r < 8 ? w_named(w) : w_params(w);
+    uint64_t r = rnd(w) % 12;
+    int rc = r < 5 ? w_local(w) : r < 8 ? w_named(w) : r < 10 ? w_params(w) : w_pin(w);
     if (rc) _exit(1);
     g_board->ops++;
   }

@@ -14,19 +14,21 @@ struct by_type {
   uint64_t bytes;
 };
 
-static void alloc_types(const pdshm_alloc_info *a, struct by_type t[9]) {
-  struct by_type v[9] = {{"scope", a->scope_bytes},   {"var", a->var_bytes},
-                         {"name", a->name_bytes},     {"table", a->table_bytes},
-                         {"tensor", a->tensor_bytes}, {"handle", a->handle_bytes},
-                         {"oplist", a->oplist_bytes}, {"hold", a->hold_bytes},
-                         {"raw", a->raw_bytes}};
+#define ALLOC_TYPES 10
+
+static void alloc_types(const pdshm_alloc_info *a, struct by_type t[ALLOC_TYPES]) {
+  struct by_type v[ALLOC_TYPES] = {{"scope", a->scope_bytes},   {"var", a->var_bytes},
+                                   {"name", a->name_bytes},     {"table", a->table_bytes},
+                                   {"tensor", a->tensor_bytes}, {"handle", a->handle_bytes},
+                                   {"oplist", a->oplist_bytes}, {"hold", a->hold_bytes},
+                                   {"pin", a->pin_bytes},       {"raw", a->raw_bytes}};
   memcpy(t, v, sizeof v);
 }
 
 static void alloc_text(struct ctx *c, const pdshm_alloc_info *a) {
   FILE *f = c->out;
   char x[32], y[32], z[32], w[32];
-  struct by_type t[9];
+  struct by_type t[ALLOC_TYPES];
   fprintf(f, "arena          %s: used %s, free %s (%s of it in process caches)\n",
           human(a->arena, x, sizeof x), human(a->used, y, sizeof y), human(a->free, z, sizeof z),
           human(a->cached, w, sizeof w));
@@ -39,9 +41,11 @@ static void alloc_text(struct ctx *c, const pdshm_alloc_info *a) {
           human(a->large_used, x, sizeof x));
   fprintf(f, "given back     %s (punched); %llu free-list rebuilds\n",
           human(a->punched, x, sizeof x), (unsigned long long)a->rebuilds);
+  fprintf(f, "orphans        %llu pinned buffers no variable holds, %s\n",
+          (unsigned long long)a->orphan_blocks, human(a->orphan_bytes, x, sizeof x));
   fprintf(f, "\n%-8s  %10s\n", "HOLDS", "BYTES");
   alloc_types(a, t);
-  for (int i = 0; i < 9; i++)
+  for (int i = 0; i < ALLOC_TYPES; i++)
     if (t[i].bytes) fprintf(f, "%-8s  %10s\n", t[i].name, human(t[i].bytes, x, sizeof x));
   fprintf(f, "\n%6s  %8s  %8s  %10s\n", "CLASS", "USED", "CACHED", "BYTES");
   for (unsigned k = 0; k < PDSHM_ALLOC_CLASSES; k++) {
@@ -55,21 +59,22 @@ static void alloc_text(struct ctx *c, const pdshm_alloc_info *a) {
 
 static void alloc_json(struct ctx *c, const pdshm_alloc_info *a) {
   FILE *f = c->out;
-  struct by_type t[9];
+  struct by_type t[ALLOC_TYPES];
   fprintf(f, "{\"schema\":%d,\"view\":\"alloc\",\"segment\":", ATTACH_SCHEMA);
   json_str(f, c->name);
   fprintf(f, ",\"arena\":%llu,\"used\":%llu,\"free\":%llu,\"cached\":%llu,\"blocks_used\":%llu,"
           "\"blocks_free\":%llu,\"blocks_cached\":%llu,\"largest_free\":%llu,"
           "\"fragmentation\":%.6f,\"large_blocks\":%llu,\"large_used\":%llu,\"punched\":%llu,"
-          "\"rebuilds\":%llu,\"by_type\":{",
+          "\"rebuilds\":%llu,\"orphan_blocks\":%llu,\"orphan_bytes\":%llu,\"by_type\":{",
           (unsigned long long)a->arena, (unsigned long long)a->used, (unsigned long long)a->free,
           (unsigned long long)a->cached, (unsigned long long)a->blocks_used,
           (unsigned long long)a->blocks_free, (unsigned long long)a->blocks_cached,
           (unsigned long long)a->largest_free, a->fragmentation,
           (unsigned long long)a->large_blocks, (unsigned long long)a->large_used,
-          (unsigned long long)a->punched, (unsigned long long)a->rebuilds);
+          (unsigned long long)a->punched, (unsigned long long)a->rebuilds,
+          (unsigned long long)a->orphan_blocks, (unsigned long long)a->orphan_bytes);
   alloc_types(a, t);
-  for (int i = 0; i < 9; i++)
+  for (int i = 0; i < ALLOC_TYPES; i++)
     fprintf(f, "%s\"%s\":%llu", i ? "," : "", t[i].name, (unsigned long long)t[i].bytes);
   fputs("},\"classes\":[", f);
   for (unsigned k = 0; k < PDSHM_ALLOC_CLASSES; k++)

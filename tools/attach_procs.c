@@ -29,13 +29,13 @@ static const char *state_name(int state) {
 
 static void procs_text(struct ctx *c, const pdshm_proc_info *pi, int n) {
   char since[32], at[64], held[32];
-  fprintf(c->out, "%5s  %8s  %-7s  %9s  %-23s  %8s  %10s\n", "SLOT", "PID", "STATE", "SINCE",
-          "ATTACHED", "HANDLES", "HELD");
+  fprintf(c->out, "%5s  %8s  %-7s  %9s  %-23s  %8s  %6s  %10s\n", "SLOT", "PID", "STATE",
+          "SINCE", "ATTACHED", "HANDLES", "PINS", "HELD");
   for (int i = 0; i < n; i++) {
-    fprintf(c->out, "%5u  %8u  %-7s  %9s  %-23s  %8llu  %10s", pi[i].slot, pi[i].pid,
+    fprintf(c->out, "%5u  %8u  %-7s  %9s  %-23s  %8llu  %6llu  %10s", pi[i].slot, pi[i].pid,
             state_name(pi[i].state), ago(pi[i].attach_ns, since, sizeof since),
             when(pi[i].attach_ns, at, sizeof at), (unsigned long long)pi[i].handles,
-            human(pi[i].bytes_held, held, sizeof held));
+            (unsigned long long)pi[i].pins, human(pi[i].bytes_held, held, sizeof held));
     if (pi[i].state == PDSHM_PROC_REAPING) fprintf(c->out, "  (reaper pid %u)", pi[i].reaper_pid);
     fputc('\n', c->out);
   }
@@ -49,10 +49,10 @@ static void procs_json(struct ctx *c, const pdshm_proc_info *pi, int n) {
   for (int i = 0; i < n; i++)
     fprintf(c->out,
             "%s{\"slot\":%u,\"pid\":%u,\"state\":\"%s\",\"reaper_pid\":%u,\"attach_ns\":%llu,"
-            "\"handles\":%llu,\"bytes_held\":%llu}",
+            "\"handles\":%llu,\"pins\":%llu,\"bytes_held\":%llu}",
             i ? "," : "", pi[i].slot, pi[i].pid, state_name(pi[i].state), pi[i].reaper_pid,
             (unsigned long long)pi[i].attach_ns, (unsigned long long)pi[i].handles,
-            (unsigned long long)pi[i].bytes_held);
+            (unsigned long long)pi[i].pins, (unsigned long long)pi[i].bytes_held);
   fputs("]}\n", c->out);
 }
 

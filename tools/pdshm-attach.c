@@ -45,7 +45,7 @@ static const struct cmd cmds[] = {
      view_summary},
     {"--vars", CMD_ATTACH | CMD_PATH, "[PATH]",
      "variables of every scope, or of the scope at PATH (params/fc, #ID)", view_vars},
-    {"--procs", CMD_ATTACH, "", "process slots: pid, alive or dead, since, handles, bytes",
+    {"--procs", CMD_ATTACH, "", "process slots: pid, alive or dead, since, handles, pins, bytes",
      view_procs},
     {"--locks", CMD_ATTACH, "", "locks: what each guards, holder, contention, wait", view_locks},
     {"--alloc", CMD_ATTACH, "", "allocator: size classes, large blocks, fragmentation",

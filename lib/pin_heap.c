@@ -1,0 +1,193 @@
+/*
+ * pin_heap.c - the allocator's side of pins: pin counts, orphans, and their
+ * repair.  Everything here but pdshm__tensor_pinned runs under the heap lock.
+ *
+ * Owns: struct pdshm_tensor_buf and the target of struct pdshm_pin_rec
+ * (layout.h, invariant 6).
+ *
+ * Invariants:
+ *  1. A PIN record's target and a buffer's pin count change only under the
+ *     heap lock, the target first: a pin sets target then count + 1, an
+ *     unpin sets target 0 then count - 1.  So, once the lock is released,
+ *     count(T) == the USED PIN blocks whose target is T; and after a holder's
+ *     death the count is derived again from the records (the rebuild's
+ *     recount), with no journal.
+ *  2. An orphan is a USED TENSOR block with orphan = 1 that no variable
+ *     references.  Orphaning sets the flag, then publishes the block
+ *     (owner 0).  The unpin that takes an orphan's count to 0 frees it; so
+ *     does the recount for an orphan it finds with no pin.
+ *  3. A new pin needs the variable's scope lock and a hooked buffer
+ *     (pin.c); a buffer being freed is unhooked already, so a count read as
+ *     0 without the lock stays 0, and that free may take the unlocked path.
+ *
+ * Crash windows (each one is repaired by the recount of the next taker of
+ * the heap lock, since each lies inside it):
+ *  - pin: target set, count not yet raised;
+ *  - unpin and reaper: target cleared, count not yet lowered;
+ *  - orphaning: flag set, block still owned by the slot that was freeing it
+ *    (its reaper's sweep orphans it again, or frees it when unpinned).
+ */
+#include "config.h"
+
+#include "internal.h"
+
+static struct pdshm_blk *ph_blk(const pdshm_seg *seg, pdshm_off_t at) {
+  return PDSHM_AT(seg->base, at, struct pdshm_blk);
+}
+
+static uint64_t ph_word(const struct pdshm_blk *b) {
+  return atomic_load_explicit(&b->word, memory_order_acquire);
+}
+
+/* The tensor header of the TENSOR block at `at` (a block offset), or NULL
+ * when it is not a USED TENSOR block large enough to carry one. */
+static struct pdshm_tensor_buf *ph_tbuf(const pdshm_seg *seg, pdshm_off_t at) {
+  const struct pdshm_blk *b = ph_blk(seg, at);
+  uint64_t w = ph_word(b);
+  if (pdshm__blk_state(w) != PDSHM_BLK_USED || b->type != PDSHM_T_TENSOR ||
+      pdshm__blk_size(w) < PDSHM_BLK_HDR + sizeof(struct pdshm_tensor_buf))
+    return NULL;
+  return PDSHM_AT(seg->base, at + PDSHM_BLK_HDR, struct pdshm_tensor_buf);
+}
+
+/* The tensor header a PIN target names, or NULL when the target is not the
+ * payload of a USED TENSOR block inside the arena. */
+static struct pdshm_tensor_buf *ph_target(const pdshm_seg *seg, pdshm_off_t target) {
+  const struct pdshm_hdr *h = seg->hdr;
+  if (target % PDSHM_ALIGN || target < h->arena_off + PDSHM_BLK_HDR ||
+      target > h->arena_end - PDSHM_BLK_MIN + PDSHM_BLK_HDR)
+    return NULL;
+  return ph_tbuf(seg, target - PDSHM_BLK_HDR);
+}
+
+/* The PIN record of the USED PIN block at `at`, or NULL. */
+static struct pdshm_pin_rec *ph_pin(const pdshm_seg *seg, pdshm_off_t at) {
+  const struct pdshm_blk *b = ph_blk(seg, at);
+  uint64_t w = ph_word(b);
+  if (pdshm__blk_state(w) != PDSHM_BLK_USED || b->type != PDSHM_T_PIN ||
+      pdshm__blk_size(w) < PDSHM_BLK_HDR + sizeof(struct pdshm_pin_rec))
+    return NULL;
+  return PDSHM_AT(seg->base, at + PDSHM_BLK_HDR, struct pdshm_pin_rec);
+}
+
+/* Marks a USED block FREE in place, for a relink that follows to bin. */
+static void ph_mark_free(pdshm_seg *seg, pdshm_off_t at) {
+  struct pdshm_blk *b = ph_blk(seg, at);
+  atomic_store_explicit(&b->word, pdshm__blk_size(ph_word(b)) | PDSHM_BLK_FREE,
+                        memory_order_release);
+  b->owner = 0;
+  b->type = PDSHM_T_NONE;
+}
+
+/* Calls fn for every block of the chain; EBADSEG when the chain breaks. */
+static int ph_walk(pdshm_seg *seg, void (*fn)(pdshm_seg *, pdshm_off_t, void *), void *arg) {
+  const struct pdshm_hdr *h = seg->hdr;
+  for (pdshm_off_t at = h->arena_off; at < h->arena_end;) {
+    uint64_t size = pdshm__blk_size(ph_word(ph_blk(seg, at)));
+    if (size < PDSHM_BLK_MIN || size > h->arena_end - at)
+      return pdshm__fail(PDSHM_EBADSEG, "block chain broken at %#llx", (unsigned long long)at);
+    fn(seg, at, arg);
+    at += size;
+  }
+  return 0;
+}
+
+/* ---- the API ---------------------------------------------------------------- */
+
+bool pdshm__tensor_pinned(const pdshm_seg *seg, pdshm_off_t payload) {
+  const struct pdshm_tensor_buf *t = ph_tbuf(seg, payload - PDSHM_BLK_HDR);
+  return t && atomic_load_explicit(&t->pins, memory_order_acquire) != 0;
+}
+
+uint64_t pdshm__tensor_pins(const pdshm_seg *seg, pdshm_off_t payload, bool *orphan) {
+  const struct pdshm_tensor_buf *t = ph_tbuf(seg, payload - PDSHM_BLK_HDR);
+  if (orphan) *orphan = t && t->orphan;
+  return t ? atomic_load_explicit(&t->pins, memory_order_acquire) : 0;
+}
+
+void pdshm__pin_orphan_locked(pdshm_seg *seg, pdshm_off_t payload) {
+  struct pdshm_tensor_buf *t = ph_tbuf(seg, payload - PDSHM_BLK_HDR);
+  if (!t) return;
+  t->orphan = 1;
+  PDSHM_CRASHPOINT("pin.orphan.flagged");
+  pdshm__blk(seg, payload)->owner = 0;
+  PDSHM_CRASHPOINT("pin.orphan.published");
+}
+
+int pdshm__pin_take_locked(pdshm_seg *seg, pdshm_off_t rec, pdshm_off_t target) {
+  struct pdshm_tensor_buf *t = ph_target(seg, target);
+  struct pdshm_pin_rec *p = ph_pin(seg, rec - PDSHM_BLK_HDR);
+  if (!t || !p || p->target)
+    return pdshm__fail(PDSHM_EBADSEG, "pin of %#llx: not a live buffer, or a bad record",
+                       (unsigned long long)target);
+  p->target = target;
+  PDSHM_CRASHPOINT("pin.take.targeted");
+  atomic_fetch_add_explicit(&t->pins, 1, memory_order_release);
+  PDSHM_CRASHPOINT("pin.take.counted");
+  return 0;
+}
+
+pdshm_off_t pdshm__pin_drop_locked(pdshm_seg *seg, pdshm_off_t rec) {
+  struct pdshm_pin_rec *p = ph_pin(seg, rec - PDSHM_BLK_HDR);
+  if (!p || !p->target) return 0;
+  pdshm_off_t target = p->target;
+  struct pdshm_tensor_buf *t = ph_target(seg, target);
+  p->target = 0;
+  PDSHM_CRASHPOINT("pin.drop.cleared");
+  if (!t) return 0; /* a damaged target counted for nothing */
+  uint64_t left = atomic_load_explicit(&t->pins, memory_order_relaxed);
+  if (left) atomic_store_explicit(&t->pins, --left, memory_order_release);
+  PDSHM_CRASHPOINT("pin.drop.counted");
+  return !left && t->orphan ? target : 0;
+}
+
+/* ---- the reaper ------------------------------------------------------------- */
+
+static void ph_sweep_one(pdshm_seg *seg, pdshm_off_t at, void *arg) {
+  const uint16_t tag = *(const uint16_t *)arg;
+  if (ph_blk(seg, at)->owner != tag || !ph_pin(seg, at)) return;
+  pdshm_off_t freed = pdshm__pin_drop_locked(seg, at + PDSHM_BLK_HDR);
+  if (freed) {
+    ph_mark_free(seg, freed - PDSHM_BLK_HDR);
+    PDSHM_CRASHPOINT("pin.sweep.freed");
+  }
+}
+
+int pdshm__pin_sweep_slot_locked(pdshm_seg *seg, uint16_t tag) {
+  return ph_walk(seg, ph_sweep_one, &tag);
+}
+
+/* ---- the recount ------------------------------------------------------------ */
+
+static void ph_zero(pdshm_seg *seg, pdshm_off_t at, void *arg) {
+  struct pdshm_tensor_buf *t = ph_tbuf(seg, at);
+  (void)arg;
+  if (t) atomic_store_explicit(&t->pins, 0, memory_order_relaxed);
+}
+
+static void ph_count(pdshm_seg *seg, pdshm_off_t at, void *arg) {
+  struct pdshm_pin_rec *p = ph_pin(seg, at);
+  (void)arg;
+  if (!p || !p->target) return;
+  struct pdshm_tensor_buf *t = ph_target(seg, p->target);
+  if (t) atomic_fetch_add_explicit(&t->pins, 1, memory_order_relaxed);
+  else p->target = 0; /* names no buffer: let it count for nothing */
+}
+
+static void ph_free_unpinned(pdshm_seg *seg, pdshm_off_t at, void *arg) {
+  struct pdshm_tensor_buf *t = ph_tbuf(seg, at);
+  (void)arg;
+  if (t && t->orphan && !atomic_load_explicit(&t->pins, memory_order_relaxed)) {
+    ph_mark_free(seg, at);
+    PDSHM_CRASHPOINT("pin.recount.freed");
+  }
+}
+
+int pdshm__pin_recount_locked(pdshm_seg *seg) {
+  int rc = ph_walk(seg, ph_zero, NULL);
+  PDSHM_CRASHPOINT("pin.recount.zeroed");
+  if (!rc) rc = ph_walk(seg, ph_count, NULL);
+  PDSHM_CRASHPOINT("pin.recount.counted");
+  if (!rc) rc = ph_walk(seg, ph_free_unpinned, NULL);
+  return rc;
+}
