@@ -7,7 +7,6 @@ import threading
 import numpy as np
 import pytest
 
-import pdshm
 import workers
 
 N = 16 << 10  # float64 elements of p/w
