@@ -8,9 +8,6 @@ import pytest
 import pdshm
 import workers
 
-PROC_ALIVE, PROC_DEAD = 1, 2
-VLOCK_EXCLUSIVE = 2
-LOCK_OF_VAR = 3
 
 
 @pytest.fixture
@@ -35,7 +32,7 @@ def test_procs_lists_every_attached_process(busy):
     seg, kid = busy
     live = {p.pid: p for p in seg.procs()}
     assert set(live) == {os.getpid(), kid.pid}
-    assert all(p.state == PROC_ALIVE for p in live.values())
+    assert all(p.state == "alive" for p in live.values())
     assert live[kid.pid].handles >= 1  # its anonymous scope at least
 
 
@@ -43,7 +40,7 @@ def test_procs_shows_a_killed_process_dead_until_reaped(busy):
     seg, kid = busy
     kid.kill()
     states = {p.pid: p.state for p in seg.procs()}
-    assert states == {os.getpid(): PROC_ALIVE, kid.pid: PROC_DEAD}
+    assert states == {os.getpid(): "alive", kid.pid: "dead"}
     seg.reap()
     assert [p.pid for p in seg.procs()] == [os.getpid()]
 
@@ -80,20 +77,19 @@ def test_vars_of_describes_another_process_variable(busy):
     (kv,) = seg.vars_of(made.id)
     assert (kv.name, kv.label) == ("kv", "input")
     assert list(kv.readers) == ["op_r"] and list(kv.writers) == []
-    assert tuple(kv.dims)[:kv.ndim] == (2, 3)
-    assert kv.nbytes == 24
+    assert (kv.type, kv.dtype, tuple(kv.shape), kv.nbytes) == ("tensor", "float32", (2, 3), 24)
 
 
 def test_vars_of_shows_an_exclusive_lock_and_its_holder(busy):
     seg, kid = busy
     (w,) = seg.vars_of(scope_named(seg, "p").id)
-    assert w.lock_state == VLOCK_EXCLUSIVE
+    assert w.lock_state == "exclusive"
     assert w.lock_holder_pid == kid.pid
 
 
 def test_locks_shows_the_variable_lock_held_by_the_other_process(busy):
     seg, kid = busy
-    held = [lk for lk in seg.locks() if lk.kind == LOCK_OF_VAR and lk.var == "w"]
+    held = [lk for lk in seg.locks() if lk.kind == "var" and lk.var == "w"]
     assert len(held) == 1
     assert held[0].held and held[0].holder_pid == kid.pid
 

@@ -43,9 +43,10 @@ def unlink_scope_then_detach(conn, seg_name, name):
     """Holds the named scope's last handle, unlinks it, and lets detach release the handle."""
     seg = pdshm.attach(seg_name)
     kept = seg.open(name)
+    name_seen = kept.name
     seg.root.unlink(name)
     seg.detach()
-    return kept.name
+    return name_seen
 
 
 def hold_view_until_told(conn, seg_name, path, name):
