@@ -28,6 +28,7 @@ fork(): a Segment, a named Scope and a Var re-attach by name in the child on
 first use; an anonymous Scope raises Forked there.  Segment, named Scope and
 Var of a named scope pickle (multiprocessing with fork, forkserver, spawn).
 """
+import atexit as _atexit
 import os as _os
 
 from . import _pdshm
@@ -50,3 +51,7 @@ __all__ = [
 # Views that exist at fork() stay backed in the child: the hook attaches the
 # segment again there and takes over each pin (pdshm_pin_inherit).
 _os.register_at_fork(after_in_child=_pdshm._after_fork_child)
+# A normal exit detaches (views still alive keep their mapping to the end), so
+# the process slot is freed at once rather than by a reaper.  atexit runs it
+# after the handlers registered later than this import.
+_atexit.register(_pdshm._close_all)
