@@ -14,7 +14,7 @@
 AC_DEFUN([PDSHM_PYTHON], [
 AC_ARG_ENABLE([python],
   [AS_HELP_STRING([--disable-python],
-    [do not build the Python module (default: build it when python3 >= 3.9 and its headers are found)])],
+    [do not build the Python module (default: build it when python3 >= 3.10 and its headers are found)])],
   [enable_python=$enableval], [enable_python=auto])
 have_python=no
 pdshm_python_why=
@@ -24,8 +24,8 @@ PYTHON_EXT_SUFFIX=
 AS_IF([test "x$enable_python" = xno], [pdshm_python_why="disabled by --disable-python"], [
   AS_IF([test -n "$PYTHON" && ! command -v "$PYTHON" >/dev/null 2>&1],
     [AC_MSG_ERROR([PYTHON=$PYTHON: no such interpreter])])
-  AM_PATH_PYTHON([3.9], [], [:])
-  AS_IF([test "x$PYTHON" = "x:"], [pdshm_python_why="no python3 >= 3.9 (give PYTHON=/path/to/python3)"], [
+  AM_PATH_PYTHON([3.10], [], [:])
+  AS_IF([test "x$PYTHON" = "x:"], [pdshm_python_why="no python3 >= 3.10 (give PYTHON=/path/to/python3)"], [
     PYTHON_CPPFLAGS=`$PYTHON -E -c "import sysconfig
 dirs = list()
 for d in (sysconfig.get_path('include'), sysconfig.get_path('platinclude')):
