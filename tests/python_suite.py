@@ -13,12 +13,20 @@ import sys
 
 import pytest
 
-here = os.path.dirname(os.path.abspath(__file__))
-suite = os.path.join(os.environ.get("srcdir", os.path.join(here, "..")), "python", "tests")
-args = ["-p", "no:cacheprovider", "-ra", suite]
-if importlib.util.find_spec("pytest_timeout") is not None:
-    args[:0] = ["--timeout", os.environ.get("PDSHM_PYTEST_TIMEOUT", "600")]
-else:
-    print("python_suite: no pytest-timeout (python3-pytest-timeout): "
-          "only the tests' own timeouts apply")
-sys.exit(pytest.main(args))
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    suite = os.path.join(os.environ.get("srcdir", os.path.join(here, "..")), "python", "tests")
+    args = ["-p", "no:cacheprovider", "-ra", suite]
+    if importlib.util.find_spec("pytest_timeout") is not None:
+        args[:0] = ["--timeout", os.environ.get("PDSHM_PYTEST_TIMEOUT", "600")]
+    else:
+        print("python_suite: no pytest-timeout (python3-pytest-timeout): "
+              "only the tests' own timeouts apply")
+    return pytest.main(args)
+
+
+# multiprocessing's spawn and forkserver children import this file again, as
+# __mp_main__: they must not run the suite.
+if __name__ == "__main__":
+    sys.exit(main())
