@@ -1,5 +1,6 @@
 """What child processes run: module-level functions fn(conn, *args), see procutil."""
 import gc
+import os
 
 import pdshm
 
@@ -145,3 +146,44 @@ def introspection_subject(conn, seg_name):
             assert conn.recv() == "exit"
         local.release()
         made.release()
+
+
+def _plain(value):
+    """A call's result in a form that pickles without the segment: names for handles."""
+    if hasattr(value, "name") and not isinstance(value, str):  # a Var or a Scope
+        return value.name
+    if isinstance(value, (list, tuple)):
+        return [_plain(x) for x in value]
+    return value
+
+
+def scope_calls(conn, seg_name, calls):
+    """Runs calls (path, var name or None, method, args) on a fresh attachment:
+    the method of the scope at path, or of its variable of that name (found up
+    the chain); a method "=attr" sets the attribute.  Returns each call's result
+    (handles as their names), or ("raised", [class names of the exception]).
+    """
+    out = []
+    with pdshm.attach(seg_name) as seg:
+        for path, var, method, args in calls:
+            try:
+                scope = seg.open(path)
+                target = scope if var is None else scope[var]
+                if method.startswith("="):
+                    setattr(target, method[1:], *args)
+                    out.append(None)
+                else:
+                    out.append(_plain(getattr(target, method)(*args)))
+            except Exception as e:
+                out.append(("raised", [c.__name__ for c in type(e).__mro__]))
+    return out
+
+
+def exit_holding_an_anonymous_scope(conn, seg_name):
+    """Makes an anonymous scope with a tensor and exits at once, releasing nothing."""
+    seg = pdshm.attach(seg_name)
+    local = seg.root.new_scope()
+    local.var("x").resize("float32", (4096,))
+    conn.send(("made", seg.stats().scopes))
+    conn.close()
+    os._exit(0)
