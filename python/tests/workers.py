@@ -187,3 +187,14 @@ def exit_holding_an_anonymous_scope(conn, seg_name):
     conn.send(("made", seg.stats().scopes))
     conn.close()
     os._exit(0)
+
+
+def hold_lock_until_told(conn, seg_name, path, name, exclusive):
+    """Takes the variable's lock (exclusive or shared) and keeps it until told."""
+    with pdshm.attach(seg_name) as seg:
+        v = seg.open(path)[name]
+        with v.lock(exclusive=exclusive):
+            conn.send("locked")
+            assert conn.recv() == "unlock"
+        conn.send("unlocked")
+        assert conn.recv() == "exit"
