@@ -134,6 +134,15 @@ PyObject *pdshmpy_raise(pdshmpy_state *st, int rc, const char *what) {
   return msg ? err_raise(st, rc, msg) : NULL;
 }
 
+PyObject *pdshmpy_raise_fmt(pdshmpy_state *st, int rc, const char *fmt, ...) {
+  char what[PDSHM_NAME_MAX * 2 + 128];
+  va_list ap;
+  va_start(ap, fmt);
+  PyOS_vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  return pdshmpy_raise(st, rc, what);
+}
+
 PyObject *pdshmpy_raise_msg(pdshmpy_state *st, int rc, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

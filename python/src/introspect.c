@@ -123,9 +123,11 @@ PyObject *pdshmpy_seg_stats(PyObject *self, PyObject *unused) {
   if (!seg) return NULL;
   pdshm_stats s;
   int rc;
+  pdshmpy_seg_hold((pdshmpy_seg *)self);
   Py_BEGIN_ALLOW_THREADS
   rc = pdshm_seg_stats(seg, &s);
   Py_END_ALLOW_THREADS
+  pdshmpy_seg_unhold((pdshmpy_seg *)self);
   if (rc) return fail(self, rc, "stats");
   return record(PDSHMPY_STATE(self)->stats_type, "(KKKKKKkk)", s.size, s.used, s.free, s.scopes,
                 s.vars, s.tensor_bytes, (unsigned long)s.procs_alive,
@@ -152,9 +154,11 @@ PyObject *pdshmpy_seg_check(PyObject *self, PyObject *unused) {
   FILE *f = open_memstream(&text, &len);
   if (!f) return PyErr_SetFromErrno(PyExc_OSError);
   int rc;
+  pdshmpy_seg_hold((pdshmpy_seg *)self);
   Py_BEGIN_ALLOW_THREADS
   rc = pdshm_check(seg, f);
   Py_END_ALLOW_THREADS
+  pdshmpy_seg_unhold((pdshmpy_seg *)self);
   fclose(f);
   PyObject *lines = NULL;
   if (rc && rc != PDSHM_EBADSEG) {
@@ -214,9 +218,11 @@ PyObject *pdshmpy_seg_scopes(PyObject *self, PyObject *unused) {
   if (!seg) return NULL;
   grow_buf g = {NULL, 0, 0, sizeof(pdshm_scope_info)};
   int rc;
+  pdshmpy_seg_hold((pdshmpy_seg *)self);
   Py_BEGIN_ALLOW_THREADS
   rc = pdshm_inspect_scopes(seg, scope_copy, &g);
   Py_END_ALLOW_THREADS
+  pdshmpy_seg_unhold((pdshmpy_seg *)self);
   PyObject *list = rc ? fail(self, rc, "scopes") : PyList_New((Py_ssize_t)g.n);
   for (size_t i = 0; list && i < g.n; i++) {
     PyObject *r = scope_record(PDSHMPY_STATE(self), (pdshm_scope_info *)g.items + i);
@@ -249,33 +255,56 @@ static PyObject *dims_tuple(const int64_t *dims, int ndim) {
   return t;
 }
 
+/* A variable's record copied out of the walk: the operator names the
+ * callback sees are valid during the callback only. */
 typedef struct {
-  pdshmpy_state *st;
-  PyObject *list;
-} var_walk;
+  pdshm_var_info vi;
+  char **ops; /* nreaders readers, then nwriters writers (strdup) */
+} var_copy;
 
-static int var_add(const pdshm_var_info *vi, void *arg) {
-  var_walk *w = arg;
+static void var_copies_free(grow_buf *g) {
+  for (size_t i = 0; i < g->n; i++) {
+    var_copy *c = (var_copy *)g->items + i;
+    for (uint32_t k = 0; c->ops && k < c->vi.nreaders + c->vi.nwriters; k++) free(c->ops[k]);
+    free(c->ops);
+  }
+  free(g->items);
+}
+
+static int var_copy_add(const pdshm_var_info *vi, void *arg) {
+  var_copy c = {*vi, NULL};
+  uint32_t n = vi->nreaders + vi->nwriters;
+  if (n && !(c.ops = calloc(n, sizeof *c.ops))) return PDSHM_ENOMEM;
+  for (uint32_t k = 0; k < n; k++) {
+    const char *s = k < vi->nreaders ? vi->readers[k] : vi->writers[k - vi->nreaders];
+    if (!(c.ops[k] = strndup(s, PDSHM_NAME_MAX))) goto nomem;
+  }
+  c.vi.readers = c.vi.writers = NULL;
+  if (grow_push(arg, &c) == 0) return 0;
+nomem:
+  for (uint32_t k = 0; k < n; k++) free(c.ops[k]);
+  free(c.ops);
+  return PDSHM_ENOMEM;
+}
+
+static PyObject *var_record(pdshmpy_state *st, const var_copy *c) {
   static const char *lock_names[] = {"free", "shared", "exclusive"};
+  const pdshm_var_info *vi = &c->vi;
   int tensor = vi->type == PDSHM_VAR_TENSOR && vi->ndim >= 0 && vi->ndim <= PDSHM_NDIM_MAX;
   const char *dt = tensor ? pdshmpy_dtype_name(vi->dtype) : NULL;
   PyObject *dtype = dt ? PyUnicode_FromString(dt) : Py_NewRef(Py_None);
   PyObject *shape = tensor ? dims_tuple(vi->dims, vi->ndim) : Py_NewRef(Py_None);
-  PyObject *rd = str_tuple(vi->readers, vi->nreaders);
-  PyObject *wr = str_tuple(vi->writers, vi->nwriters);
+  PyObject *rd = str_tuple((const char *const *)c->ops, vi->nreaders);
+  PyObject *wr = str_tuple((const char *const *)c->ops + vi->nreaders, vi->nwriters);
   if (!dtype || !shape || !rd || !wr) {
     Py_XDECREF(dtype), Py_XDECREF(shape), Py_XDECREF(rd), Py_XDECREF(wr);
-    return 1;
+    return NULL;
   }
   int ls = vi->lock_state >= 0 && vi->lock_state <= 2 ? vi->lock_state : 0;
-  PyObject *r = record(w->st->varinfo_type, "(KKNNsNNKKKsKIINN)", vi->scope_id, vi->gen,
-                       cstr(vi->name), cstr(vi->label),
-                       vi->type == PDSHM_VAR_TENSOR ? "tensor" : "empty", dtype, shape,
-                       vi->nbytes, vi->bytes, vi->version, lock_names[ls], vi->lock_readers,
-                       vi->lock_holder_pid, vi->lock, rd, wr);
-  int rc = r ? PyList_Append(w->list, r) : -1;
-  Py_XDECREF(r);
-  return rc ? 1 : 0;
+  return record(st->varinfo_type, "(KKNNsNNKKKsKIINN)", vi->scope_id, vi->gen, cstr(vi->name),
+                cstr(vi->label), vi->type == PDSHM_VAR_TENSOR ? "tensor" : "empty", dtype, shape,
+                vi->nbytes, vi->bytes, vi->version, lock_names[ls], vi->lock_readers,
+                vi->lock_holder_pid, vi->lock, rd, wr);
 }
 
 PyObject *pdshmpy_seg_vars_of(PyObject *self, PyObject *args, PyObject *kw) {
@@ -284,15 +313,21 @@ PyObject *pdshmpy_seg_vars_of(PyObject *self, PyObject *args, PyObject *kw) {
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|K:vars_of", kwlist, &id)) return NULL;
   pdshm_seg *seg = seg_of(self);
   if (!seg) return NULL;
-  var_walk w = {PDSHMPY_STATE(self), PyList_New(0)};
-  if (!w.list) return NULL;
-  int rc = pdshm_inspect_vars(seg, id, var_add, &w);
-  if (rc == 1 && PyErr_Occurred()) Py_CLEAR(w.list);
-  else if (rc < 0) {
-    Py_CLEAR(w.list);
-    fail(self, rc, "vars_of");
+  grow_buf g = {NULL, 0, 0, sizeof(var_copy)};
+  int rc;
+  pdshmpy_seg_hold((pdshmpy_seg *)self);
+  Py_BEGIN_ALLOW_THREADS
+  rc = pdshm_inspect_vars(seg, id, var_copy_add, &g);
+  Py_END_ALLOW_THREADS
+  pdshmpy_seg_unhold((pdshmpy_seg *)self);
+  PyObject *list = rc ? fail(self, rc, "vars_of") : PyList_New((Py_ssize_t)g.n);
+  for (size_t i = 0; list && i < g.n; i++) {
+    PyObject *r = var_record(PDSHMPY_STATE(self), (var_copy *)g.items + i);
+    if (!r) Py_CLEAR(list);
+    else PyList_SET_ITEM(list, (Py_ssize_t)i, r);
   }
-  return w.list;
+  var_copies_free(&g);
+  return list;
 }
 
 /* ---- processes, locks, allocator ----------------------------------------------------------- */
@@ -304,6 +339,7 @@ PyObject *pdshmpy_seg_procs(PyObject *self, PyObject *unused) {
   pdshm_proc_info *p = NULL;
   int n = 0, rc;
   unsigned cap = 64;
+  pdshmpy_seg_hold((pdshmpy_seg *)self);
   Py_BEGIN_ALLOW_THREADS
   for (;;) {
     pdshm_proc_info *q = realloc(p, cap * sizeof *p);
@@ -317,6 +353,7 @@ PyObject *pdshmpy_seg_procs(PyObject *self, PyObject *unused) {
     cap = (unsigned)n;
   }
   Py_END_ALLOW_THREADS
+  pdshmpy_seg_unhold((pdshmpy_seg *)self);
   rc = n < 0 ? n : 0;
   PyObject *list = rc ? fail(self, rc, "procs") : PyList_New(n);
   for (int i = 0; list && i < n; i++) {
@@ -339,9 +376,11 @@ PyObject *pdshmpy_seg_locks(PyObject *self, PyObject *unused) {
   static const char *kinds[] = {"?", "heap", "scope", "var"};
   grow_buf g = {NULL, 0, 0, sizeof(pdshm_lock_info)};
   int rc;
+  pdshmpy_seg_hold((pdshmpy_seg *)self);
   Py_BEGIN_ALLOW_THREADS
   rc = pdshm_inspect_locks(seg, lock_copy, &g);
   Py_END_ALLOW_THREADS
+  pdshmpy_seg_unhold((pdshmpy_seg *)self);
   PyObject *list = rc ? fail(self, rc, "locks") : PyList_New((Py_ssize_t)g.n);
   for (size_t i = 0; list && i < g.n; i++) {
     const pdshm_lock_info *li = (pdshm_lock_info *)g.items + i;
@@ -366,9 +405,11 @@ PyObject *pdshmpy_seg_alloc(PyObject *self, PyObject *unused) {
   pdshm_alloc_info *a = PyMem_Malloc(sizeof *a);
   if (!a) return PyErr_NoMemory();
   int rc;
+  pdshmpy_seg_hold((pdshmpy_seg *)self);
   Py_BEGIN_ALLOW_THREADS
   rc = pdshm_inspect_alloc(seg, a);
   Py_END_ALLOW_THREADS
+  pdshmpy_seg_unhold((pdshmpy_seg *)self);
   PyObject *classes = rc ? fail(self, rc, "alloc") : PyTuple_New(PDSHM_ALLOC_CLASSES);
   for (int i = 0; classes && i < PDSHM_ALLOC_CLASSES; i++) {
     PyObject *c = record(st->allocclass_type, "(IKK)", a->cls[i].block_size, a->cls[i].used,

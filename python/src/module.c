@@ -59,7 +59,7 @@ static PyObject *mod_unlink(PyObject *module, PyObject *name) {
   const char *n = pdshmpy_utf8(name, "segment name");
   if (!n) return NULL;
   int rc = pdshm_unlink(n);
-  if (rc) return pdshmpy_raise_msg(PyModule_GetState(module), rc, "segment %R", name);
+  if (rc) return pdshmpy_raise_fmt(PyModule_GetState(module), rc, "segment '%s'", n);
   Py_RETURN_NONE;
 }
 

@@ -12,7 +12,8 @@
  * Invariants:
  *  1. Every Scope and Pin holds a strong reference to its Segment, so the C
  *     attachment outlives them; pdshm_detach runs only when the Segment is
- *     closed (detach() or dealloc) AND no Pin of it is alive.
+ *     closed (detach() or dealloc) AND no Pin of it is alive AND no call is
+ *     running on it with the GIL released (pdshmpy_seg_hold).
  *  2. A Segment lists its live Scope objects and Pins (borrowed links, kept
  *     under the GIL); detach() releases every scope handle of the list.
  *  3. After fork() the first use of a Segment in the child drops the inherited
@@ -71,7 +72,10 @@ int pdshmpy_errors_init(PyObject *module, pdshmpy_state *st);
 /* Raises the exception for rc (a negative PDSHM_E* code) with pdshm_strerror,
  * the library's detail (pdshm_last_error, read now) and what (may be NULL). */
 PyObject *pdshmpy_raise(pdshmpy_state *st, int rc, const char *what);
-/* Same, with a message of our own instead of the library's detail. */
+/* pdshmpy_raise with `what` formatted by PyOS_snprintf (no %R). */
+PyObject *pdshmpy_raise_fmt(pdshmpy_state *st, int rc, const char *fmt, ...);
+/* Same, with a message of our own instead of the library's detail (for
+ * failures the module itself detects). */
 PyObject *pdshmpy_raise_msg(pdshmpy_state *st, int rc, const char *fmt, ...);
 
 /* ---- objects ------------------------------------------------------------------------ */
@@ -83,6 +87,7 @@ typedef struct pdshmpy_seg {
   pid_t pid;           /* the process that made seg                         */
   int closed;          /* detach() was called: no new use                   */
   Py_ssize_t npins;    /* live Pins of this attachment                      */
+  Py_ssize_t busy;     /* calls running on seg with the GIL released        */
   pdshmpy_link scopes; /* live Scope objects                                */
   pdshmpy_link pins;   /* live Pin objects                                  */
   pdshmpy_link link;   /* in the state's segment list                       */
@@ -129,6 +134,10 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
                            int create);
 /* Called when a pin of s goes: detaches a closed segment after its last pin. */
 void pdshmpy_seg_pin_gone(pdshmpy_seg *s);
+/* Around a call that releases the GIL: detach() from another thread meanwhile
+ * closes the Segment but leaves pdshm_detach to the last of these. */
+static inline void pdshmpy_seg_hold(pdshmpy_seg *s) { s->busy++; }
+void pdshmpy_seg_unhold(pdshmpy_seg *s);
 /* The fork hook (after_in_child): re-attaches segments that have pins and
  * inherits each pin so that inherited views stay backed. */
 PyObject *pdshmpy_after_fork_child(PyObject *module, PyObject *unused);

@@ -57,7 +57,7 @@ static pdshm_scope *scope_handle(pdshmpy_scope *sc) {
   int rc = pdshm_scope_open(seg, PyUnicode_AsUTF8(sc->path), &sc->h);
   if (rc) {
     sc->h = NULL;
-    pdshmpy_raise_msg(st, rc, "reopening scope %R after fork()", sc->path);
+    pdshmpy_raise_fmt(st, rc, "reopening scope '%s' after fork()", PyUnicode_AsUTF8(sc->path));
     return NULL;
   }
   sc->pid = getpid();
@@ -130,7 +130,7 @@ static PyObject *scope_get_name(PyObject *self, void *closure) {
   pdshm_scope *h = scope_handle(SC(self));
   if (!h) return NULL;
   const char *n = pdshm_scope_name(h);
-  if (!*n && !SC(self)->path) Py_RETURN_NONE;
+  if (!*n) Py_RETURN_NONE; /* anonymous, or the root */
   return PyUnicode_DecodeUTF8(n, (Py_ssize_t)strnlen(n, PDSHM_NAME_MAX), "replace");
 }
 
@@ -353,9 +353,11 @@ static void scope_release_now(pdshmpy_scope *sc) {
   if (sc->h && sc->pid == getpid()) {
     pdshm_scope *h = sc->h;
     sc->h = NULL;
+    pdshmpy_seg_hold(sc->seg);
     Py_BEGIN_ALLOW_THREADS
     pdshm_scope_release(h);
     Py_END_ALLOW_THREADS
+    pdshmpy_seg_unhold(sc->seg);
   }
   pdshmpy_scope_drop(sc);
   pdshmpy_list_del(&sc->link);
@@ -460,7 +462,7 @@ static PyMethodDef scope_methods[] = {
     {NULL}};
 
 static PyGetSetDef scope_getset[] = {
-    {"name", scope_get_name, NULL, "The scope's name; None if anonymous, \"\" for the root.",
+    {"name", scope_get_name, NULL, "The scope's name; None if anonymous and for the root (path \"\").",
      NULL},
     {"path", scope_get_path, NULL,
      "The path from the root (\"\" for the root, \"a/b\"); None if anonymous.", NULL},

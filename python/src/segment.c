@@ -4,8 +4,10 @@
  *
  * States: OPEN (seg set, not closed) -> CLOSED (detach() called: every scope
  * handle released, no new use) -> DETACHED (pdshm_detach ran, seg NULL).
- * CLOSED -> DETACHED happens at once when no Pin is alive, otherwise when the
- * last Pin goes (pdshmpy_seg_pin_gone), so that no view sees unmapped memory.
+ * CLOSED -> DETACHED happens at once when no Pin is alive and no call runs
+ * without the GIL, otherwise when the last of them ends (pdshmpy_seg_pin_gone,
+ * pdshmpy_seg_unhold), so that no view sees unmapped memory and no call a
+ * freed handle.
  * A Segment used in a fork child (pid differs) first drops what it inherited
  * and attaches again by name (invariant 3 of pdshmpy.h).
  */
@@ -32,8 +34,7 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
   if (!pdshmpy_utf8(name, "segment name")) return NULL;
   pdshm_seg *seg = NULL;
   int rc = seg_attach_now(name, o ? o->flags : 0, o, create, &seg);
-  if (rc) return pdshmpy_raise_msg(st, rc, "segment %R%s%s", name, *pdshm_last_error() ? ": " : "",
-                                   pdshm_last_error());
+  if (rc) return pdshmpy_raise_fmt(st, rc, "segment '%s'", PyUnicode_AsUTF8(name));
   pdshmpy_seg *s = PyObject_GC_New(pdshmpy_seg, st->segment_type);
   if (!s) {
     pdshm_detach(seg);
@@ -45,6 +46,7 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
   s->pid = getpid();
   s->closed = 0;
   s->npins = 0;
+  s->busy = 0;
   s->weakrefs = NULL;
   pdshmpy_list_init(&s->scopes);
   pdshmpy_list_init(&s->pins);
@@ -72,8 +74,7 @@ pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s) {
   int rc = seg_attach_now(s->name, s->flags, NULL, 0, &s->seg);
   if (rc) {
     s->seg = NULL;
-    pdshmpy_raise_msg(st, rc, "re-attaching segment %R after fork()%s%s", s->name,
-                      *pdshm_last_error() ? ": " : "", pdshm_last_error());
+    pdshmpy_raise_fmt(st, rc, "re-attaching segment '%s' after fork()", PyUnicode_AsUTF8(s->name));
     return NULL;
   }
   s->pid = getpid();
@@ -99,11 +100,15 @@ static void seg_close(pdshmpy_seg *s) {
     pdshmpy_scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link));
     pdshmpy_list_del(l);
   }
-  if (s->npins == 0) seg_detach_now(s);
+  if (s->npins == 0 && s->busy == 0) seg_detach_now(s);
 }
 
 void pdshmpy_seg_pin_gone(pdshmpy_seg *s) {
-  if (--s->npins == 0 && s->closed) seg_detach_now(s);
+  if (--s->npins == 0 && s->busy == 0 && s->closed) seg_detach_now(s);
+}
+
+void pdshmpy_seg_unhold(pdshmpy_seg *s) {
+  if (--s->busy == 0 && s->npins == 0 && s->closed) seg_detach_now(s);
 }
 
 static PyObject *seg_detach(PyObject *self, PyObject *unused) {
@@ -196,7 +201,7 @@ static PyObject *seg_open_path(PyObject *self, PyObject *path) {
   if (!seg) return NULL;
   pdshm_scope *h = NULL;
   int rc = pdshm_scope_open(seg, p, &h);
-  if (rc) return pdshmpy_raise_msg(PDSHMPY_STATE(self), rc, "scope path %R", path);
+  if (rc) return pdshmpy_raise_fmt(PDSHMPY_STATE(self), rc, "scope path '%s'", p);
   return pdshmpy_scope_wrap(s, h, path);
 }
 
@@ -205,9 +210,11 @@ static PyObject *seg_reap(PyObject *self, PyObject *unused) {
   if (!seg) return NULL;
   unsigned n = 0;
   int rc;
+  pdshmpy_seg_hold((pdshmpy_seg *)self);
   Py_BEGIN_ALLOW_THREADS
   rc = pdshm_reap(seg, &n);
   Py_END_ALLOW_THREADS
+  pdshmpy_seg_unhold((pdshmpy_seg *)self);
   if (rc) return pdshmpy_raise(PDSHMPY_STATE(self), rc, "reap");
   return PyLong_FromUnsignedLong(n);
 }

@@ -26,9 +26,11 @@ PyObject *pdshmpy_varlock_new(pdshmpy_var *var, int exclusive) {
   pdshm_var *v = pdshmpy_var_get(var);
   if (!v) return NULL;
   int rc;
+  pdshmpy_seg_hold(var->seg);
   Py_BEGIN_ALLOW_THREADS
   rc = pdshm_var_lock(v, exclusive);
   Py_END_ALLOW_THREADS
+  pdshmpy_seg_unhold(var->seg);
   if (rc) return pdshmpy_raise(st, rc, exclusive ? "exclusive lock" : "shared lock");
   varlock *lk = PyObject_GC_New(varlock, st->varlock_type);
   if (!lk) {
