@@ -10,20 +10,6 @@ import pdshm
 import workers
 
 
-def takes_within(var, exclusive, timeout):
-    """True when a thread could take var's lock within timeout (then released)."""
-    got = threading.Event()
-
-    def take():
-        with var.lock(exclusive=exclusive):
-            got.set()
-
-    t = threading.Thread(target=take, daemon=True)
-    t.start()
-    t.join(timeout)
-    return got.is_set()
-
-
 @pytest.fixture
 def w(seg):
     return seg.root.new_scope("p").var("w")
@@ -42,10 +28,10 @@ def let_go(kid):
     kid.result()
 
 
-def test_exclusive_lock_of_another_process_excludes_ours(seg, w, children):
+def test_exclusive_lock_of_another_process_excludes_ours(seg, w, lock_taker, children):
     kid = other_holds(children, seg, exclusive=True)
-    assert not takes_within(w, exclusive=True, timeout=0.2)
-    assert not takes_within(w, exclusive=False, timeout=0.2)
+    assert not lock_taker(w, exclusive=True, timeout=0.2)
+    assert not lock_taker(w, exclusive=False, timeout=0.2)
     let_go(kid)
 
 
@@ -65,24 +51,24 @@ def test_our_waiting_lock_is_granted_when_the_other_process_lets_go(seg, w, chil
     assert got.is_set()
 
 
-def test_shared_locks_of_two_processes_coexist(seg, w, children):
+def test_shared_locks_of_two_processes_coexist(seg, w, lock_taker, children):
     kid = other_holds(children, seg, exclusive=False)
-    assert takes_within(w, exclusive=False, timeout=10)
+    assert lock_taker(w, exclusive=False, timeout=10)
     let_go(kid)
 
 
-def test_shared_lock_of_another_process_excludes_an_exclusive_one(seg, w, children):
+def test_shared_lock_of_another_process_excludes_an_exclusive_one(seg, w, lock_taker, children):
     kid = other_holds(children, seg, exclusive=False)
-    assert not takes_within(w, exclusive=True, timeout=0.2)
+    assert not lock_taker(w, exclusive=True, timeout=0.2)
     let_go(kid)
-    assert takes_within(w, exclusive=True, timeout=10)
+    assert lock_taker(w, exclusive=True, timeout=10)
 
 
-def test_lock_is_released_when_the_with_block_raises(w):
+def test_lock_is_released_when_the_with_block_raises(w, lock_taker):
     with pytest.raises(RuntimeError):
         with w.lock():
             raise RuntimeError("boom")
-    assert takes_within(w, exclusive=True, timeout=10)
+    assert lock_taker(w, exclusive=True, timeout=10)
 
 
 def test_exclusive_unlock_bumps_the_version_seen_by_another_process(seg, w, children):
