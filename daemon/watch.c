@@ -281,10 +281,16 @@ static uint64_t scan_period(const struct watch *wt, uint64_t now) {
   return p;
 }
 
+/* True when a pidfd fired since the last poll: a death the scan finds may
+ * have been signalled already, and then the pidfd gets the credit. */
+static bool exits_pending(struct watch *wt) {
+  return wt->nw && poll(wt->pfd + 1, wt->nw, 0) > 0 && on_exits(wt);
+}
+
 static void scan(struct watch *wt, uint64_t now) {
   pdshm_daemon_beat(wt->seg);
   if (procs_read(wt) == 0) {
-    if (procs_dead(wt)) reap_pass(wt, "scan");
+    if (procs_dead(wt)) reap_pass(wt, exits_pending(wt) ? "pidfd" : "scan");
     else watch_sync(wt);
   }
   wt->next_scan = now + scan_period(wt, now);

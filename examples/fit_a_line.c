@@ -19,6 +19,7 @@
  * The segment is left in place with --keep (for pdshm-attach), else unlinked.
  */
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +31,9 @@
 
 #define FEATURES 13
 #define ROWS 4096
-#define BATCH 64 /* rows per trainer per step */
+#define GLOBAL_BATCH 256 /* rows per step, split between the trainers, so that an
+                           epoch is the same SGD steps whatever their number */
+#define SEG_SIZE (8u << 20) /* small: /dev/shm in a container is often 64 MiB */
 #define LEARNING_RATE 0.02f
 #define NOISE 0.1f
 #define MAX_TRAINERS 64
@@ -107,6 +110,7 @@ struct trainer {
   pdshm_seg *seg;
   pdshm_scope *params, *data, *grads;
   int k, n;
+  int batch; /* rows of each step that are this trainer's */
 };
 
 static void add_locked(pdshm_var *acc, const float *g, int n) {
@@ -126,12 +130,12 @@ static void train_step(struct trainer *t, int step) {
   const float *x = pdshm_tensor_data(pdshm_find_var(t->data, "X"));
   const float *y = pdshm_tensor_data(pdshm_find_var(t->data, "Y"));
   CHECK(pdshm_var_lock(pdshm_find_var(local, "W"), 0)); /* a consistent read */
-  float *pred = pdshm_tensor_data(tensor(local, "pred", NULL, BATCH, 1));
+  float *pred = pdshm_tensor_data(tensor(local, "pred", NULL, t->batch, 1));
   float *dw = pdshm_tensor_data(tensor(local, "dW", "gradient", FEATURES, 1));
   float *db = pdshm_tensor_data(tensor(local, "db", "gradient", 1, 1));
   float loss = 0;
-  int first = (step * t->n + t->k) * BATCH % ROWS;
-  for (int i = 0; i < BATCH; i++) {
+  int first = (step * GLOBAL_BATCH + t->k * t->batch) % ROWS;
+  for (int i = 0; i < t->batch; i++) {
     const float *xi = x + (size_t)(first + i) * FEATURES;
     pred[i] = b[0];
     for (int j = 0; j < FEATURES; j++) pred[i] += w[j] * xi[j];
@@ -149,7 +153,7 @@ static void train_step(struct trainer *t, int step) {
 
 /* Waits for a step number on `in`, trains, acknowledges on `out`. */
 static int trainer_main(const struct opts *o, int k, int in, int out) {
-  struct trainer t = {.k = k, .n = o->trainers};
+  struct trainer t = {.k = k, .n = o->trainers, .batch = GLOBAL_BATCH / o->trainers};
   CHECK(pdshm_attach(o->name, NULL, &t.seg));
   CHECK(pdshm_scope_open(t.seg, "params", &t.params));
   CHECK(pdshm_scope_open(t.seg, "data", &t.data));
@@ -192,14 +196,26 @@ static void spawn(const struct opts *o, struct crew *c) {
   c->done = back[0];
 }
 
+/* Stops the job when a trainer is gone: the others would wait for it forever. */
+static void lost_trainer(const struct opts *o, struct crew *c) {
+  fprintf(stderr, "fit_a_line: a trainer died; stopping the others\n");
+  for (int k = 0; k < o->trainers; k++) kill(c->pid[k], SIGKILL);
+  exit(1);
+}
+
+/* The next acknowledgement; a trainer that exits meanwhile ends the job. */
+static void await_ack(const struct opts *o, struct crew *c) {
+  struct pollfd p = {.fd = c->done, .events = POLLIN};
+  int s;
+  while (poll(&p, 1, 200) == 0)
+    if (waitpid(-1, NULL, WNOHANG) > 0) lost_trainer(o, c);
+  if (read(c->done, &s, sizeof s) != sizeof s) lost_trainer(o, c);
+}
+
 static void run_step(const struct opts *o, struct crew *c, int step) {
   for (int k = 0; k < o->trainers; k++)
-    if (write(c->go[k], &step, sizeof step) != sizeof step) exit(1);
-  for (int k = 0, s; k < o->trainers; k++)
-    if (read(c->done, &s, sizeof s) != sizeof s) {
-      fprintf(stderr, "a trainer died\n");
-      exit(1);
-    }
+    if (write(c->go[k], &step, sizeof step) != sizeof step) lost_trainer(o, c);
+  for (int k = 0; k < o->trainers; k++) await_ack(o, c);
 }
 
 /* SGD on the averaged gradient; returns the step's mean loss. */
@@ -225,14 +241,14 @@ static void coordinate(const struct opts *o, pdshm_seg *seg) {
   CHECK(pdshm_scope_open(seg, "params", &params));
   CHECK(pdshm_scope_open(seg, "grads", &grads));
   spawn(o, &c);
-  int steps = ROWS / (BATCH * o->trainers);
-  printf("fit_a_line: %d trainers, %d rows, %d steps of %d rows per epoch\n", o->trainers, ROWS,
-         steps, BATCH * o->trainers);
+  int steps = ROWS / GLOBAL_BATCH;
+  printf("fit_a_line: %d trainers, %d rows, %d steps of %d rows (%d per trainer) per epoch\n",
+         o->trainers, ROWS, steps, GLOBAL_BATCH, GLOBAL_BATCH / o->trainers);
   for (int e = 0; e < o->epochs; e++) {
     float sum = 0;
     for (int s = 0; s < steps; s++) {
       run_step(o, &c, e * steps + s);
-      sum += apply(params, grads, BATCH * o->trainers);
+      sum += apply(params, grads, GLOBAL_BATCH);
     }
     printf("  epoch %2d  loss %9.5f\n", e + 1, sum / (float)steps);
   }
@@ -260,8 +276,9 @@ static void parse(int argc, char **argv, struct opts *o) {
       exit(2);
     }
   }
-  if (o->trainers < 1 || o->trainers > MAX_TRAINERS || ROWS % (BATCH * o->trainers)) {
-    fprintf(stderr, "fit_a_line: --trainers must divide %d\n", ROWS / BATCH);
+  if (o->trainers < 1 || o->trainers > MAX_TRAINERS || GLOBAL_BATCH % o->trainers) {
+    fprintf(stderr, "fit_a_line: --trainers must divide %d and be at most %d\n", GLOBAL_BATCH,
+            MAX_TRAINERS);
     exit(2);
   }
 }
@@ -270,8 +287,10 @@ int main(int argc, char **argv) {
   struct opts o;
   pdshm_seg *seg;
   parse(argc, argv, &o);
+  signal(SIGPIPE, SIG_IGN); /* a trainer gone is noticed by lost_trainer */
   pdshm_unlink(o.name);
-  CHECK(pdshm_create(o.name, NULL, &seg));
+  pdshm_options so = {.size = SEG_SIZE};
+  CHECK(pdshm_create(o.name, &so, &seg));
   build_model(seg);
   coordinate(&o, seg);
   CHECK(pdshm_detach(seg));

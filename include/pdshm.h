@@ -10,8 +10,19 @@
  *
  * Threads: every function is safe to call from several threads at once.
  * fork(): a child does not inherit attachments.  Every call on a segment handle
- * (or anything obtained through it) made in the child fails with PDSHM_EFORKED,
- * or returns NULL, and touches nothing; the child attaches again if it needs to.
+ * (or anything obtained through it: scopes, variables) made in the child fails
+ * with PDSHM_EFORKED, or returns NULL / 0 / "" with pdshm_last_error() saying
+ * why, and touches nothing; the child attaches again if it needs to.  The
+ * child does keep the parent's address range of each attachment mapped (the
+ * same file, read-write, shared, through a descriptor of its own, so that the
+ * parent's death still frees the parent's slot): pointers taken before the
+ * fork, such as pdshm_tensor_data's, stay valid and see every process's
+ * writes.  That memory is freed by the segment's usual rules, not held for
+ * the child: the child pins what it keeps using (pdshm_pin_inherit).
+ *
+ * Loading: libpdshm links no allocator (its private memory is the process's
+ * malloc) and uses a few dozen bytes of static TLS, so it may be loaded with
+ * dlopen() into any process (Python's ctypes, a plugin host).
  */
 #ifndef PDSHM_H
 #define PDSHM_H
@@ -36,7 +47,8 @@ extern "C" {
 #define PDSHM_NAME_MAX       255          /* bytes of a variable or scope name  */
 #define PDSHM_SIZE_MIN       (1ull << 20) /* smallest segment                   */
 #define PDSHM_SIZE_MAX       (1ull << 40) /* largest segment                    */
-#define PDSHM_SIZE_DEFAULT   (64ull << 20)
+#define PDSHM_SIZE_DEFAULT   (64ull << 20) /* or less: see pdshm_create        */
+#define PDSHM_SIZE_DEFAULT_MIN (4ull << 20) /* the least a default size becomes */
 #define PDSHM_PROCS_DEFAULT  128u
 #define PDSHM_PROCS_MAX      4096u        /* process slots of one segment        */
 #define PDSHM_LOCKS_MIN      64u          /* robust locks of one segment         */
@@ -96,7 +108,7 @@ typedef struct pdshm_seg pdshm_seg; /* this process's attachment */
                                 /* owns, or that group/others may write          */
 
 typedef struct pdshm_options {
-  size_t size;         /* create: bytes of the segment (default 64 MiB)         */
+  size_t size;         /* create: bytes of the segment (default: see pdshm_create) */
   unsigned max_procs;  /* create: process slots (default 128)                   */
   unsigned mode;       /* create: permission bits (default 0600)                */
   unsigned flags;      /* PDSHM_RDONLY (attach), PDSHM_SHARED_USERS (attach)    */
@@ -110,15 +122,24 @@ typedef struct pdshm_options {
  *
  * pdshm_create: makes the segment and attaches it.  EEXIST if it exists;
  *   EINVAL for a bad name, size, max_procs, max_locks, mode or flag;
- *   ENAMETOOLONG; ENOSPC when /dev/shm cannot hold it (nothing is left behind);
- *   EACCES.
+ *   ENAMETOOLONG; ENOSPC when /dev/shm cannot hold it (nothing is left behind;
+ *   pdshm_last_error() says how big /dev/shm is, what is free, and that a
+ *   container raises it with --shm-size); EACCES.  Without a size, the segment
+ *   gets PDSHM_SIZE_DEFAULT, or half of what /dev/shm has free when that is
+ *   less (never under PDSHM_SIZE_DEFAULT_MIN): containers often give /dev/shm
+ *   only 64 MiB.  A lowered default leaves a note in pdshm_last_error() after
+ *   the successful call; pdshm_inspect_seg tells the size.
  * pdshm_attach: attaches an existing segment.  ENOENT; EBADSEG when the file is
  *   not a complete segment of this layout (bad magic, fingerprint, or a size
  *   that disagrees with the file); EACCES when another user owns it, or group or
  *   others may write it, unless PDSHM_SHARED_USERS; EUSERS when every slot is
  *   held by a live process.  Attaching reaps the slots of dead processes.
- * pdshm_detach: releases every reference this attachment holds, its slot and
- *   its mapping; the handle is freed even when an error is returned.
+ * pdshm_detach: releases every reference this attachment holds (scope
+ *   handles, variable locks, pins: their private handles are freed too), its
+ *   slot and its mapping, so views of its pins must be gone first; the handle
+ *   is freed even when an error is returned.  On a handle inherited across
+ *   fork() it only unmaps the inherited range and frees the handle, and
+ *   answers EFORKED.
  * pdshm_unlink: removes the name; attached processes keep working.
  */
 PDSHM_API int pdshm_create(const char *name, const pdshm_options *o, pdshm_seg **out);
@@ -219,6 +240,7 @@ PDSHM_API pdshm_var *pdshm_find_local_var(pdshm_scope *s, const char *name);
 PDSHM_API int pdshm_scope_foreach_var(pdshm_scope *s, const char *label,
                                       int (*fn)(pdshm_var *v, void *arg), void *arg);
 
+/* Name and label: "" for NULL and in a fork child (EFORKED). */
 PDSHM_API const char *pdshm_var_name(const pdshm_var *v);
 /* label NULL or "" clears it. */
 PDSHM_API int pdshm_var_set_label(pdshm_var *v, const char *label);
@@ -231,8 +253,9 @@ PDSHM_API int pdshm_var_readers(const pdshm_var *v, const char **ops, int cap);
 PDSHM_API int pdshm_var_writers(const pdshm_var *v, const char **ops, int cap);
 /* A robust lock, shared (exclusive == 0) or exclusive; a holder's death
  * releases it.  EDEADLK when this thread already holds it; ENOMEM when a
- * shared hold finds no block for its record in the segment; ENOLCK when
- * this thread holds 256 variable locks already. */
+ * shared hold finds no block for its record in the segment, or (a thread's
+ * first lock) no private memory for the thread's table of held locks; ENOLCK
+ * when this thread holds 256 variable locks already. */
 PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive);
 PDSHM_API int pdshm_var_unlock(pdshm_var *v); /* EPERM when not held */
 /* Bumped by resize and by each unlock of an exclusive lock. */
@@ -267,8 +290,10 @@ PDSHM_API size_t pdshm_dtype_size(pdshm_dtype dt);         /* 0 for an unknown o
  * pinned buffer always takes a new one); the bytes go back when the last pin
  * is dropped: by pdshm_tensor_unpin, by pdshm_detach of the attachment that
  * pinned, or by the reaper of a pinning process that died.  So the memory a
- * pin describes is never freed or reused while the pin lasts.  pdshm_check and
- * the introspection calls count pinned buffers that were unhooked.
+ * pin describes is never freed or reused while the pin lasts.  pdshm_check
+ * verifies the pin counts; pdshm_inspect_alloc counts the pinned buffers
+ * that were unhooked (orphan_blocks, orphan_bytes) and pdshm_procs the pins
+ * of each process.  A pin is no reference on the variable or its scope.
  */
 typedef struct pdshm_pin pdshm_pin; /* this process's pin: private memory      */
 typedef struct pdshm_tensor_view {

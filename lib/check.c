@@ -95,7 +95,7 @@ static int ck_walk_blocks(struct ck *c) {
       return 0;
     }
     if (c->n == cap) {
-      struct ck_blk *nb = rallocx(c->b, (cap *= 2) * sizeof *c->b, 0);
+      struct ck_blk *nb = realloc(c->b, (cap *= 2) * sizeof *c->b);
       if (!nb) break;
       c->b = nb;
     }

@@ -26,19 +26,26 @@ PDSHM_API const char *pdshm_err_name(int err) {
   }
 }
 
-/* The detail of the last failure, per thread (the library never prints). */
-static _Thread_local char errors_detail[256];
-static PDSHM_TLS_HOT bool errors_set; /* errors_detail is the last failure's */
+/* The detail of the last failure, per thread (the library never prints): in
+ * the thread's block (thread.c), or this constant when that could not be
+ * made.  NULL when the last call did not fail. */
+static const char errors_nomem[] = "(out of memory for this error's detail)";
+static PDSHM_TLS_HOT const char *errors_last;
 
-PDSHM_API const char *pdshm_last_error(void) { return errors_set ? errors_detail : ""; }
+PDSHM_API const char *pdshm_last_error(void) { return errors_last ? errors_last : ""; }
 
-void pdshm__fail_clear(void) { errors_set = false; }
+void pdshm__fail_clear(void) { errors_last = NULL; }
 
 int pdshm__fail(int err, const char *fmt, ...) {
+  struct pdshm_thread *t = pdshm__thread();
+  if (!t) {
+    errors_last = errors_nomem;
+    return err;
+  }
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(errors_detail, sizeof errors_detail, fmt, ap);
-  errors_set = true;
+  vsnprintf(t->error, sizeof t->error, fmt, ap);
   va_end(ap);
+  errors_last = t->error;
   return err;
 }

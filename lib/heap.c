@@ -159,9 +159,7 @@ static pdshm_off_t bin_search(pdshm_seg *seg, uint64_t n) {
 static int reserve(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
   uint64_t pg = seg->hdr->page_size, lo = off / pg * pg, hi = (off + size + pg - 1) / pg * pg;
   if (fallocate(seg->fd, 0, (off_t)lo, (off_t)(hi - lo)) == 0) return 0;
-  if (errno == ENOSPC)
-    return pdshm__fail(PDSHM_ENOSPC, "/dev/shm is full: cannot back %llu bytes again",
-                       (unsigned long long)(hi - lo));
+  if (errno == ENOSPC) return pdshm__shmfs_full(seg->fd, hi - lo);
   return pdshm__fail(-errno, "fallocate: %s", strerror(errno));
 }
 

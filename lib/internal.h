@@ -9,8 +9,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
-
-#include <jemalloc/jemalloc.h>
+#include <stdlib.h>
 
 #include "pdshm.h"
 #include "layout.h"
@@ -38,24 +37,67 @@ struct pdshm_lane_ctx {
 /* Thread-local variables that every call touches use the initial-exec
  * model: an %fs-relative access instead of a call to __tls_get_addr (which a
  * shared library's thread-locals otherwise cost, over a hundred instructions
- * per variable lock and unlock).  They come out of the static TLS block, of
- * which a library loaded by dlopen() gets only a small shared surplus: keep
- * them few and small, and anything large in the default model. */
+ * per variable lock and unlock).
+ *
+ * The catch: once a library has one initial-exec variable, glibc places its
+ * WHOLE TLS segment in the static TLS block, and a library loaded by dlopen()
+ * (Python's ctypes, torch, any plugin host) gets only the surplus glibc
+ * reserves for that: 512 bytes by default (glibc.rtld.optional_static_tls),
+ * shared by every such library of the process.  So the library has no
+ * thread-local of any other model, and its TLS segment stays within
+ * PDSHM_TLS_BUDGET bytes (tests/test_load checks the built libpdshm.so):
+ * today 44 bytes, the hot words of errors.c, seg.c, lane.c, varlock.c and
+ * thread.c.  Anything larger lives in the thread's pdshm_thread block. */
 #define PDSHM_TLS_HOT _Thread_local __attribute__((tls_model("initial-exec")))
+#define PDSHM_TLS_BUDGET 64
 
-/* This process's attachment (private memory, from jemalloc). */
+/* ---- thread.c ------------------------------------------------------------- */
+#define PDSHM_ERROR_MAX 256 /* bytes of pdshm_last_error()'s detail           */
+#define PDSHM_VL_HELD_MAX 256 /* variable locks one thread may hold            */
+
+/* One variable lock this thread holds (varlock.c). */
+struct pdshm_held_lock {
+  const void *var;   /* the record (its address in this mapping)            */
+  uint64_t forkgen;  /* pdshm__forkgen when taken: a fork child's new
+                        attachment may map the segment where its parent's
+                        was, and must not take the parent's holds for its own */
+  pdshm_off_t hold;  /* our HOLD block when shared                          */
+  uint32_t count;    /* shared re-entries                                   */
+  bool excl;
+};
+
+/* What a thread keeps that is too big for the static TLS block: private
+ * memory (malloc), made at the thread's first need, freed when it exits. */
+struct pdshm_thread {
+  char error[PDSHM_ERROR_MAX];                     /* errors.c               */
+  struct pdshm_held_lock held[PDSHM_VL_HELD_MAX];  /* varlock.c              */
+};
+
+/* This thread's block, or NULL before its first pdshm__thread() call. */
+extern PDSHM_TLS_HOT struct pdshm_thread *pdshm__self;
+/* Makes this thread's block: the slow path of pdshm__thread. */
+struct pdshm_thread *pdshm__thread_make(void);
+/* This thread's block, made if need be; NULL when out of memory. */
+static inline struct pdshm_thread *pdshm__thread(void) {
+  return pdshm__self ? pdshm__self : pdshm__thread_make();
+}
+
+/* This process's attachment (private memory). */
 struct pdshm_seg {
   uint8_t *base;               /* the mapping                                  */
   struct pdshm_hdr *hdr;       /* == base                                      */
   size_t size;                 /* bytes mapped (== hdr->size)                  */
+  bool mapped;                 /* [base, base+size) maps the file here: false  */
+                               /* in a fork child that could not map it again  */
   int fd;                      /* the segment file; owns our slot's OFD lock   */
+                               /* (in a fork child: its own, lockless one)     */
+  uint64_t dev, ino;           /* the file's st_dev, st_ino at attach: which   */
+                               /* attachments share a segment (fork, pins)     */
   unsigned flags;              /* PDSHM_RDONLY, PDSHM_SHARED_USERS             */
   uint32_t slot;               /* our slot, PDSHM_NOSLOT when read-only        */
   uint16_t owner_tag;          /* slot + 1, what our blocks carry in `owner`   */
   uint64_t forkgen;            /* pdshm__forkgen at attach                     */
   uint32_t pid;                /* getpid() at attach (a syscall: kept here)    */
-  uint64_t file_dev, file_ino; /* the segment file's identity (fstat at open): */
-                               /* which attachments share a segment (pins)     */
   pthread_mutex_t reap_mu;     /* one reaper per attachment (OFD locks are     */
                                /* per descriptor, not per thread)              */
   _Atomic bool daemon;         /* holds the daemon claim (daemon.c)            */
@@ -64,10 +106,12 @@ struct pdshm_seg {
   char name[PDSHM_SEG_NAME_MAX + 1];
 };
 
-/* Process-private memory comes from jemalloc (mallocx/dallocx exist only there,
- * so these calls reach it whatever malloc the program links). */
-static inline void *pdshm__zalloc(size_t n) { return mallocx(n ? n : 1, MALLOCX_ZERO); }
-static inline void pdshm__xfree(void *p) { if (p) dallocx(p, 0); }
+/* Process-private memory comes from the process's malloc, whichever that is:
+ * the library brings no allocator of its own (loaded by dlopen() into a
+ * running process, an allocator that exports malloc/free would mix two heaps;
+ * programs that want jemalloc link it themselves). */
+static inline void *pdshm__zalloc(size_t n) { return calloc(1, n ? n : 1); }
+static inline void pdshm__xfree(void *p) { free(p); }
 
 static inline struct pdshm_slot *pdshm__slot(const pdshm_seg *seg, uint32_t i) {
   return PDSHM_AT(seg->base, seg->hdr->slots_off, struct pdshm_slot) + i;
@@ -98,8 +142,25 @@ extern _Atomic uint64_t pdshm__forkgen; /* bumped in every fork child           
 int pdshm__seg_usable(const pdshm_seg *seg);
 /* 0, or EROFS / EFORKED / ENOTRECOVERABLE: may this handle mutate the segment? */
 int pdshm__seg_writable(const pdshm_seg *seg);
+
+/* ---- seg_inherit.c --------------------------------------------------------- */
+/* In a fork child (atfork handler): swaps the inherited descriptor for one of
+ * the child's own and maps the range again, or leaves it unmapped. */
+void pdshm__seg_inherit(pdshm_seg *seg);
 uint64_t pdshm__layout_fingerprint(void);
 uint64_t pdshm__now_ns(int clock);
+
+/* ---- shmfs.c -------------------------------------------------------------- */
+/* Bytes of the shared-memory file system of fd (of /dev/shm when fd < 0):
+ * 0, or -errno when it cannot be asked. */
+int pdshm__shmfs_space(int fd, uint64_t *total, uint64_t *avail);
+/* ENOSPC, with the message every part of pdshm gives for a full /dev/shm:
+ * what was wanted, what is free of how much, and --shm-size. */
+int pdshm__shmfs_full(int fd, uint64_t wanted);
+/* The size of a segment created without one: PDSHM_SIZE_DEFAULT, or half of
+ * what /dev/shm has free when that is less (at least PDSHM_SIZE_DEFAULT_MIN);
+ * a lowered size leaves a note in pdshm_last_error(). */
+uint64_t pdshm__shmfs_default_size(void);
 
 /* ---- pin.c ---------------------------------------------------------------- */
 /* Detach: drops every pin the attachment holds (when it still may: not in a

@@ -25,8 +25,7 @@ static int snap_visit(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint
   struct pdshm_snap *s = arg;
   if (s->n == s->cap) {
     size_t cap = s->cap ? s->cap * 2 : 1024;
-    struct pdshm_snap_blk *nb = s->b ? rallocx(s->b, cap * sizeof *nb, 0)
-                                     : mallocx(cap * sizeof *nb, 0);
+    struct pdshm_snap_blk *nb = realloc(s->b, cap * sizeof *nb);
     if (!nb) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
     s->b = nb;
     s->cap = cap;

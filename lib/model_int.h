@@ -108,7 +108,12 @@ unsigned pdshm__var_blocks(pdshm_seg *seg, pdshm_off_t v, pdshm_off_t out[8]);
 /* Destruction phase 2: frees the variable of entry e of an unreachable scope. */
 void pdshm__var_free_unreachable(pdshm_seg *seg, struct pdshm_lane_ctx *ln,
                                  struct pdshm_table_ent *e);
-/* The writable attachment a variable pointer belongs to, or NULL (error set). */
+/* The attachment a variable pointer belongs to (read-only ones too), found by
+ * its address alone, or NULL with *rc and the error set: EINVAL (NULL, or in
+ * no attachment), EFORKED (a handle inherited across fork()).  Every entry
+ * point taking a pdshm_var * calls this (or the next) before it reads v. */
+pdshm_seg *pdshm__var_attached(const pdshm_var *v, int *rc);
+/* The same, writable: also EROFS, ENOTRECOVERABLE. */
 pdshm_seg *pdshm__var_seg(const pdshm_var *v, int *rc);
 
 /* ---- varlock.c ---- */

@@ -65,8 +65,8 @@ static pdshm_pin *pin_new(pdshm_seg *seg) {
   p->slot = seg->slot;
   p->epoch = atomic_load_explicit(&pdshm__slot(seg, seg->slot)->epoch, memory_order_relaxed);
   p->forkgen = pin_forkgen();
-  p->file_dev = seg->file_dev;
-  p->file_ino = seg->file_ino;
+  p->file_dev = seg->dev;
+  p->file_ino = seg->ino;
   return p;
 }
 
@@ -270,7 +270,7 @@ PDSHM_API int pdshm_pin_inherit(pdshm_seg *seg, const pdshm_pin *inherited, pdsh
   if (!inherited || !out) return pdshm__fail(PDSHM_EINVAL, "NULL pin or out pointer");
   if (!pin_inherited(inherited))
     return pdshm__fail(PDSHM_EINVAL, "pin was not inherited across fork()");
-  if (inherited->file_dev != seg->file_dev || inherited->file_ino != seg->file_ino)
+  if (inherited->file_dev != seg->dev || inherited->file_ino != seg->ino)
     return pdshm__fail(PDSHM_EINVAL, "pin is of another segment than \"%s\"", seg->name);
   pdshm_pin *p = pin_new(seg);
   if (!p) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");

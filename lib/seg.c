@@ -17,8 +17,11 @@
  *  4. fork(): the child inherits neither the mapping (MADV_DONTFORK) nor the
  *     descriptor (closed at fork), since either would keep the parent's open
  *     file description, hence its slot's OFD lock, alive after the parent's
- *     death; pdshm__forkgen is bumped, so every inherited handle answers
- *     PDSHM_EFORKED and touches nothing.
+ *     death.  The child maps the same file at the same address again through
+ *     an open file description of its own (seg_inherit.c), so that pointers
+ *     taken before the fork stay valid; pdshm__forkgen is bumped, so every
+ *     inherited handle answers PDSHM_EFORKED and touches nothing, and
+ *     pdshm_detach of one only unmaps its range and frees it.
  */
 #include "config.h"
 
@@ -27,11 +30,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
-
-#include <jemalloc/jemalloc.h>
 
 #include "model_int.h"
 
@@ -89,7 +89,7 @@ static int seg_geometry(uint64_t size, uint32_t procs, uint32_t locks, struct se
 }
 
 static int seg_options(const pdshm_options *o, struct seg_geometry *g, unsigned *mode) {
-  uint64_t size = o && o->size ? o->size : PDSHM_SIZE_DEFAULT;
+  uint64_t size = o && o->size ? o->size : pdshm__shmfs_default_size();
   unsigned procs = o && o->max_procs ? o->max_procs : PDSHM_PROCS_DEFAULT;
   unsigned flags = o ? o->flags : 0;
   *mode = o && o->mode ? o->mode : 0600;
@@ -142,8 +142,8 @@ uint64_t pdshm__now_ns(int clock) {
 
 static pthread_mutex_t seg_list_mu = PTHREAD_MUTEX_INITIALIZER;
 static pdshm_seg *seg_list;
-/* Bumped whenever an attachment goes, so that cached lookups of
- * pdshm__seg_of can tell they may be stale. */
+/* Bumped whenever an attachment comes or goes, and in a fork child, so that
+ * cached lookups of pdshm__seg_of can tell they may be stale. */
 static _Atomic uint64_t seg_list_gen;
 static pthread_once_t seg_once = PTHREAD_ONCE_INIT;
 
@@ -151,14 +151,12 @@ static void seg_atfork_prepare(void) { pthread_mutex_lock(&seg_list_mu); }
 static void seg_atfork_parent(void) { pthread_mutex_unlock(&seg_list_mu); }
 
 /* The child must not keep its parent's slots alive: OFD locks belong to the
- * open file description, which the inherited descriptors share. */
+ * open file description, which the inherited descriptors share.  Each
+ * handle keeps its address range, mapped again if it can be (invariant 4). */
 static void seg_atfork_child(void) {
   atomic_fetch_add(&pdshm__forkgen, 1);
-  for (pdshm_seg *s = seg_list; s; s = s->next) {
-    if (s->fd >= 0) close(s->fd);
-    s->fd = -1;
-    s->base = NULL; /* not mapped here (MADV_DONTFORK) */
-  }
+  for (pdshm_seg *s = seg_list; s; s = s->next) pdshm__seg_inherit(s);
+  atomic_fetch_add_explicit(&seg_list_gen, 1, memory_order_release);
   pthread_mutex_unlock(&seg_list_mu);
 }
 
@@ -166,8 +164,12 @@ static void seg_register_atfork(void) {
   pthread_atfork(seg_atfork_prepare, seg_atfork_parent, seg_atfork_child);
 }
 
+/* Newest first: a fork child's new attachment may be mapped over the range
+ * of an inherited handle that could not be mapped again, and must win the
+ * lookups of pdshm__seg_of (whose cached answers the new generation ends). */
 static void seg_list_add(pdshm_seg *seg) {
   pthread_mutex_lock(&seg_list_mu);
+  atomic_fetch_add_explicit(&seg_list_gen, 1, memory_order_release);
   seg->next = seg_list;
   seg_list = seg;
   pthread_mutex_unlock(&seg_list_mu);
@@ -189,8 +191,9 @@ static PDSHM_TLS_HOT struct {
   uint64_t gen;
 } seg_last;
 
-/* The attachment whose mapping holds p (a variable pointer), or NULL.  The
- * thread's last answer is tried first: no lock on the common path. */
+/* The attachment whose address range holds p (a variable pointer), or NULL;
+ * p is compared, never read (in a fork child the range may be unmapped).
+ * The thread's last answer is tried first: no lock on the common path. */
 pdshm_seg *pdshm__seg_of(const void *p) {
   const uint8_t *b = p;
   uint64_t gen = atomic_load_explicit(&seg_list_gen, memory_order_acquire);
@@ -236,9 +239,9 @@ static pdshm_seg *seg_handle_new(const char *name, int fd, unsigned flags) {
   seg->forkgen = atomic_load(&pdshm__forkgen);
   seg->pid = (uint32_t)getpid();
   struct stat st;
-  if (fstat(fd, &st) == 0) {
-    seg->file_dev = (uint64_t)st.st_dev;
-    seg->file_ino = (uint64_t)st.st_ino;
+  if (fstat(fd, &st) == 0) { /* the file's identity, for a fork child (seg_inherit.c) */
+    seg->dev = (uint64_t)st.st_dev;
+    seg->ino = (uint64_t)st.st_ino;
   }
   snprintf(seg->name, sizeof seg->name, "%s", name);
   pthread_mutex_init(&seg->reap_mu, NULL);
@@ -249,7 +252,7 @@ static pdshm_seg *seg_handle_new(const char *name, int fd, unsigned flags) {
 }
 
 static void seg_handle_free(pdshm_seg *seg) {
-  if (seg->base) munmap(seg->base, seg->size);
+  if (seg->mapped) munmap(seg->base, seg->size);
   if (seg->fd >= 0) close(seg->fd);
   pthread_mutex_destroy(&seg->reap_mu);
   pdshm__xfree(seg);
@@ -269,6 +272,7 @@ static int seg_map(pdshm_seg *seg, size_t size, int prot) {
   seg->base = p;
   seg->hdr = p;
   seg->size = size;
+  seg->mapped = true;
   return 0;
 }
 
@@ -294,18 +298,7 @@ static void seg_wait_creator(int fd) {
 static int seg_reserve(int fd, uint64_t size) {
   int err = posix_fallocate(fd, 0, (off_t)size);
   if (!err) return 0;
-  if (err == ENOSPC || err == EFBIG) {
-    struct statvfs vfs;
-    unsigned long long total = 0, avail = 0;
-    if (fstatvfs(fd, &vfs) == 0) {
-      total = (unsigned long long)vfs.f_blocks * vfs.f_frsize;
-      avail = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
-    }
-    return pdshm__fail(PDSHM_ENOSPC,
-                       "/dev/shm cannot hold %llu MiB: it has %llu MiB free of %llu MiB "
-                       "(containers: raise --shm-size)",
-                       (unsigned long long)(size >> 20), avail >> 20, total >> 20);
-  }
+  if (err == ENOSPC || err == EFBIG) return pdshm__shmfs_full(fd, size);
   return pdshm__fail(-err, "posix_fallocate: %s", strerror(err));
 }
 
@@ -501,7 +494,8 @@ PDSHM_API int pdshm_detach(pdshm_seg *seg) {
   pdshm__fail_clear();
   int rc = pdshm__seg_usable(seg);
   seg_list_remove(seg);
-  /* In a fork child the slot is the parent's: touch nothing, free the copy. */
+  /* In a fork child the slot is the parent's: touch nothing, unmap the range
+   * and free the copy. */
   if (!rc) pdshm__daemon_drop(seg);
   pdshm__pin_drop_all(seg);
   if (!rc && seg->slot != PDSHM_NOSLOT) rc = pdshm__slot_release_own(seg);

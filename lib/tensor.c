@@ -40,7 +40,15 @@ static struct pdshm_var_rec *R(const pdshm_var *v) {
   return (struct pdshm_var_rec *)(uintptr_t)(const void *)v;
 }
 
-static bool is_tensor(const pdshm_var *v) { return v && R(v)->vtype == PDSHM_V_TENSOR; }
+/* 0 when v is a tensor of an attachment usable here; EFORKED for a handle
+ * inherited across fork() (nothing of the segment is read then); ETYPE for
+ * anything else. */
+static int tensor_check(const pdshm_var *v) {
+  int rc;
+  if (!pdshm__var_attached(v, &rc)) return rc == PDSHM_EFORKED ? rc : PDSHM_ETYPE;
+  return R(v)->vtype == PDSHM_V_TENSOR ? 0 : PDSHM_ETYPE;
+}
+static bool is_tensor(const pdshm_var *v) { return tensor_check(v) == 0; }
 
 /* The byte size of a shape, or an error for a bad or overflowing one. */
 static int tensor_size(pdshm_dtype dt, int ndim, const int64_t *dims, uint64_t *bytes) {
@@ -128,12 +136,14 @@ PDSHM_API void *pdshm_tensor_data(const pdshm_var *v) {
 }
 
 PDSHM_API int pdshm_tensor_dtype(const pdshm_var *v) {
-  if (!is_tensor(v)) return pdshm__fail(PDSHM_ETYPE, "not a tensor");
+  int rc = tensor_check(v);
+  if (rc) return rc == PDSHM_ETYPE ? pdshm__fail(rc, "not a tensor") : rc;
   return (int)(R(v)->dtype_ndim & 0xffffffffu);
 }
 
 PDSHM_API int pdshm_tensor_ndim(const pdshm_var *v) {
-  if (!is_tensor(v)) return pdshm__fail(PDSHM_ETYPE, "not a tensor");
+  int rc = tensor_check(v);
+  if (rc) return rc == PDSHM_ETYPE ? pdshm__fail(rc, "not a tensor") : rc;
   return (int)(R(v)->dtype_ndim >> 32);
 }
 

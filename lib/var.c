@@ -28,15 +28,24 @@ static struct pdshm_var_rec *R(const pdshm_var *v) {
 }
 static const uint8_t *var_base(const struct pdshm_var_rec *r) { return (const uint8_t *)r - r->self; }
 
-pdshm_seg *pdshm__var_seg(const pdshm_var *v, int *rc) {
+/* The attachment whose range holds v, then check(it): v is not read. */
+static inline pdshm_seg *var_lookup(const pdshm_var *v, int *rc,
+                                    int (*check)(const pdshm_seg *seg)) {
   if (!v) {
     *rc = pdshm__fail(PDSHM_EINVAL, "NULL variable");
     return NULL;
   }
   pdshm_seg *seg = pdshm__seg_of(v);
-  *rc = seg ? pdshm__seg_writable(seg)
-            : pdshm__fail(PDSHM_EINVAL, "variable is in no writable attachment of this process");
+  *rc = seg ? check(seg) : pdshm__fail(PDSHM_EINVAL, "variable is in no attachment of this process");
   return *rc ? NULL : seg;
+}
+
+pdshm_seg *pdshm__var_attached(const pdshm_var *v, int *rc) {
+  return var_lookup(v, rc, pdshm__seg_usable);
+}
+
+pdshm_seg *pdshm__var_seg(const pdshm_var *v, int *rc) {
+  return var_lookup(v, rc, pdshm__seg_writable);
 }
 
 static struct pdshm_scope_rec *var_scope(pdshm_seg *seg, const struct pdshm_var_rec *r) {
@@ -278,13 +287,15 @@ PDSHM_API int pdshm_var_rename(pdshm_scope *s, const char *from, const char *to)
 /* ---- labels and operator lists -------------------------------------------------------- */
 
 PDSHM_API const char *pdshm_var_name(const pdshm_var *v) {
-  if (!v) return "";
+  int rc;
+  if (!pdshm__var_attached(v, &rc)) return "";
   const struct pdshm_var_rec *r = R(v);
   return ((const struct pdshm_name *)(const void *)(var_base(r) + r->name))->s;
 }
 
 PDSHM_API const char *pdshm_var_label(const pdshm_var *v) {
-  if (!v || !R(v)->label) return "";
+  int rc;
+  if (!pdshm__var_attached(v, &rc) || !R(v)->label) return "";
   const struct pdshm_var_rec *r = R(v);
   return ((const struct pdshm_name *)(const void *)(var_base(r) + r->label))->s;
 }
@@ -375,7 +386,9 @@ PDSHM_API int pdshm_var_add_reader(pdshm_var *v, const char *op) { return var_ad
 PDSHM_API int pdshm_var_add_writer(pdshm_var *v, const char *op) { return var_add_op(v, op, true); }
 
 static int var_ops(const pdshm_var *v, const char **ops, int cap, bool writers) {
-  if (!v || cap < 0 || (cap > 0 && !ops)) return pdshm__fail(PDSHM_EINVAL, "bad arguments");
+  int rc;
+  if (!pdshm__var_attached(v, &rc)) return rc;
+  if (cap < 0 || (cap > 0 && !ops)) return pdshm__fail(PDSHM_EINVAL, "bad arguments");
   const struct pdshm_var_rec *r = R(v);
   const struct pdshm_oplist *l = oplist_at(r, writers ? r->writers : r->readers);
   if (!l) return 0;
@@ -396,12 +409,15 @@ PDSHM_API int pdshm_var_writers(const pdshm_var *v, const char **ops, int cap) {
 /* ---- versions and weak references ---------------------------------------------------- */
 
 PDSHM_API uint64_t pdshm_var_version(const pdshm_var *v) {
-  return v ? atomic_load_explicit(&R(v)->version, memory_order_acquire) : 0;
+  int rc;
+  if (!pdshm__var_attached(v, &rc)) return 0;
+  return atomic_load_explicit(&R(v)->version, memory_order_acquire);
 }
 
 PDSHM_API pdshm_varref pdshm_var_ref(const pdshm_var *v) {
+  int rc;
   pdshm_varref ref = {0, 0};
-  if (v) ref = (pdshm_varref){.off = R(v)->self, .gen = R(v)->gen};
+  if (pdshm__var_attached(v, &rc)) ref = (pdshm_varref){.off = R(v)->self, .gen = R(v)->gen};
   return ref;
 }
 

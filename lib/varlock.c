@@ -21,8 +21,9 @@
  *     dead processes now and then, since a dead reader's share only goes
  *     away when someone reaps it.
  *  4. pthread mutexes are per thread: a thread unlocks what it locked.  This
- *     thread's holds are kept in a thread-local table, which answers EDEADLK
- *     and EPERM; a fork child inherits the table but none of the holds.
+ *     thread's holds are kept in a table in its block (thread.c), which
+ *     answers EDEADLK and EPERM; a fork child inherits the table but none of
+ *     the holds.
  */
 #include "config.h"
 
@@ -31,55 +32,42 @@
 
 #include "model_int.h"
 
-#define VL_HELD_MAX 256          /* variable locks one thread may hold       */
 #define VL_READER_BACKOFF 2000   /* rounds a reader defers to a waiting writer */
 #define VL_REAP_EVERY_NS 10000000ull /* a waiting writer reaps every 10 ms     */
 
-struct vl_held {
-  const void *var;   /* the record (its address in this mapping)            */
-  uint64_t forkgen;  /* pdshm__forkgen when taken: a fork child's new
-                        attachment may map the segment where its parent's
-                        was, and must not take the parent's holds for its own */
-  pdshm_off_t hold;  /* our HOLD block when shared                          */
-  uint32_t count;    /* shared re-entries                                   */
-  bool excl;
-};
-
-/* This thread's table of held locks.  The table is too large for the static
- * TLS block (internal.h, PDSHM_TLS_HOT) and stays in the default model; a
- * pointer to it in the static block, set at the thread's first lock, spares
- * every later call the __tls_get_addr lookup (a thread's TLS does not move,
- * and a fork child's thread has it at the same address). */
-static _Thread_local struct vl_held vl_table[VL_HELD_MAX];
-static PDSHM_TLS_HOT struct vl_held *vl_held;
-/* One past the last used entry of vl_held: lookups scan only [0, vl_top),
+/* This thread's held locks are in its block (thread.c): t->held[0, vl_top),
  * which is a few entries for a thread holding a few locks (a scan of all
- * VL_HELD_MAX entries cost more than the lock itself). */
+ * PDSHM_VL_HELD_MAX entries cost more than the lock itself).  The block is
+ * made at the thread's first lock; while vl_top is 0 it is not looked at. */
 static PDSHM_TLS_HOT unsigned vl_top;
 
 /* This thread's entry for var, or (var NULL) a free one; entries made
  * before a fork are free in the child. */
-static struct vl_held *vl_find(const void *var) {
+static struct pdshm_held_lock *vl_find(const void *var) {
   uint64_t gen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
+  struct pdshm_held_lock *held = vl_top ? pdshm__self->held : NULL;
   for (unsigned i = 0; i < vl_top; i++) {
-    bool live = vl_held[i].var && vl_held[i].forkgen == gen;
-    if (live ? vl_held[i].var == var : !var) return &vl_held[i];
+    bool live = held[i].var && held[i].forkgen == gen;
+    if (live ? held[i].var == var : !var) return &held[i];
   }
   return NULL;
 }
 
-/* A free entry: a hole below vl_top, else the one at vl_top; NULL when the
- * table is full. */
-static struct vl_held *vl_slot_free(void) {
-  if (!vl_held) vl_held = vl_table;
-  struct vl_held *h = vl_find(NULL);
-  if (!h && vl_top < VL_HELD_MAX) h = &vl_held[vl_top++];
-  return h;
+/* A free entry: a hole below vl_top, else the one at vl_top.  ENOLCK when
+ * the table is full, ENOMEM when the thread's block cannot be made. */
+static int vl_slot_free(struct pdshm_held_lock **out) {
+  struct pdshm_thread *t = pdshm__thread();
+  if (!t) return pdshm__fail(PDSHM_ENOMEM, "out of private memory for this thread's lock table");
+  struct pdshm_held_lock *h = vl_find(NULL);
+  if (!h && vl_top < PDSHM_VL_HELD_MAX) h = &t->held[vl_top++];
+  if (!h) return pdshm__fail(PDSHM_ENOLCK, "this thread holds %d variable locks", PDSHM_VL_HELD_MAX);
+  *out = h;
+  return 0;
 }
 
-static void vl_release(struct vl_held *h) {
+static void vl_release(struct pdshm_held_lock *h) {
   memset(h, 0, sizeof *h);
-  while (vl_top && !vl_held[vl_top - 1].var) vl_top--;
+  while (vl_top && !pdshm__self->held[vl_top - 1].var) vl_top--;
 }
 
 static struct pdshm_var_rec *R(const pdshm_var *v) {
@@ -215,7 +203,7 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   pdshm_seg *seg = pdshm__var_seg(v, &rc);
   if (!seg) return rc;
   struct pdshm_var_rec *r = R(v);
-  struct vl_held *held = vl_find(r);
+  struct pdshm_held_lock *held = vl_find(r);
   if (held && (held->excl || exclusive))
     return pdshm__fail(PDSHM_EDEADLK, "this thread already holds the lock of \"%s\"",
                        pdshm_var_name(v));
@@ -223,8 +211,7 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
     held->count++;
     return 0;
   }
-  if (!(held = vl_slot_free()))
-    return pdshm__fail(PDSHM_ENOLCK, "this thread holds %d variable locks", VL_HELD_MAX);
+  if ((rc = vl_slot_free(&held))) return rc;
   pdshm_off_t hold = 0;
   if (!(rc = vl_entry(seg, r, &lk)))
     rc = exclusive ? vl_lock_excl(seg, r, lk) : vl_lock_shared(seg, r, lk, &hold);
@@ -232,8 +219,8 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
     vl_release(held); /* the entry stays free */
     return rc;
   }
-  *held = (struct vl_held){.var = r, .hold = hold, .count = 1, .excl = exclusive != 0,
-                           .forkgen = atomic_load(&pdshm__forkgen)};
+  *held = (struct pdshm_held_lock){.var = r, .hold = hold, .count = 1, .excl = exclusive != 0,
+                                   .forkgen = atomic_load(&pdshm__forkgen)};
   return 0;
 }
 
@@ -243,7 +230,7 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
   pdshm_seg *seg = pdshm__var_seg(v, &rc);
   if (!seg) return rc;
   struct pdshm_var_rec *r = R(v);
-  struct vl_held *held = vl_find(r);
+  struct pdshm_held_lock *held = vl_find(r);
   if (!held) return pdshm__fail(PDSHM_EPERM, "this thread does not hold that variable's lock");
   if (!held->excl && --held->count) return 0;
   uint32_t lk = (uint32_t)r->lock;

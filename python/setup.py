@@ -5,7 +5,8 @@ Installed use (Debian's python3-setuptools, no PyPI):
     pip install ./python --no-build-isolation
 
 compiles against an INSTALLED libpdshm found with pkg-config (pdshm.pc; set
-PKG_CONFIG_PATH when it lives under a non-standard prefix).
+PKG_CONFIG_PATH when it lives under a non-standard prefix, whose libdir the
+module then records as its rpath).
 
 Development against a source tree, without installing the library:
 
@@ -46,9 +47,25 @@ def library_flags():
         libdir = os.path.join(tree, "lib", ".libs")
         return [os.path.join(tree, "include")], [libdir], ["pdshm"], [libdir]
     cflags, libs = pkg_config("--cflags"), pkg_config("--libs")
+    libdir = (pkg_config("--variable=libdir") or [""])[0]
     return ([f[2:] for f in cflags if f.startswith("-I")],
             [f[2:] for f in libs if f.startswith("-L")],
-            [f[2:] for f in libs if f.startswith("-l")], [])
+            [f[2:] for f in libs if f.startswith("-l")],
+            [libdir] if libdir and not system_libdir(libdir) else [])
+
+
+def system_libdir(path):
+    """Whether the dynamic loader searches path without an rpath."""
+    path = os.path.realpath(path)
+    dirs = {"/lib", "/usr/lib", "/lib64", "/usr/lib64", "/usr/local/lib"}
+    try:
+        arch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True,
+                              text=True).stdout.strip()
+    except OSError:
+        arch = ""
+    if arch:
+        dirs |= {"/lib/" + arch, "/usr/lib/" + arch}
+    return path in {os.path.realpath(d) for d in dirs}
 
 
 include_dirs, library_dirs, libraries, rpath = library_flags()

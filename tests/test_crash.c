@@ -170,6 +170,8 @@ static int prep_pin_local(struct cx *c) {
   return prep_local(c) || pdshm_tensor_pin(pdshm_find_local_var(c->s, "y"), &c->pin, NULL);
 }
 static int prep_big(struct cx *c) { return prep_var(c, "big"); }
+/* w pinned by the child and erased: its unpin frees the orphan. */
+static int prep_orphan_w(struct cx *c) { return prep_pin_w(c) || pdshm_var_erase(c->params, "w"); }
 
 static int run_pin(struct cx *c) { return pdshm_tensor_pin(c->v, &c->pin, NULL); }
 static int run_unpin(struct cx *c) { return pdshm_tensor_unpin(c->pin); }
@@ -312,6 +314,7 @@ static const struct op ops[] = {
     {"unique_name", NULL, run_unique, NULL, false, NULL, NULL},
     {"pin", prep_w, run_pin, NULL, false, NULL, NULL},
     {"unpin", prep_pin_w, run_unpin, NULL, false, NULL, NULL},
+    {"unpin_orphan", prep_orphan_w, run_unpin, NULL, false, NULL, NULL},
     {"erase_own_pinned", prep_pin_w, run_erase, NULL, false, NULL, NULL},
     {"resize_own_pinned", prep_pin_b, run_resize_grow, NULL, false, NULL, NULL},
     {"release_own_pinned", prep_pin_local, run_release, NULL, false, NULL, NULL},
@@ -617,7 +620,8 @@ static const struct op *op_named(const char *name) {
  * unlink chain pending, a shared hold, a committed journal not applied, an
  * armed one with a new block, a detach half done, an armed one that retired
  * published blocks, a pin on an orphan, a buffer half orphaned under
- * another's pin, an unpin half done inside the heap lock. */
+ * another's pin, an unpin half done inside the heap lock (of a hooked
+ * buffer, and of an orphan: the recount frees it). */
 static const struct {
   const char *op, *point;
   uint64_t n;
@@ -627,7 +631,7 @@ static const struct {
     {"scope_new_named", "j.alloc.recorded", 1},     {"detach", "slot.release.holds", 1},
     {"var_erase", "j.retire.marked", 2},
     {"erase_own_pinned", NULL, 0},                  {"erase_pinned", "pin.orphan.flagged", 1},
-    {"unpin", "pin.drop.cleared", 1},
+    {"unpin", "pin.drop.cleared", 1},               {"unpin_orphan", "pin.drop.cleared", 1},
 };
 
 /* A reaper killed at each of its windows leaves work the next reaper

@@ -478,7 +478,8 @@ START_TEST(detach_releases) {
   pdshm_seg *s2;
   pdshm_scope *r2, *local, *named;
   pdshm_unlink(name);
-  ck_assert_int_eq(pdshm_create(name, NULL, &s2), 0);
+  pdshm_options small = {.size = 4u << 20};
+  ck_assert_int_eq(pdshm_create(name, &small, &s2), 0);
   ck_assert_int_eq(pdshm_root(s2, &r2), 0);
   pdshm_stats st0, st1;
   ck_assert_int_eq(pdshm_seg_stats(s2, &st0), 0);

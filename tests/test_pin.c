@@ -4,11 +4,14 @@
  * detach, or when the pinner is SIGKILLed and reaped; fork children cannot
  * drop the parent's pin but can take their own (pdshm_pin_inherit); bad calls
  * change nothing. */
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "model_int.h"
 #include "testutil.h"
 
 #define FLOATS 4096 /* 16 KiB: a lane-cached size class */
@@ -235,6 +238,71 @@ START_TEST(zero_byte_tensor_pins) {
 }
 END_TEST
 
+/* Threads pin and unpin one variable while another resizes it to and fro:
+ * every pinned view keeps the bytes it showed; at the end every byte is
+ * back. */
+#define PIN_THREADS 3
+#define PIN_ROUNDS 400
+
+static _Atomic int pin_stop;
+static _Atomic int pin_bad;
+
+static void *pinner(void *arg) {
+  pdshm_var *v = arg;
+  for (int r = 0; r < PIN_ROUNDS && !pin_bad; r++) {
+    pdshm_pin *p;
+    pdshm_tensor_view w;
+    int rc = pdshm_var_lock(v, 0); /* a buffer the resizer has filled */
+    if (!rc) rc = pdshm_tensor_pin(v, &p, &w);
+    if (!rc) rc = pdshm_var_unlock(v);
+    if (rc) {
+      pin_bad = 1;
+      break;
+    }
+    /* the resizer fills each new buffer with its length's low byte, and
+     * never touches it again once pinned (a resize then takes another) */
+    const volatile uint8_t *b = w.data;
+    for (int look = 0; look < 4; look++, sched_yield()) /* while the resizer runs */
+      for (size_t j = 0; j < w.nbytes; j++)
+        if (b[j] != (uint8_t)w.nbytes) pin_bad = 2;
+    if (pdshm_tensor_unpin(p)) pin_bad = 3;
+  }
+  return NULL;
+}
+
+static void *resizer(void *arg) {
+  pdshm_var *v = arg;
+  /* sizes one buffer fits: unpinned, it is reused (tensor.c, invariant 3) */
+  for (int64_t k = 0, n = 1000; !pin_stop && !pin_bad; n = 1000 + ++k % 3) {
+    pdshm_var_lock(v, 1); /* pinners pin under a shared lock: filled buffers */
+    if (pdshm_tensor_resize(v, PDSHM_U8, 1, &n)) pin_bad = 4;
+    memset(pdshm_tensor_data(v), (uint8_t)n, (size_t)n);
+    pdshm_var_unlock(v);
+  }
+  return NULL;
+}
+
+START_TEST(threads_pin_while_another_resizes) {
+  pdshm_var *v;
+  int64_t n = 1;
+  ck_assert_int_eq(pdshm_var_create(root, "t", &v), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_U8, 1, &n), 0);
+  memset(pdshm_tensor_data(v), 1, 1);
+  pthread_t t[PIN_THREADS + 1];
+  ck_assert_int_eq(pthread_create(&t[PIN_THREADS], NULL, resizer, v), 0);
+  for (int i = 0; i < PIN_THREADS; i++) ck_assert_int_eq(pthread_create(&t[i], NULL, pinner, v), 0);
+  for (int i = 0; i < PIN_THREADS; i++) pthread_join(t[i], NULL);
+  pin_stop = 1;
+  pthread_join(t[PIN_THREADS], NULL);
+  ck_assert_int_eq(pin_bad, 0);
+  ck_assert_uint_eq(my_pins(), 0);
+  ck_assert_uint_eq(orphans(), 0);
+  clean();
+  ck_assert_int_eq(pdshm_var_erase(root, "t"), 0);
+  ck_assert_uint_eq(used(), base_used);
+}
+END_TEST
+
 /* ---- errors change nothing ------------------------------------------------------------ */
 
 START_TEST(bad_calls_change_nothing) {
@@ -296,6 +364,40 @@ START_TEST(enomem_changes_nothing) {
   ck_assert_int_eq(pdshm_tensor_pin(v, &p, NULL), 0);
   ck_assert_int_eq(pdshm_tensor_unpin(p), 0);
   clean();
+}
+END_TEST
+
+/* pdshm_check finds a pin count that disagrees with the records, and an
+ * orphan without a pin; nothing else is wrong meanwhile. */
+START_TEST(check_finds_bad_pin_counts) {
+  pdshm_var *v = filled(root, "t", FLOATS, 0);
+  pdshm_pin *p;
+  ck_assert_int_eq(pdshm_tensor_pin(v, &p, NULL), 0);
+  const pdshm_off_t buf = ((struct pdshm_var_rec *)(void *)v)->buf;
+  struct pdshm_tensor_buf *t = PDSHM_AT(seg->base, buf, struct pdshm_tensor_buf);
+  char *rep = NULL;
+  size_t len = 0;
+  t->pins = 2;
+  FILE *f = open_memstream(&rep, &len);
+  ck_assert_int_eq(pdshm_check(seg, f), PDSHM_EBADSEG);
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(rep, ": 2 pins, 1 pin records"));
+  free(rep);
+  t->pins = 1;
+  clean();
+  ck_assert_int_eq(pdshm_var_erase(root, "t"), 0);
+  ck_assert_uint_eq(orphans(), 1);
+  t->pins = 0;
+  f = open_memstream(&rep, &len);
+  ck_assert_int_eq(pdshm_check(seg, f), PDSHM_EBADSEG);
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(rep, "an orphan with no pin"));
+  free(rep);
+  t->pins = 1;
+  clean();
+  ck_assert_int_eq(pdshm_tensor_unpin(p), 0);
+  ck_assert_uint_eq(pdshm__tensor_pins(seg, buf, NULL), 0); /* freed */
+  ck_assert_uint_eq(used(), base_used);
 }
 END_TEST
 
@@ -424,10 +526,15 @@ START_TEST(killed_pinner_is_reaped) {
 }
 END_TEST
 
-/* The owner's death while the buffer is pinned: its scope dies with the
- * reaper, the buffer stays. */
+/* The owner's death (or detach) while the buffer is pinned: its scope dies
+ * with the reaper (or the detach), the buffer stays. */
+struct owner {
+  int ready[2], go[2];
+  int detach;          /* detach when told, instead of waiting to be killed */
+};
+
 static int own_and_die(void *arg) {
-  int *fd = arg;
+  struct owner *o = arg;
   pdshm_seg *s;
   pdshm_scope *r, *local;
   if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r) ||
@@ -439,17 +546,19 @@ static int own_and_die(void *arg) {
   float *f = pdshm_tensor_data(v);
   for (int i = 0; i < FLOATS; i++) f[i] = (float)i + 21;
   char c = 1;
-  if (write(fd[1], &c, 1) != 1) return 12;
-  pause();
-  return 13;
+  if (write(o->ready[1], &c, 1) != 1) return 12;
+  if (!o->detach) pause();
+  if (read(o->go[0], &c, 1) != 1) return 13;
+  return pdshm_detach(s) ? 14 : 0;
 }
 
 START_TEST(owner_death_leaves_the_pinned_buffer) {
-  int fd[2];
-  ck_assert_int_eq(pipe(fd), 0);
-  pid_t kid = tu_spawn(own_and_die, fd);
-  char c;
-  ck_assert_int_eq(read(fd[0], &c, 1), 1);
+  struct owner o = {.detach = _i};
+  ck_assert_int_eq(pipe(o.ready), 0);
+  ck_assert_int_eq(pipe(o.go), 0);
+  pid_t kid = tu_spawn(own_and_die, &o);
+  char c = 1;
+  ck_assert_int_eq(read(o.ready[0], &c, 1), 1);
   pdshm_scope *owner;
   ck_assert_int_eq(pdshm_scope_open(seg, "owner", &owner), 0);
   pdshm_pin *p;
@@ -457,17 +566,22 @@ START_TEST(owner_death_leaves_the_pinned_buffer) {
   ck_assert_int_eq(pdshm_tensor_pin(pdshm_find_var(owner, "t"), &p, &w), 0);
   ck_assert_int_eq(pdshm_scope_unlink(root, "owner"), 0);
   ck_assert_int_eq(pdshm_scope_release(owner), 0); /* the kid's handle keeps it */
-  kill(kid, SIGKILL);
-  ck_assert_int_eq(tu_wait(kid), 128 + SIGKILL);
-  tu_await_dead(seg, 1);
-  ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
+  if (o.detach) {
+    ck_assert_int_eq(write(o.go[1], &c, 1), 1);
+    ck_assert_int_eq(tu_wait(kid), 0);
+  } else {
+    kill(kid, SIGKILL);
+    ck_assert_int_eq(tu_wait(kid), 128 + SIGKILL);
+    tu_await_dead(seg, 1);
+    ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
+  }
   intact(&w, FLOATS, 21);
   ck_assert_uint_eq(orphans(), 1);
   clean();
   ck_assert_int_eq(pdshm_tensor_unpin(p), 0);
   ck_assert_uint_eq(used(), base_used);
   clean();
-  close(fd[0]), close(fd[1]);
+  close(o.ready[0]), close(o.ready[1]), close(o.go[0]), close(o.go[1]);
 }
 END_TEST
 
@@ -590,16 +704,18 @@ static Suite *pin_suite(void) {
   tcase_add_test(tc, unpin_of_a_hooked_buffer_keeps_it);
   tcase_add_test(tc, pin_survives_scope_release);
   tcase_add_test(tc, zero_byte_tensor_pins);
+  tcase_add_test(tc, threads_pin_while_another_resizes);
   tc = tu_tcase(s, "errors", 30, setup, teardown);
   tcase_add_test(tc, bad_calls_change_nothing);
   tcase_add_test(tc, read_only_attachment_cannot_pin);
   tcase_add_test(tc, enomem_changes_nothing);
+  tcase_add_test(tc, check_finds_bad_pin_counts);
   tc = tu_tcase(s, "procs", 30, setup, teardown);
   tcase_add_test(tc, erase_in_another_process);
   tcase_add_test(tc, two_pins_from_two_processes);
   tcase_add_test(tc, detach_drops_the_pins);
   tcase_add_test(tc, killed_pinner_is_reaped);
-  tcase_add_test(tc, owner_death_leaves_the_pinned_buffer);
+  tcase_add_loop_test(tc, owner_death_leaves_the_pinned_buffer, 0, 2); /* killed, detached */
   tc = tu_tcase(s, "fork", 30, setup, teardown);
   tcase_add_test(tc, fork_child_cannot_drop_the_parents_pin);
   tcase_add_test(tc, inherited_pin_outlives_the_parents);

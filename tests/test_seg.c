@@ -11,7 +11,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -173,13 +175,25 @@ static void assert_create_refused(const pdshm_options *o, int want, const char *
   ck_assert_msg(!exists(tu_path(name)), "%s: a refused create left %s", what, tu_path(name));
 }
 
+/* The size a create without one gets here: PDSHM_SIZE_DEFAULT, or half of
+ * what /dev/shm has free when that is less (pdshm.h, pdshm_create). */
+static off_t default_size_here(void) {
+  struct statvfs vfs;
+  ck_assert_int_eq(statvfs("/dev/shm", &vfs), 0);
+  uint64_t half = (uint64_t)vfs.f_bavail * vfs.f_frsize / 2 & ~((1ull << 20) - 1);
+  return (off_t)(half >= PDSHM_SIZE_DEFAULT   ? PDSHM_SIZE_DEFAULT
+                 : half < PDSHM_SIZE_DEFAULT_MIN ? PDSHM_SIZE_DEFAULT_MIN
+                                                 : half);
+}
+
 START_TEST(null_options_take_defaults) {
   const char *name = tu_name("defaults");
   pdshm_seg *s;
   tu_track(name);
+  off_t size = default_size_here();
   ck_assert_int_eq(pdshm_create(name, NULL, &s), 0);
   struct stat st = stat_of(name);
-  ck_assert_int_eq(st.st_size, (off_t)PDSHM_SIZE_DEFAULT);
+  ck_assert_int_eq(st.st_size, size);
   ck_assert_int_eq(st.st_mode & 07777, 0600);
   ck_assert_uint_eq(s->hdr->max_procs, PDSHM_PROCS_DEFAULT);
   ck_assert_uint_ge(s->hdr->max_locks, 1024);
@@ -187,10 +201,62 @@ START_TEST(null_options_take_defaults) {
   ck_assert_int_eq(pdshm_unlink(name), 0);
   /* an options struct of zeroes is the same as none */
   pdshm_options zero = {0};
+  size = default_size_here();
   ck_assert_int_eq(pdshm_create(name, &zero, &s), 0);
-  ck_assert_int_eq(stat_of(name).st_size, (off_t)PDSHM_SIZE_DEFAULT);
+  ck_assert_int_eq(stat_of(name).st_size, size);
   ck_assert_uint_eq(s->hdr->max_procs, PDSHM_PROCS_DEFAULT);
   ck_assert_int_eq(pdshm_detach(s), 0);
+}
+END_TEST
+
+/* Mounts a tmpfs of `mib` MiB over /dev/shm in a mount namespace of this
+ * test's own process; false (and why, on stderr) where that is not allowed. */
+static bool small_dev_shm(unsigned mib) {
+  char opts[32];
+  snprintf(opts, sizeof opts, "size=%um", mib);
+  if (unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+      mount("tmpfs", "/dev/shm", "tmpfs", 0, opts) == 0)
+    return true;
+  fprintf(stderr, "a %u MiB /dev/shm cannot be mounted here (%s): not tested\n", mib,
+          strerror(errno));
+  return false;
+}
+
+START_TEST(default_size_fits_a_small_dev_shm) {
+  if (!small_dev_shm(24)) return;
+  const char *name = tu_name("small");
+  pdshm_seg *s;
+  ck_assert_int_eq(pdshm_create(name, NULL, &s), 0);
+  ck_assert_int_eq(stat_of(name).st_size, 12 << 20);
+  ck_assert_msg(strstr(pdshm_last_error(), "lowered to 12 MiB") &&
+                    strstr(pdshm_last_error(), "--shm-size"),
+                "no note of the lowered size: \"%s\"", pdshm_last_error());
+  ck_assert_int_eq(pdshm_detach(s), 0);
+  /* what a second default-sized create finds free then */
+  const char *name2 = tu_name("small");
+  ck_assert_int_eq(pdshm_create(name2, NULL, &s), 0);
+  ck_assert_int_eq(stat_of(name2).st_size, 6 << 20);
+  ck_assert_int_eq(pdshm_detach(s), 0);
+  /* half of 6 MiB is below the floor: the floor, while it fits */
+  ck_assert_int_eq(pdshm_create(tu_name("small"), NULL, &s), 0);
+  ck_assert_int_eq(pdshm_detach(s), 0);
+  /* and once it does not, ENOSPC, nothing left behind */
+  const char *name4 = tu_name("small");
+  ck_assert_int_eq(pdshm_create(name4, NULL, &s), PDSHM_ENOSPC);
+  ck_assert_msg(strstr(pdshm_last_error(), "--shm-size"), "\"%s\"", pdshm_last_error());
+  ck_assert(!exists(tu_path(name4)));
+}
+END_TEST
+
+START_TEST(full_dev_shm_says_how_big_and_how_to_raise) {
+  if (!small_dev_shm(16)) return;
+  pdshm_options o = {.size = 32u << 20};
+  pdshm_seg *s;
+  ck_assert_int_eq(pdshm_create(tu_name("full"), &o, &s), PDSHM_ENOSPC);
+  const char *why = pdshm_last_error();
+  ck_assert_msg(strstr(why, "cannot hold 32 MiB") && strstr(why, "16 MiB free of 16 MiB") &&
+                    strstr(why, "--shm-size"),
+                "ENOSPC detail: \"%s\"", why);
 }
 END_TEST
 
@@ -671,6 +737,8 @@ static Suite *seg_suite(void) {
   tcase_add_test(tc, every_allowed_character);
   tc = tu_tcase(s, "options", 10, setup, teardown);
   tcase_add_test(tc, null_options_take_defaults);
+  tcase_add_test(tc, default_size_fits_a_small_dev_shm);
+  tcase_add_test(tc, full_dev_shm_says_how_big_and_how_to_raise);
   tcase_add_test(tc, size_limits);
   tcase_add_test(tc, bigger_than_dev_shm_is_enospc);
   tcase_add_test(tc, max_procs_limit);

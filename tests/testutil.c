@@ -40,7 +40,7 @@ pdshm_seg *tu_create_as(const char *name, size_t size, unsigned procs) {
   pdshm_seg *seg = NULL;
   pdshm_unlink(name);
   int rc = pdshm_create(name, &o, &seg);
-  ck_assert_msg(rc == 0, "create %s: %s", name, pdshm_strerror(rc));
+  ck_assert_msg(rc == 0, "create %s: %s (%s)", name, pdshm_strerror(rc), pdshm_last_error());
   if (tu_nmade < TU_MAX_SEGS) snprintf(tu_made[tu_nmade++], sizeof tu_made[0], "%s", name);
   return seg;
 }
@@ -63,7 +63,7 @@ pdshm_seg *tu_create_opts(const char *name, const pdshm_options *o) {
 pdshm_seg *tu_attach(const char *name) {
   pdshm_seg *seg = NULL;
   int rc = pdshm_attach(name, NULL, &seg);
-  ck_assert_msg(rc == 0, "attach %s: %s", name, pdshm_strerror(rc));
+  ck_assert_msg(rc == 0, "attach %s: %s (%s)", name, pdshm_strerror(rc), pdshm_last_error());
   return seg;
 }
 

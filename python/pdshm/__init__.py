@@ -16,7 +16,8 @@ Segments: create(), attach(), unlink(); Segment (.root .open .stats .check
 .reap .unique_name .detach, introspection: .info .scopes .vars_of .procs
 .locks .alloc).  Scopes: Scope (a handle).  Variables: Var (a weak handle:
 pdshm.Stale once erased), Var.lock() -> VarLock, Var.ref() -> VarRef.
-Seed 003: ScopeStack.  Errors: Error (an OSError) and its subclasses that are
+Seed 003: ScopeStack.  Trainer groups (when libpdshm has them): Segment.group()
+-> Group (.barrier .allreduce .leave), Var.wait().  Errors: Error (an OSError) and its subclasses that are
 also builtins (NotFound is a KeyError, Exists a FileExistsError, ...).
 
 Views (numpy(), np.asarray, memoryview, torch.from_dlpack) pin the tensor's
@@ -28,6 +29,7 @@ fork(): a Segment, a named Scope and a Var re-attach by name in the child on
 first use; an anonymous Scope raises Forked there.  Segment, named Scope and
 Var of a named scope pickle (multiprocessing with fork, forkserver, spawn).
 """
+import atexit as _atexit
 import os as _os
 
 from . import _pdshm
@@ -47,6 +49,17 @@ __all__ = [
     "AllocClass",
 ]
 
+try:  # present when libpdshm has the trainer-groups API (Segment.group, Var.wait)
+    from ._pdshm import Group
+except ImportError:
+    pass
+else:
+    __all__.append("Group")
+
 # Views that exist at fork() stay backed in the child: the hook attaches the
 # segment again there and takes over each pin (pdshm_pin_inherit).
 _os.register_at_fork(after_in_child=_pdshm._after_fork_child)
+# A normal exit detaches (views still alive keep their mapping to the end), so
+# the process slot is freed at once rather than by a reaper.  atexit runs it
+# after the handlers registered later than this import.
+_atexit.register(_pdshm._close_all)

@@ -8,6 +8,7 @@ one is replaced by a fresh attachment.
 """
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import weakref
@@ -16,17 +17,22 @@ from . import _pdshm
 
 _lock = threading.Lock()
 _segments: "weakref.WeakValueDictionary[tuple, _pdshm.Segment]" = weakref.WeakValueDictionary()
-_pid = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    # Another thread may have held the lock at fork(): the child starts afresh.
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def segment(name: str, readonly: bool = False, shared_users: bool = False) -> _pdshm.Segment:
     """The Segment NAME attached with these flags: a live one this process
     already unpickled, or a new attachment."""
-    global _pid
     key = (name, bool(readonly), bool(shared_users))
     with _lock:
-        if _pid != os.getpid():
-            _pid = os.getpid()
         seg = _segments.get(key)
         if seg is None or seg.closed:
             seg = _pdshm.attach(name, readonly=readonly, shared_users=shared_users)
@@ -47,5 +53,7 @@ def var(seg: _pdshm.Segment, path: str, name: str) -> _pdshm.Var:
     finally:
         s.release()
     if v is None:
-        raise _pdshm.NotFound(2, "no such variable: %r in scope %r" % (name, path))
+        e = _pdshm.NotFound(errno.ENOENT, "no such variable: %r in scope %r" % (name, path))
+        e.code = _pdshm.ENOENT
+        raise e
     return v

@@ -57,7 +57,7 @@ static int src_from_var(pdshmpy_var *var, src_desc *s) {
 }
 
 /* 1: done; 0: o has no usable buffer (no error set); -1: error. */
-static int src_from_buffer(PyObject *o, src_desc *s) {
+static int src_from_buffer(pdshmpy_state *st, PyObject *o, src_desc *s) {
   if (!PyObject_CheckBuffer(o)) return 0;
   if (PyObject_GetBuffer(o, &s->buf, PyBUF_RECORDS_RO) < 0) {
     PyErr_Clear();
@@ -65,13 +65,13 @@ static int src_from_buffer(PyObject *o, src_desc *s) {
   }
   s->dtype = pdshmpy_dtype_from_format(s->buf.format, s->buf.itemsize);
   if (s->dtype < 0) {
-    PyErr_Format(PyExc_ValueError, "cannot assign elements of buffer format '%s'",
-                 s->buf.format ? s->buf.format : "B");
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "cannot assign elements of buffer format '%s'",
+                      s->buf.format ? s->buf.format : "B");
     return -1;
   }
   if (s->buf.ndim > PDSHM_NDIM_MAX || s->buf.suboffsets) {
-    PyErr_Format(PyExc_ValueError, "cannot assign a %d-dimensional or indirect buffer",
-                 s->buf.ndim);
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "cannot assign a %d-dimensional or indirect buffer",
+                      s->buf.ndim);
     return -1;
   }
   s->data = s->buf.buf;
@@ -120,7 +120,7 @@ static PyObject *dl_capsule_of(PyObject *o) {
 }
 
 /* 1: done; 0: o cannot be read through DLPack (no error set); -1: error. */
-static int src_from_dlpack(PyObject *o, src_desc *s) {
+static int src_from_dlpack(pdshmpy_state *st, PyObject *o, src_desc *s) {
   if (!PyObject_HasAttrString(o, "__dlpack__")) return 0;
   PyObject *cap = dl_capsule_of(o);
   if (!cap) return 0;
@@ -134,13 +134,13 @@ static int src_from_dlpack(PyObject *o, src_desc *s) {
   const pdshmpy_dl_tensor *t = &m->dl_tensor;
   s->dtype = dl_to_pdshm(t->dtype);
   if (t->device.device_type != PDSHMPY_DL_CPU && t->device.device_type != PDSHMPY_DL_CUDA_HOST) {
-    PyErr_Format(PyExc_ValueError, "cannot assign a tensor on DLPack device %d (not the CPU)",
-                 (int)t->device.device_type);
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "cannot assign a tensor on DLPack device %d (not the CPU)",
+                      (int)t->device.device_type);
     return -1;
   }
   if (s->dtype < 0 || t->ndim < 0 || t->ndim > PDSHM_NDIM_MAX) {
-    PyErr_Format(PyExc_ValueError, "cannot assign a DLPack tensor of code %d, %d bits, %d dims",
-                 t->dtype.code, t->dtype.bits, (int)t->ndim);
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "cannot assign a DLPack tensor of code %d, %d bits, %d dims",
+                      t->dtype.code, t->dtype.bits, (int)t->ndim);
     return -1;
   }
   s->data = (const char *)t->data + t->byte_offset;
@@ -155,13 +155,11 @@ static int src_from_dlpack(PyObject *o, src_desc *s) {
   return 1;
 }
 
-static int src_from_numpy(PyObject *o, src_desc *s) {
-  PyObject *np = PyImport_ImportModule("numpy");
-  if (!np) return -1;
-  PyObject *arr = PyObject_CallMethod(np, "asarray", "O", o);
-  Py_DECREF(np);
+static int src_from_numpy(pdshmpy_state *st, PyObject *o, src_desc *s) {
+  PyObject *asarray = pdshmpy_np_asarray(st);
+  PyObject *arr = asarray ? PyObject_CallOneArg(asarray, o) : NULL;
   if (!arr) return -1;
-  int rc = src_from_buffer(arr, s);
+  int rc = src_from_buffer(st, arr, s);
   Py_DECREF(arr); /* the buffer keeps the array */
   if (rc == 0) PyErr_Format(PyExc_TypeError, "cannot assign a %.100s", Py_TYPE(o)->tp_name);
   return rc == 1 ? 0 : -1;
@@ -169,9 +167,9 @@ static int src_from_numpy(PyObject *o, src_desc *s) {
 
 static int src_open(pdshmpy_state *st, PyObject *o, src_desc *s) {
   if (Py_IS_TYPE(o, st->var_type)) return src_from_var((pdshmpy_var *)o, s);
-  int rc = src_from_buffer(o, s);
-  if (!rc) rc = src_from_dlpack(o, s);
-  if (!rc) return src_from_numpy(o, s);
+  int rc = src_from_buffer(st, o, s);
+  if (!rc) rc = src_from_dlpack(st, o, s);
+  if (!rc) return src_from_numpy(st, o, s);
   return rc < 0 ? -1 : 0;
 }
 

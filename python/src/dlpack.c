@@ -6,6 +6,9 @@
  * the consumer's deleter runs.  The deleter may be called without the GIL
  * (torch frees tensors from any thread): it takes the GIL to drop the Pin.
  * A capsule never consumed (still named "dltensor") runs the deleter itself.
+ * Newer consumers' max_version is accepted and answered with this
+ * unversioned capsule, as the protocol allows; dl_device must be the CPU and
+ * copy cannot be True (the export is in place).
  * dtypes: bfloat16 goes as kDLBfloat (torch.bfloat16); bool as kDLUInt 8
  * bits, because DLPack 0.6 and torch 1.13 have no bool.
  */
@@ -48,12 +51,30 @@ static void dl_capsule_destructor(PyObject *cap) {
   PyErr_Restore(type, value, tb);
 }
 
+/* dl_device: None or (kDLCPU, 0). */
+static int dl_check_device(PyObject *device) {
+  if (device == Py_None) return 0;
+  int type, id;
+  if (!PyArg_ParseTuple(device, "ii;dl_device must be a (type, id) pair", &type, &id)) return -1;
+  if (type == PDSHMPY_DL_CPU && id == 0) return 0;
+  PyErr_Format(PyExc_BufferError, "pdshm tensors are on the CPU (1, 0), not on (%d, %d)", type,
+               id);
+  return -1;
+}
+
 PyObject *pdshmpy_var_dlpack(PyObject *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"stream", NULL};
-  PyObject *stream = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|$O:__dlpack__", kwlist, &stream)) return NULL;
+  static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+  PyObject *stream = Py_None, *max_version = Py_None, *device = Py_None, *copy = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO:__dlpack__", kwlist, &stream, &max_version,
+                                   &device, &copy))
+    return NULL;
   if (stream != Py_None) {
     PyErr_SetString(PyExc_ValueError, "pdshm tensors are on the CPU: stream must be None");
+    return NULL;
+  }
+  if (dl_check_device(device) < 0) return NULL;
+  if (copy == Py_True) {
+    PyErr_SetString(PyExc_BufferError, "pdshm exports its tensors in place, not copies");
     return NULL;
   }
   pdshmpy_pin *p = pdshmpy_pin_new((pdshmpy_var *)self);

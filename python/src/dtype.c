@@ -81,23 +81,23 @@ static PyObject *dtype_name_of(PyObject *o) {
   return name;
 }
 
-int pdshmpy_dtype_parse(PyObject *o, pdshm_dtype *out) {
+int pdshmpy_dtype_parse(pdshmpy_state *st, PyObject *o, pdshm_dtype *out) {
   PyObject *name = dtype_name_of(o);
   if (!name) return -1;
   const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
   int dt = s ? dtype_by_name(s) : -1;
   if (dt < 0 && !PyErr_Occurred())
-    PyErr_Format(PyExc_ValueError,
-                 "unsupported dtype %R (bool, uint8, int8, int16, int32, int64, float16, "
-                 "bfloat16, float32, float64)",
-                 o);
+    pdshmpy_raise_msg(st, PDSHM_EINVAL,
+                      "unsupported dtype %R (bool, uint8, int8, int16, int32, int64, float16, "
+                      "bfloat16, float32, float64)",
+                      o);
   Py_DECREF(name);
   if (dt < 0) return -1;
   *out = (pdshm_dtype)dt;
   return 0;
 }
 
-int pdshmpy_shape_parse(PyObject *o, int *ndim, int64_t *dims) {
+int pdshmpy_shape_parse(pdshmpy_state *st, PyObject *o, int *ndim, int64_t *dims) {
   if (PyLong_Check(o)) {
     *ndim = 1;
     dims[0] = PyLong_AsLongLong(o);
@@ -110,7 +110,8 @@ int pdshmpy_shape_parse(PyObject *o, int *ndim, int64_t *dims) {
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   if (n > PDSHM_NDIM_MAX) {
     Py_DECREF(seq);
-    PyErr_Format(PyExc_ValueError, "shape has %zd dimensions, at most %d", n, PDSHM_NDIM_MAX);
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "shape has %zd dimensions, at most %d", n,
+                      PDSHM_NDIM_MAX);
     return -1;
   }
   for (Py_ssize_t i = 0; i < n; i++) {
@@ -130,6 +131,6 @@ int pdshmpy_shape_parse(PyObject *o, int *ndim, int64_t *dims) {
   *ndim = (int)n;
   return 0;
 negative:
-  PyErr_SetString(PyExc_ValueError, "a dimension is negative");
+  pdshmpy_raise_msg(st, PDSHM_EINVAL, "a dimension is negative");
   return -1;
 }

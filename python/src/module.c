@@ -3,6 +3,9 @@
  * (PEP 489), its state (PEP 573: heap types and exceptions, no static
  * PyObject *), and the module functions create, attach, unlink.
  */
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "pdshmpy.h"
 
 static struct PyModuleDef pdshmpy_module;
@@ -11,10 +14,35 @@ pdshmpy_state *pdshmpy_state_of_type(PyTypeObject *tp) {
   return (pdshmpy_state *)PyType_GetModuleState(tp);
 }
 
+/* ---- fork generation ---------------------------------------------------------------- */
+
+/* Process-wide, like the fork itself: shared by every interpreter. */
+static atomic_ulong forkgen;
+static pthread_once_t forkgen_once = PTHREAD_ONCE_INIT;
+
+static void forkgen_bump(void) { atomic_fetch_add_explicit(&forkgen, 1, memory_order_relaxed); }
+static void forkgen_register(void) { pthread_atfork(NULL, NULL, forkgen_bump); }
+
+void pdshmpy_forkgen_init(void) { pthread_once(&forkgen_once, forkgen_register); }
+
+unsigned long pdshmpy_forkgen(void) {
+  return atomic_load_explicit(&forkgen, memory_order_relaxed);
+}
+
+PyObject *pdshmpy_np_asarray(pdshmpy_state *st) {
+  if (!st->np_asarray) {
+    PyObject *np = PyImport_ImportModule("numpy");
+    if (!np) return NULL;
+    st->np_asarray = PyObject_GetAttrString(np, "asarray");
+    Py_DECREF(np);
+  }
+  return st->np_asarray;
+}
+
 /* ---- functions ------------------------------------------------------------------------- */
 
 /* An option argument: None keeps the default (0), else a non-negative int. */
-static int opt_ulong(PyObject *o, const char *what, unsigned long long max,
+static int opt_ulong(pdshmpy_state *st, PyObject *o, const char *what, unsigned long long max,
                      unsigned long long *out) {
   if (o == Py_None) return 0;
   PyObject *i = PyNumber_Index(o);
@@ -24,7 +52,7 @@ static int opt_ulong(PyObject *o, const char *what, unsigned long long max,
   Py_DECREF(i);
   if (v == -1 && PyErr_Occurred()) return -1;
   if (overflow || v <= 0 || (unsigned long long)v > max) {
-    PyErr_Format(PyExc_ValueError, "%s must be between 1 and %llu", what, max);
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "%s must be between 1 and %llu", what, max);
     return -1;
   }
   *out = (unsigned long long)v;
@@ -38,11 +66,12 @@ static PyObject *mod_create(PyObject *module, PyObject *args, PyObject *kw) {
                                    &mode))
     return NULL;
   unsigned long long sz = 0, np = 0, md = 0;
-  if (opt_ulong(size, "size", SIZE_MAX, &sz) || opt_ulong(procs, "max_procs", UINT_MAX, &np) ||
-      opt_ulong(mode, "mode", 07777, &md))
+  pdshmpy_state *st = PyModule_GetState(module);
+  if (opt_ulong(st, size, "size", SIZE_MAX, &sz) ||
+      opt_ulong(st, procs, "max_procs", UINT_MAX, &np) || opt_ulong(st, mode, "mode", 07777, &md))
     return NULL;
   pdshm_options o = {.size = (size_t)sz, .max_procs = (unsigned)np, .mode = (unsigned)md};
-  return pdshmpy_seg_open(PyModule_GetState(module), name, &o, 1);
+  return pdshmpy_seg_open(st, name, &o, 1);
 }
 
 static PyObject *mod_attach(PyObject *module, PyObject *args, PyObject *kw) {
@@ -88,6 +117,9 @@ static PyMethodDef mod_methods[] = {
     {"strerror", mod_strerror, METH_O, "strerror(code) -> str\n\npdshm_strerror(code)."},
     {"_after_fork_child", pdshmpy_after_fork_child, METH_NOARGS,
      "os.register_at_fork(after_in_child=...) hook: keeps inherited views pinned."},
+    {"_close_all", pdshmpy_close_all, METH_NOARGS,
+     "atexit hook: closes every Segment of this process (as detach() does), so that its\n"
+     "process slot is freed at a normal exit instead of waiting for a reaper."},
     {NULL}};
 
 /* ---- state ----------------------------------------------------------------------------- */
@@ -97,7 +129,7 @@ static PyMethodDef mod_methods[] = {
   X(Error) X(NotFound) X(Exists) X(NoMemory) X(InvalidArgument) X(PermissionDenied)          \
   X(TimedOut) X(BadSegment) X(Forked) X(PeerDied) X(Stale) X(WrongType) X(stats_type)        \
   X(seginfo_type) X(scopeinfo_type) X(varinfo_type) X(procinfo_type) X(lockinfo_type)        \
-  X(allocinfo_type) X(allocclass_type)
+  X(allocinfo_type) X(allocclass_type) X(np_asarray) X(group_type)
 
 static int mod_traverse(PyObject *module, visitproc visit, void *arg) {
   pdshmpy_state *st = PyModule_GetState(module);
@@ -125,6 +157,7 @@ static int add_type(PyObject *module, PyTypeObject **slot, PyType_Spec *spec, in
 
 static int mod_exec(PyObject *module) {
   pdshmpy_state *st = PyModule_GetState(module);
+  pdshmpy_forkgen_init();
   pdshmpy_list_init(&st->segments);
   if (add_type(module, &st->segment_type, &pdshmpy_segment_spec, 1) ||
       add_type(module, &st->scope_type, &pdshmpy_scope_spec, 1) ||
@@ -133,7 +166,9 @@ static int mod_exec(PyObject *module) {
       add_type(module, &st->varlock_type, &pdshmpy_varlock_spec, 1) ||
       add_type(module, &st->pin_type, &pdshmpy_pin_spec, 1))
     return -1;
-  if (pdshmpy_errors_init(module, st) || pdshmpy_introspect_init(module, st)) return -1;
+  if (pdshmpy_errors_init(module, st) || pdshmpy_introspect_init(module, st) ||
+      pdshmpy_group_init(module, st))
+    return -1;
   if (PyModule_AddIntConstant(module, "NAME_MAX", PDSHM_NAME_MAX) ||
       PyModule_AddIntConstant(module, "NDIM_MAX", PDSHM_NDIM_MAX) ||
       PyModule_AddIntConstant(module, "SEG_NAME_MAX", PDSHM_SEG_NAME_MAX))
@@ -160,4 +195,5 @@ static struct PyModuleDef pdshmpy_module = {
     .m_free = mod_free,
 };
 
+PyMODINIT_FUNC PyInit__pdshm(void);
 PyMODINIT_FUNC PyInit__pdshm(void) { return PyModuleDef_Init(&pdshmpy_module); }

@@ -16,10 +16,14 @@
  *     running on it with the GIL released (pdshmpy_seg_hold).
  *  2. A Segment lists its live Scope objects and Pins (borrowed links, kept
  *     under the GIL); detach() releases every scope handle of the list.
- *  3. After fork() the first use of a Segment in the child drops the inherited
- *     handles (scope handles first, then the attachment) and attaches again by
- *     name; a named Scope then reopens by path, an anonymous one raises Forked.
+ *  3. After fork() (the fork generation differs) the first use of a Segment in
+ *     the child drops the inherited handles (scope handles first, then the
+ *     attachment) and attaches again by name; a named Scope then reopens by
+ *     path, an anonymous one raises Forked.
  *  4. No static PyObject *: types and exceptions live in the module state.
+ *  5. References only point towards the Segment (Scope, Var, Pin -> Segment;
+ *     VarRef, VarLock -> Var), never back, so no cycle can form and the
+ *     objects are not tracked by the cyclic GC.
  */
 #ifndef PDSHMPY_H
 #define PDSHMPY_H
@@ -27,7 +31,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
-#include <sys/types.h>
 
 #include "pdshm.h"
 
@@ -61,10 +64,17 @@ typedef struct {
   /* introspection records (struct sequences) */
   PyTypeObject *stats_type, *seginfo_type, *scopeinfo_type, *varinfo_type, *procinfo_type,
       *lockinfo_type, *allocinfo_type, *allocclass_type;
+  PyTypeObject *group_type; /* NULL without the trainer-groups API */
+  PyObject *np_asarray;  /* numpy.asarray, fetched at first use */
   pdshmpy_link segments; /* every live Segment, for the fork hook */
 } pdshmpy_state;
 
 pdshmpy_state *pdshmpy_state_of_type(PyTypeObject *tp);
+
+/* This process's fork generation: bumped in every fork child (pthread_atfork),
+ * so "made in this process" is a load, not a getpid() system call. */
+unsigned long pdshmpy_forkgen(void);
+void pdshmpy_forkgen_init(void);
 #define PDSHMPY_STATE(obj) pdshmpy_state_of_type(Py_TYPE(obj))
 
 /* ---- errors (errors.c) ----------------------------------------------------------- */
@@ -79,17 +89,28 @@ PyObject *pdshmpy_raise_fmt(pdshmpy_state *st, int rc, const char *fmt, ...);
 PyObject *pdshmpy_raise_msg(pdshmpy_state *st, int rc, const char *fmt, ...);
 
 /* ---- objects ------------------------------------------------------------------------ */
+/* A handle inherited across fork() that views still point into: in a child,
+ * pdshm_detach of an inherited handle unmaps the parent's range, so it waits
+ * for the last of those views. */
+typedef struct {
+  pdshm_seg *seg;
+  Py_ssize_t pins; /* live Pins whose bytes lie in its range */
+} pdshmpy_mapping;
+
 typedef struct pdshmpy_seg {
   PyObject_HEAD
   pdshm_seg *seg;      /* the attachment; NULL once pdshm_detach ran        */
   PyObject *name;      /* str                                               */
   unsigned flags;      /* PDSHM_RDONLY, PDSHM_SHARED_USERS                  */
-  pid_t pid;           /* the process that made seg                         */
+  unsigned long forkgen; /* pdshmpy_forkgen() when seg was made            */
   int closed;          /* detach() was called: no new use                   */
   Py_ssize_t npins;    /* live Pins of this attachment                      */
   Py_ssize_t busy;     /* calls running on seg with the GIL released        */
   pdshmpy_link scopes; /* live Scope objects                                */
   pdshmpy_link pins;   /* live Pin objects                                  */
+  pdshmpy_link groups; /* live group memberships (group.c)                  */
+  pdshmpy_mapping *old;/* inherited handles kept for views (fork child)     */
+  Py_ssize_t nold;
   pdshmpy_link link;   /* in the state's segment list                       */
   PyObject *weakrefs;
 } pdshmpy_seg;
@@ -100,7 +121,9 @@ typedef struct pdshmpy_scope {
   pdshm_scope *h;      /* NULL once released or dropped after fork()        */
   PyObject *path;      /* str: path from the root ("" at the root); NULL for
                           an anonymous scope                                */
-  pid_t pid;           /* the process h belongs to                          */
+  PyObject *base;      /* str: path of the nearest scope at or above this one
+                          that is named or the root; NULL until known       */
+  unsigned long forkgen; /* pdshmpy_forkgen() when h was made              */
   int released;        /* release() or `with` exit                          */
   pdshmpy_link link;   /* in seg->scopes                                    */
   PyObject *weakrefs;
@@ -110,8 +133,11 @@ typedef struct pdshmpy_var {
   PyObject_HEAD
   pdshmpy_seg *seg;    /* strong                                            */
   pdshm_varref ref;    /* weak: resolved at every use                       */
-  PyObject *scope_path;/* str: path of the variable's scope; NULL when it is
-                          anonymous (then the Var cannot be pickled)        */
+  PyObject *scope_path;/* str: path of the variable's scope, when known     */
+  PyObject *search_path;/* when scope_path is NULL: the owner is the first
+                          scope along this path and its prefixes that has
+                          the variable (else an anonymous scope below it);
+                          both NULL: an anonymous owner (not picklable)     */
   PyObject *weakrefs;
 } pdshmpy_var;
 
@@ -119,6 +145,7 @@ typedef struct pdshmpy_pin {
   PyObject_HEAD
   pdshmpy_seg *seg;    /* strong                                            */
   pdshm_pin *pin;      /* NULL when pinning failed                          */
+  pdshm_seg *mapping;  /* the attachment whose mapping holds the bytes      */
   pdshm_tensor_view view;
   int readonly;
   Py_ssize_t shape[PDSHM_NDIM_MAX], strides[PDSHM_NDIM_MAX];
@@ -132,8 +159,9 @@ extern PyType_Spec pdshmpy_segment_spec;
 pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s);
 PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_options *o,
                            int create);
-/* Called when a pin of s goes: detaches a closed segment after its last pin. */
-void pdshmpy_seg_pin_gone(pdshmpy_seg *s);
+/* Called when a pin of s goes: unmaps an inherited range after its last view,
+ * detaches a closed segment after its last pin. */
+void pdshmpy_seg_pin_gone(pdshmpy_seg *s, pdshm_seg *mapping);
 /* Around a call that releases the GIL: detach() from another thread meanwhile
  * closes the Segment but leaves pdshm_detach to the last of these. */
 static inline void pdshmpy_seg_hold(pdshmpy_seg *s) { s->busy++; }
@@ -141,17 +169,22 @@ void pdshmpy_seg_unhold(pdshmpy_seg *s);
 /* The fork hook (after_in_child): re-attaches segments that have pins and
  * inherits each pin so that inherited views stay backed. */
 PyObject *pdshmpy_after_fork_child(PyObject *module, PyObject *unused);
+/* The exit hook (atexit): closes every Segment of this process, as detach()
+ * does (an attachment with live views stays mapped until the process ends). */
+PyObject *pdshmpy_close_all(PyObject *module, PyObject *unused);
 
 /* ---- scope.c --------------------------------------------------------------------------- */
 extern PyType_Spec pdshmpy_scope_spec;
-/* A new Scope object owning h (released on failure); path may be NULL. */
-PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path);
+/* A new Scope object owning h (released on failure); path and base may be
+ * NULL (base is path when path is given). */
+PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path, PyObject *base);
 /* Drops the handle without touching the segment (fork child) or releases it. */
 void pdshmpy_scope_drop(pdshmpy_scope *sc);
 
 /* ---- var.c, varlock.c, varref.c ------------------------------------------------------- */
 extern PyType_Spec pdshmpy_var_spec, pdshmpy_varlock_spec, pdshmpy_varref_spec;
-PyObject *pdshmpy_var_wrap(pdshmpy_seg *seg, pdshm_var *v, PyObject *scope_path);
+PyObject *pdshmpy_var_wrap(pdshmpy_seg *seg, pdshm_var *v, PyObject *scope_path,
+                           PyObject *search_path);
 /* The variable now, or NULL with pdshm.Stale (or another error) raised. */
 pdshm_var *pdshmpy_var_get(pdshmpy_var *self);
 /* Copies a string the segment holds (at most PDSHM_NAME_MAX bytes). */
@@ -165,10 +198,12 @@ PyObject *pdshmpy_varref_new(pdshmpy_var *var);
 const char *pdshmpy_dtype_name(int dt);     /* "float32"; NULL for unknown   */
 const char *pdshmpy_dtype_format(int dt);   /* buffer-protocol format        */
 const char *pdshmpy_dtype_typestr(int dt);  /* __array_interface__ typestr   */
-int pdshmpy_dtype_parse(PyObject *o, pdshm_dtype *out);  /* -1 with error */
+/* -1 with TypeError for what is no dtype, InvalidArgument (EINVAL) for one
+ * pdshm does not hold or a bad shape. */
+int pdshmpy_dtype_parse(pdshmpy_state *st, PyObject *o, pdshm_dtype *out);
 /* A buffer format (with its itemsize) as a dtype; -1 when none fits. */
 int pdshmpy_dtype_from_format(const char *fmt, Py_ssize_t itemsize);
-int pdshmpy_shape_parse(PyObject *o, int *ndim, int64_t *dims);
+int pdshmpy_shape_parse(pdshmpy_state *st, PyObject *o, int *ndim, int64_t *dims);
 
 /* ---- pin.c, view.c, dlpack.c, assign.c ---------------------------------------------- */
 extern PyType_Spec pdshmpy_pin_spec;
@@ -182,6 +217,15 @@ PyObject *pdshmpy_var_dlpack(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *pdshmpy_var_dlpack_device(PyObject *self, PyObject *unused);
 PyObject *pdshmpy_var_assign(PyObject *self, PyObject *src);
 
+/* ---- group.c (the Group type, Segment.group, Var.wait) ---------------------------------- */
+int pdshmpy_group_init(PyObject *module, pdshmpy_state *st);
+/* Leaves every group membership of s (before its handle is detached). */
+void pdshmpy_groups_drop(pdshmpy_seg *s);
+#ifdef PDSHM_GROUP_MAX /* pdshm.h has the trainer-groups API */
+PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *pdshmpy_var_wait(PyObject *self, PyObject *args, PyObject *kw);
+#endif
+
 /* ---- introspect.c ------------------------------------------------------------------------ */
 int pdshmpy_introspect_init(PyObject *module, pdshmpy_state *st);
 PyObject *pdshmpy_seg_stats(PyObject *self, PyObject *unused);
@@ -192,6 +236,9 @@ PyObject *pdshmpy_seg_procs(PyObject *self, PyObject *unused);
 PyObject *pdshmpy_seg_locks(PyObject *self, PyObject *unused);
 PyObject *pdshmpy_seg_alloc(PyObject *self, PyObject *unused);
 PyObject *pdshmpy_seg_check(PyObject *self, PyObject *unused);
+
+/* numpy.asarray (a borrowed reference kept in the state), or NULL. */
+PyObject *pdshmpy_np_asarray(pdshmpy_state *st);
 
 /* ---- util ------------------------------------------------------------------------------- */
 /* A str argument as UTF-8 without NUL bytes; NULL with TypeError/ValueError. */

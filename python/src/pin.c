@@ -2,7 +2,8 @@
  * pin.c - Pin: one pinned tensor buffer (pdshm_tensor_pin), the object every
  * view holds.  While a Pin lives, an erase, resize, scope death or detach in
  * any process leaves its bytes allocated; the Pin's Segment stays attached
- * (invariant 1 of pdshmpy.h).  A Pin exports its bytes as a flat buffer
+ * (invariant 1 of pdshmpy.h), and in a fork child the inherited mapping that
+ * holds its bytes stays mapped (pdshmpy_mapping).  A Pin exports its bytes as a flat buffer
  * ('B'), which __array_interface__ hands to numpy as its data object.
  */
 #include "pdshmpy.h"
@@ -38,6 +39,7 @@ pdshmpy_pin *pdshmpy_pin_new(pdshmpy_var *var) {
   }
   p->seg = (pdshmpy_seg *)Py_NewRef(var->seg);
   p->pin = pin;
+  p->mapping = var->seg->seg;
   p->view = view;
   p->readonly = (var->seg->flags & PDSHM_RDONLY) != 0;
   pin_fill_layout(p);
@@ -52,7 +54,7 @@ static void pin_dealloc(PyObject *self) {
   if (p->pin) pdshm_tensor_unpin(p->pin); /* in a fork child: frees the handle only */
   p->pin = NULL;
   pdshmpy_list_del(&p->link);
-  pdshmpy_seg_pin_gone(p->seg);
+  pdshmpy_seg_pin_gone(p->seg, p->mapping);
   Py_CLEAR(p->seg);
   PyObject_Free(self);
   Py_DECREF(tp);

@@ -8,15 +8,13 @@
  * Variables come back as weak Var objects carrying the path of the scope that
  * owns them (not the scope they were looked up from).
  */
-#include <unistd.h>
-
 #include "pdshmpy.h"
 
 #define SC(o) ((pdshmpy_scope *)(o))
 
-PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path) {
+PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path, PyObject *base) {
   pdshmpy_state *st = PDSHMPY_STATE(seg);
-  pdshmpy_scope *sc = PyObject_GC_New(pdshmpy_scope, st->scope_type);
+  pdshmpy_scope *sc = PyObject_New(pdshmpy_scope, st->scope_type);
   if (!sc) {
     pdshm_scope_release(h);
     return NULL;
@@ -24,11 +22,11 @@ PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path) {
   sc->seg = (pdshmpy_seg *)Py_NewRef(seg);
   sc->h = h;
   sc->path = Py_XNewRef(path);
-  sc->pid = getpid();
+  sc->base = Py_XNewRef(path ? path : base);
+  sc->forkgen = pdshmpy_forkgen();
   sc->released = 0;
   sc->weakrefs = NULL;
   pdshmpy_list_add(&seg->scopes, &sc->link);
-  PyObject_GC_Track(sc);
   return (PyObject *)sc;
 }
 
@@ -47,7 +45,7 @@ static pdshm_scope *scope_handle(pdshmpy_scope *sc) {
   }
   pdshm_seg *seg = pdshmpy_seg_get(sc->seg);
   if (!seg) return NULL;
-  if (sc->h && sc->pid == getpid()) return sc->h;
+  if (sc->h && sc->forkgen == pdshmpy_forkgen()) return sc->h;
   pdshmpy_scope_drop(sc);
   if (!sc->path) {
     pdshmpy_raise_msg(st, PDSHM_EFORKED,
@@ -60,7 +58,7 @@ static pdshm_scope *scope_handle(pdshmpy_scope *sc) {
     pdshmpy_raise_fmt(st, rc, "reopening scope '%s' after fork()", PyUnicode_AsUTF8(sc->path));
     return NULL;
   }
-  sc->pid = getpid();
+  sc->forkgen = pdshmpy_forkgen();
   return sc->h;
 }
 
@@ -100,28 +98,40 @@ static PyObject *path_of(pdshmpy_state *st, pdshm_scope *h) {
   return r;
 }
 
-/* The path of the scope that owns v (found from sc up the chain). */
-static PyObject *owner_path(pdshmpy_scope *sc, pdshm_scope *h, const char *name,
-                            pdshm_var *v) {
-  if (pdshm_find_local_var(h, name) == v) return Py_NewRef(sc->path ? sc->path : Py_None);
-  pdshmpy_state *st = PDSHMPY_STATE(sc);
+/* The path of the nearest scope at or above h that is named or the root. */
+static PyObject *base_of(pdshmpy_state *st, pdshm_scope *h) {
   pdshm_scope *cur = NULL;
-  if (pdshm_scope_dup(h, &cur)) Py_RETURN_NONE;
-  for (;;) {
+  int rc = pdshm_scope_dup(h, &cur);
+  while (!rc) {
+    if (pdshm_scope_name(cur)[0]) break; /* named */
     pdshm_scope *up = NULL;
-    int rc = pdshm_scope_parent(cur, &up);
+    rc = pdshm_scope_parent(cur, &up);
+    if (rc == PDSHM_ENOENT) { /* cur is the root */
+      pdshm_scope_release(cur);
+      return PyUnicode_FromString("");
+    }
     pdshm_scope_release(cur);
-    if (rc) Py_RETURN_NONE;
     cur = up;
-    if (pdshm_find_local_var(cur, name) == v) break;
   }
+  if (rc) return pdshmpy_raise(st, rc, "the parent scope");
   PyObject *r = path_of(st, cur);
   pdshm_scope_release(cur);
   return r;
 }
 
-static PyObject *var_result(PyObject *self, pdshm_var *v, PyObject *path) {
-  return pdshmpy_var_wrap(SC(self)->seg, v, path == Py_None ? NULL : path);
+/* sc's base (see pdshmpy_scope), computed once. */
+static PyObject *scope_base(pdshmpy_scope *sc, pdshm_scope *h) {
+  if (!sc->base) {
+    PyObject *b = base_of(PDSHMPY_STATE(sc), h);
+    if (!b || b == Py_None) return b;
+    sc->base = b;
+  }
+  return Py_NewRef(sc->base);
+}
+
+/* A Var owned by this scope. */
+static PyObject *var_result(PyObject *self, pdshm_var *v) {
+  return pdshmpy_var_wrap(SC(self)->seg, v, SC(self)->path, NULL);
 }
 
 /* ---- attributes ------------------------------------------------------------------------ */
@@ -157,7 +167,7 @@ static PyObject *scope_get_parent(PyObject *self, void *closure) {
     pdshm_scope_release(p);
     return NULL;
   }
-  PyObject *r = pdshmpy_scope_wrap(sc->seg, p, path == Py_None ? NULL : path);
+  PyObject *r = pdshmpy_scope_wrap(sc->seg, p, path == Py_None ? NULL : path, NULL);
   Py_DECREF(path);
   return r;
 }
@@ -183,7 +193,8 @@ static PyObject *scope_new_scope(PyObject *self, PyObject *args, PyObject *kw) {
     pdshm_scope_release(kid);
     return NULL;
   }
-  PyObject *r = pdshmpy_scope_wrap(SC(self)->seg, kid, path == Py_None ? NULL : path);
+  PyObject *base = SC(self)->path ? SC(self)->path : SC(self)->base;
+  PyObject *r = pdshmpy_scope_wrap(SC(self)->seg, kid, path == Py_None ? NULL : path, base);
   Py_DECREF(path);
   return r;
 }
@@ -226,7 +237,7 @@ static PyObject *scope_make_var(PyObject *self, PyObject *name, var_maker make) 
   pdshm_var *v = NULL;
   int rc = make(h, n, &v);
   if (rc) return scope_fail(self, rc, "variable", name);
-  return var_result(self, v, SC(self)->path);
+  return var_result(self, v);
 }
 
 static PyObject *scope_var(PyObject *self, PyObject *name) {
@@ -243,22 +254,27 @@ static PyObject *scope_new_var(PyObject *self, PyObject *unused) {
   pdshm_var *v = NULL;
   int rc = pdshm_var_new(h, &v);
   if (rc) return scope_fail(self, rc, "new variable", NULL);
-  return var_result(self, v, SC(self)->path);
+  return var_result(self, v);
 }
 
-/* find_var / find_local_var: a Var or None; v_out tells whether one was found. */
+/* find_var / find_local_var: a Var or None.  A variable found up the chain
+ * gets its owner's path lazily (pdshmpy_var.search_path): finding stays one
+ * lookup. */
 static PyObject *scope_lookup(PyObject *self, PyObject *name, int local) {
   const char *n = pdshmpy_utf8(name, "variable name");
   if (!n) return NULL;
   pdshm_scope *h = scope_handle(SC(self));
   if (!h) return NULL;
-  pdshm_var *v = local ? pdshm_find_local_var(h, n) : pdshm_find_var(h, n);
-  if (!v) Py_RETURN_NONE;
-  PyObject *path = local ? Py_NewRef(SC(self)->path ? SC(self)->path : Py_None)
-                         : owner_path(SC(self), h, n, v);
-  if (!path) return NULL;
-  PyObject *r = var_result(self, v, path);
-  Py_DECREF(path);
+  if (local) {
+    pdshm_var *v = pdshm_find_local_var(h, n);
+    return v ? var_result(self, v) : Py_NewRef(Py_None);
+  }
+  PyObject *base = scope_base(SC(self), h);
+  if (!base) return NULL;
+  pdshm_var *v = pdshm_find_var(h, n);
+  PyObject *r = v ? pdshmpy_var_wrap(SC(self)->seg, v, NULL, base == Py_None ? NULL : base)
+                  : Py_NewRef(Py_None);
+  Py_DECREF(base);
   return r;
 }
 
@@ -317,7 +333,7 @@ typedef struct {
 
 static int collect_var(pdshm_var *v, void *arg) {
   collect_arg *c = arg;
-  PyObject *o = var_result(c->self, v, SC(c->self)->path);
+  PyObject *o = var_result(c->self, v);
   if (!o) return 1;
   int rc = PyList_Append(c->list, o);
   Py_DECREF(o);
@@ -350,7 +366,7 @@ static PyObject *scope_vars(PyObject *self, PyObject *args, PyObject *kw) {
 
 static void scope_release_now(pdshmpy_scope *sc) {
   sc->released = 1;
-  if (sc->h && sc->pid == getpid()) {
+  if (sc->h && sc->forkgen == pdshmpy_forkgen()) {
     pdshm_scope *h = sc->h;
     sc->h = NULL;
     pdshmpy_seg_hold(sc->seg);
@@ -404,20 +420,14 @@ static PyObject *scope_repr(PyObject *self) {
 static void scope_dealloc(PyObject *self) {
   pdshmpy_scope *sc = SC(self);
   PyTypeObject *tp = Py_TYPE(self);
-  PyObject_GC_UnTrack(self);
   if (sc->weakrefs) PyObject_ClearWeakRefs(self);
   pdshmpy_scope_drop(sc);
   pdshmpy_list_del(&sc->link);
   Py_CLEAR(sc->path);
+  Py_CLEAR(sc->base);
   Py_CLEAR(sc->seg);
   tp->tp_free(self);
   Py_DECREF(tp);
-}
-
-static int scope_traverse(PyObject *self, visitproc visit, void *arg) {
-  Py_VISIT(Py_TYPE(self));
-  Py_VISIT((PyObject *)SC(self)->seg);
-  return 0;
 }
 
 static PyMethodDef scope_methods[] = {
@@ -480,7 +490,6 @@ static PyType_Slot scope_slots[] = {
      "garbage collection.  s[name] looks up the parent chain (KeyError when absent);\n"
      "`name in s` likewise.  A named scope pickles by its path."},
     {Py_tp_dealloc, scope_dealloc},
-    {Py_tp_traverse, scope_traverse},
     {Py_tp_repr, scope_repr},
     {Py_tp_methods, scope_methods},
     {Py_tp_getset, scope_getset},
@@ -492,7 +501,7 @@ static PyType_Slot scope_slots[] = {
 PyType_Spec pdshmpy_scope_spec = {
     .name = "pdshm.Scope",
     .basicsize = sizeof(pdshmpy_scope),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
              Py_TPFLAGS_IMMUTABLETYPE,
     .slots = scope_slots,
 };

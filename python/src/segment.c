@@ -8,11 +8,9 @@
  * without the GIL, otherwise when the last of them ends (pdshmpy_seg_pin_gone,
  * pdshmpy_seg_unhold), so that no view sees unmapped memory and no call a
  * freed handle.
- * A Segment used in a fork child (pid differs) first drops what it inherited
- * and attaches again by name (invariant 3 of pdshmpy.h).
+ * A Segment used in a fork child (its fork generation differs) first drops
+ * what it inherited and attaches again by name (invariant 3 of pdshmpy.h).
  */
-#include <unistd.h>
-
 #include "pdshmpy.h"
 
 /* ---- attaching ------------------------------------------------------------------- */
@@ -35,7 +33,7 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
   pdshm_seg *seg = NULL;
   int rc = seg_attach_now(name, o ? o->flags : 0, o, create, &seg);
   if (rc) return pdshmpy_raise_fmt(st, rc, "segment '%s'", PyUnicode_AsUTF8(name));
-  pdshmpy_seg *s = PyObject_GC_New(pdshmpy_seg, st->segment_type);
+  pdshmpy_seg *s = PyObject_New(pdshmpy_seg, st->segment_type);
   if (!s) {
     pdshm_detach(seg);
     return NULL;
@@ -43,24 +41,42 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
   s->seg = seg;
   s->name = Py_NewRef(name);
   s->flags = o ? o->flags : 0;
-  s->pid = getpid();
+  s->forkgen = pdshmpy_forkgen();
   s->closed = 0;
   s->npins = 0;
   s->busy = 0;
+  s->old = NULL;
+  s->nold = 0;
   s->weakrefs = NULL;
   pdshmpy_list_init(&s->scopes);
   pdshmpy_list_init(&s->pins);
+  pdshmpy_list_init(&s->groups);
   pdshmpy_list_add(&st->segments, &s->link);
-  PyObject_GC_Track(s);
   return (PyObject *)s;
 }
 
-/* In a fork child: drops every inherited scope handle, then the attachment. */
-static void seg_drop_inherited(pdshmpy_seg *s) {
+/* In a fork child, before s->seg (inherited) is replaced: every inherited
+ * scope handle and group membership goes first, then the handle itself -- detached at once (which
+ * unmaps its range) unless views still point into it; then it waits in
+ * s->old for the last of them. */
+static void seg_retire_inherited(pdshmpy_seg *s) {
   for (pdshmpy_link *l = s->scopes.next; l != &s->scopes; l = l->next)
     pdshmpy_scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link));
-  if (s->seg) pdshm_detach(s->seg); /* in a child: frees the copy only */
+  pdshmpy_groups_drop(s);
+  pdshm_seg *old = s->seg;
   s->seg = NULL;
+  if (!old) return;
+  Py_ssize_t n = 0;
+  for (pdshmpy_link *l = s->pins.next; l != &s->pins; l = l->next)
+    n += PDSHMPY_CONTAINER(l, pdshmpy_pin, link)->mapping == old;
+  if (n == 0) {
+    pdshm_detach(old); /* in a child: unmaps the inherited range, frees the copy */
+    return;
+  }
+  pdshmpy_mapping *more = PyMem_Realloc(s->old, (size_t)(s->nold + 1) * sizeof *more);
+  if (!more) return; /* the range stays mapped: the views stay safe */
+  s->old = more;
+  s->old[s->nold++] = (pdshmpy_mapping){old, n};
 }
 
 pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s) {
@@ -69,15 +85,15 @@ pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s) {
     pdshmpy_raise_msg(st, PDSHM_EINVAL, "segment %R was detached", s->name);
     return NULL;
   }
-  if (s->pid == getpid() && s->seg) return s->seg;
-  seg_drop_inherited(s);
+  if (s->forkgen == pdshmpy_forkgen() && s->seg) return s->seg;
+  seg_retire_inherited(s);
   int rc = seg_attach_now(s->name, s->flags, NULL, 0, &s->seg);
   if (rc) {
     s->seg = NULL;
     pdshmpy_raise_fmt(st, rc, "re-attaching segment '%s' after fork()", PyUnicode_AsUTF8(s->name));
     return NULL;
   }
-  s->pid = getpid();
+  s->forkgen = pdshmpy_forkgen();
   return s->seg;
 }
 
@@ -100,15 +116,31 @@ static void seg_close(pdshmpy_seg *s) {
     pdshmpy_scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link));
     pdshmpy_list_del(l);
   }
+  pdshmpy_groups_drop(s);
   if (s->npins == 0 && s->busy == 0) seg_detach_now(s);
 }
 
-void pdshmpy_seg_pin_gone(pdshmpy_seg *s) {
+void pdshmpy_seg_pin_gone(pdshmpy_seg *s, pdshm_seg *mapping) {
+  for (Py_ssize_t i = 0; mapping != s->seg && i < s->nold; i++) {
+    if (s->old[i].seg != mapping || --s->old[i].pins > 0) continue;
+    pdshm_detach(mapping); /* a fork child's inherited range: unmapped now */
+    s->old[i] = s->old[--s->nold];
+    break;
+  }
   if (--s->npins == 0 && s->busy == 0 && s->closed) seg_detach_now(s);
 }
 
 void pdshmpy_seg_unhold(pdshmpy_seg *s) {
   if (--s->busy == 0 && s->npins == 0 && s->closed) seg_detach_now(s);
+}
+
+PyObject *pdshmpy_close_all(PyObject *module, PyObject *unused) {
+  pdshmpy_state *st = PyModule_GetState(module);
+  for (pdshmpy_link *l = st->segments.next; l != &st->segments; l = l->next) {
+    pdshmpy_seg *s = PDSHMPY_CONTAINER(l, pdshmpy_seg, link);
+    if (s->forkgen == pdshmpy_forkgen()) seg_close(s);
+  }
+  Py_RETURN_NONE;
 }
 
 static PyObject *seg_detach(PyObject *self, PyObject *unused) {
@@ -129,28 +161,24 @@ static PyObject *seg_exit(PyObject *self, PyObject *const *args, Py_ssize_t narg
 static void seg_dealloc(PyObject *self) {
   pdshmpy_seg *s = (pdshmpy_seg *)self;
   PyTypeObject *tp = Py_TYPE(self);
-  PyObject_GC_UnTrack(self);
   if (s->weakrefs) PyObject_ClearWeakRefs(self);
   /* Scopes and pins hold a reference: both lists are empty by now. */
   s->closed = 1;
   seg_detach_now(s);
   pdshmpy_list_del(&s->link);
   Py_CLEAR(s->name);
+  PyMem_Free(s->old); /* empty: every pin is gone */
   tp->tp_free(self);
   Py_DECREF(tp);
-}
-
-static int seg_traverse(PyObject *self, visitproc visit, void *arg) {
-  Py_VISIT(Py_TYPE(self));
-  return 0;
 }
 
 /* ---- the fork hook ------------------------------------------------------------------- */
 
 /* Re-attaches s in the child and inherits each of its pins. */
 static void seg_inherit_pins(pdshmpy_seg *s) {
-  pdshm_seg *old = s->seg, *seg = NULL;
-  if (seg_attach_now(s->name, s->flags, NULL, 0, &seg)) return; /* views stay unbacked */
+  pdshm_seg *seg = NULL;
+  /* When attaching fails the views stay mapped but unpinned. */
+  if (seg_attach_now(s->name, s->flags, NULL, 0, &seg)) return;
   for (pdshmpy_link *l = s->pins.next; l != &s->pins; l = l->next) {
     pdshmpy_pin *p = PDSHMPY_CONTAINER(l, pdshmpy_pin, link);
     pdshm_pin *np = NULL;
@@ -158,18 +186,16 @@ static void seg_inherit_pins(pdshmpy_seg *s) {
     pdshm_tensor_unpin(p->pin); /* in the child: frees the handle only */
     p->pin = np;
   }
-  for (pdshmpy_link *l = s->scopes.next; l != &s->scopes; l = l->next)
-    pdshmpy_scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link));
-  if (old) pdshm_detach(old);
+  seg_retire_inherited(s);
   s->seg = seg;
-  s->pid = getpid();
+  s->forkgen = pdshmpy_forkgen();
 }
 
 PyObject *pdshmpy_after_fork_child(PyObject *module, PyObject *unused) {
   pdshmpy_state *st = PyModule_GetState(module);
   for (pdshmpy_link *l = st->segments.next; l != &st->segments; l = l->next) {
     pdshmpy_seg *s = PDSHMPY_CONTAINER(l, pdshmpy_seg, link);
-    if (s->npins > 0 && s->seg && s->pid != getpid()) seg_inherit_pins(s);
+    if (s->npins > 0 && s->seg && s->forkgen != pdshmpy_forkgen()) seg_inherit_pins(s);
   }
   Py_RETURN_NONE;
 }
@@ -188,7 +214,7 @@ static PyObject *seg_root(PyObject *self, void *closure) {
     pdshm_scope_release(h);
     return NULL;
   }
-  PyObject *r = pdshmpy_scope_wrap(s, h, path);
+  PyObject *r = pdshmpy_scope_wrap(s, h, path, NULL);
   Py_DECREF(path);
   return r;
 }
@@ -202,7 +228,7 @@ static PyObject *seg_open_path(PyObject *self, PyObject *path) {
   pdshm_scope *h = NULL;
   int rc = pdshm_scope_open(seg, p, &h);
   if (rc) return pdshmpy_raise_fmt(PDSHMPY_STATE(self), rc, "scope path '%s'", p);
-  return pdshmpy_scope_wrap(s, h, path);
+  return pdshmpy_scope_wrap(s, h, path, NULL);
 }
 
 static PyObject *seg_reap(PyObject *self, PyObject *unused) {
@@ -277,8 +303,15 @@ static PyMethodDef seg_methods[] = {
      "unique_name(prefix) -> str\n\n\"prefix-N\", N unique across every process of the "
      "segment."},
     {"detach", seg_detach, METH_NOARGS,
-     "detach()\n\nReleases every scope handle this Segment holds and closes it (later "
-     "calls\nraise pdshm.Error).  The mapping goes when the last view of it is gone."},
+     "detach()\n\nReleases every scope handle (and group membership) this Segment holds "
+     "and\ncloses it (later calls raise pdshm.Error).  The mapping goes when the last view of it is gone."},
+#ifdef PDSHM_GROUP_MAX
+    {"group", (PyCFunction)(void (*)(void))pdshmpy_seg_group, METH_VARARGS | METH_KEYWORDS,
+     "group(name, size, rank=None) -> Group\n\nJoins the trainer group NAME of `size` "
+     "members (made by its first joiner),\nas the lowest free rank or as `rank` (a live "
+     "holder: pdshm.Error EBUSY; a\ndead one's rank is taken over).  Waits with the GIL "
+     "released."},
+#endif
     {"info", pdshmpy_seg_info, METH_NOARGS,
      "info() -> SegInfo\n\nThe segment as its header describes it (as pdshm-attach shows)."},
     {"scopes", pdshmpy_seg_scopes, METH_NOARGS,
@@ -314,7 +347,6 @@ static PyType_Slot seg_slots[] = {
      "`with` detaches at exit.  Pickles by name: unpickling attaches again.\n"
      "After fork() the child attaches again by name on first use."},
     {Py_tp_dealloc, seg_dealloc},
-    {Py_tp_traverse, seg_traverse},
     {Py_tp_repr, seg_repr},
     {Py_tp_methods, seg_methods},
     {Py_tp_getset, seg_getset},
@@ -324,7 +356,7 @@ static PyType_Slot seg_slots[] = {
 PyType_Spec pdshmpy_segment_spec = {
     .name = "pdshm.Segment",
     .basicsize = sizeof(pdshmpy_seg),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
              Py_TPFLAGS_IMMUTABLETYPE,
     .slots = seg_slots,
 };

@@ -16,15 +16,16 @@
 
 #define VR(o) ((pdshmpy_var *)(o))
 
-PyObject *pdshmpy_var_wrap(pdshmpy_seg *seg, pdshm_var *v, PyObject *scope_path) {
+PyObject *pdshmpy_var_wrap(pdshmpy_seg *seg, pdshm_var *v, PyObject *scope_path,
+                           PyObject *search_path) {
   pdshmpy_state *st = PDSHMPY_STATE(seg);
-  pdshmpy_var *o = PyObject_GC_New(pdshmpy_var, st->var_type);
+  pdshmpy_var *o = PyObject_New(pdshmpy_var, st->var_type);
   if (!o) return NULL;
   o->seg = (pdshmpy_seg *)Py_NewRef(seg);
   o->ref = pdshm_var_ref(v);
   o->scope_path = Py_XNewRef(scope_path);
+  o->search_path = scope_path ? NULL : Py_XNewRef(search_path);
   o->weakrefs = NULL;
-  PyObject_GC_Track(o);
   return (PyObject *)o;
 }
 
@@ -197,12 +198,13 @@ static PyObject *var_resize(PyObject *self, PyObject *args, PyObject *kw) {
   pdshm_dtype dt;
   int ndim;
   int64_t dims[PDSHM_NDIM_MAX];
-  if (pdshmpy_dtype_parse(dto, &dt) < 0 || pdshmpy_shape_parse(shapeo, &ndim, dims) < 0)
+  pdshmpy_state *st = PDSHMPY_STATE(self);
+  if (pdshmpy_dtype_parse(st, dto, &dt) < 0 || pdshmpy_shape_parse(st, shapeo, &ndim, dims) < 0)
     return NULL;
   pdshm_var *v = pdshmpy_var_get(VR(self));
   if (!v) return NULL;
   int rc = pdshm_tensor_resize(v, dt, ndim, dims);
-  if (rc) return pdshmpy_raise(PDSHMPY_STATE(self), rc, "resize");
+  if (rc) return pdshmpy_raise(st, rc, "resize");
   Py_RETURN_NONE;
 }
 
@@ -223,8 +225,47 @@ static PyObject *var_get_segment(PyObject *self, void *closure) {
   return Py_NewRef((PyObject *)VR(self)->seg);
 }
 
+/* The parent prefix of a path ("a/b" -> "a", "a" -> ""). */
+static PyObject *path_up(PyObject *p) {
+  Py_ssize_t slash = PyUnicode_FindChar(p, '/', 0, PyUnicode_GET_LENGTH(p), -1);
+  if (slash == -2) return NULL;
+  return slash >= 0 ? PyUnicode_Substring(p, 0, slash) : PyUnicode_FromString("");
+}
+
+/* Is v the local variable `name` of the scope at path? */
+static int owns(pdshm_seg *seg, PyObject *path, const char *name, pdshm_var *v) {
+  pdshm_scope *h = NULL;
+  if (pdshm_scope_open(seg, PyUnicode_AsUTF8(path), &h)) return 0;
+  int r = pdshm_find_local_var(h, name) == v;
+  pdshm_scope_release(h);
+  return r;
+}
+
+/* The path of the scope that owns the variable (searched along search_path
+ * and its prefixes, then kept), or None when that scope is anonymous. */
+static PyObject *var_owner_path(pdshmpy_var *self) {
+  if (self->scope_path || !self->search_path)
+    return Py_NewRef(self->scope_path ? self->scope_path : Py_None);
+  pdshm_var *v = pdshmpy_var_get(self);
+  if (!v) return NULL;
+  char name[PDSHM_NAME_MAX + 1];
+  PyOS_snprintf(name, sizeof name, "%s", pdshm_var_name(v));
+  if (pdshmpy_var_still(self, v) < 0) return NULL;
+  PyObject *p = Py_NewRef(self->search_path);
+  while (p && !owns(self->seg->seg, p, name, v)) {
+    PyObject *up = PyUnicode_GET_LENGTH(p) ? path_up(p) : Py_NewRef(Py_None);
+    Py_DECREF(p);
+    p = up;
+    if (p == Py_None) break;
+  }
+  if (!p) return NULL;
+  Py_CLEAR(self->search_path);
+  if (p != Py_None) self->scope_path = Py_NewRef(p);
+  return p;
+}
+
 static PyObject *var_get_scope_path(PyObject *self, void *closure) {
-  return Py_NewRef(VR(self)->scope_path ? VR(self)->scope_path : Py_None);
+  return var_owner_path(VR(self));
 }
 
 /* ---- identity, pickling, repr ------------------------------------------------------------- */
@@ -247,7 +288,10 @@ static Py_hash_t var_hash(PyObject *self) {
 
 static PyObject *var_reduce(PyObject *self, PyObject *unused) {
   pdshmpy_var *o = VR(self);
-  if (!o->scope_path) {
+  PyObject *path = var_owner_path(o);
+  if (!path) return NULL;
+  Py_DECREF(path); /* kept in o->scope_path when not None */
+  if (path == Py_None) {
     PyErr_SetString(PyExc_TypeError, "a variable of an anonymous scope cannot be pickled");
     return NULL;
   }
@@ -287,18 +331,12 @@ static PyObject *var_repr(PyObject *self) {
 
 static void var_dealloc(PyObject *self) {
   PyTypeObject *tp = Py_TYPE(self);
-  PyObject_GC_UnTrack(self);
   if (VR(self)->weakrefs) PyObject_ClearWeakRefs(self);
   Py_CLEAR(VR(self)->scope_path);
+  Py_CLEAR(VR(self)->search_path);
   Py_CLEAR(VR(self)->seg);
   tp->tp_free(self);
   Py_DECREF(tp);
-}
-
-static int var_traverse(PyObject *self, visitproc visit, void *arg) {
-  Py_VISIT(Py_TYPE(self));
-  Py_VISIT((PyObject *)VR(self)->seg);
-  return 0;
 }
 
 static PyMethodDef var_methods[] = {
@@ -311,6 +349,13 @@ static PyMethodDef var_methods[] = {
      "shared; a holder's death\nreleases it) and returns it held: `with v.lock():`, or "
      "`lk = v.lock(); ...;\nlk.release()`.  Waits with the GIL released.  An exclusive "
      "unlock bumps\n.version."},
+#ifdef PDSHM_GROUP_MAX
+    {"wait", (PyCFunction)(void (*)(void))pdshmpy_var_wait, METH_VARARGS | METH_KEYWORDS,
+     "wait(seen, timeout=None) -> int\n\nBlocks until the variable's version differs from "
+     "`seen` and returns the new\nversion; TimeoutError after timeout seconds.  No lock, no "
+     "spinning (a futex,\nwoken by every exclusive unlock and resize, in any process); the "
+     "GIL is\nreleased and Ctrl-C interrupts it."},
+#endif
     {"ref", var_ref, METH_NOARGS,
      "ref() -> VarRef\n\nA callable weak reference: r() is the Var, or None once stale."},
     {"resize", (PyCFunction)(void (*)(void))var_resize, METH_VARARGS | METH_KEYWORDS,
@@ -324,7 +369,8 @@ static PyMethodDef var_methods[] = {
      "bfloat16 shows as uint16 (the raw bits)."},
     {"__dlpack__", (PyCFunction)(void (*)(void))pdshmpy_var_dlpack,
      METH_VARARGS | METH_KEYWORDS,
-     "__dlpack__(stream=None) -> capsule\n\nA DLPack 0.6 \"dltensor\" capsule aliasing the "
+     "__dlpack__(stream=None, max_version=None, dl_device=None, copy=None) -> capsule\n\n"
+     "A DLPack 0.6 \"dltensor\" capsule aliasing the "
      "tensor (pinned until the\nconsumer's deleter runs).  bfloat16 goes as kDLBfloat; bool "
      "as uint8 (DLPack\n0.6 has no bool)."},
     {"__dlpack_device__", pdshmpy_var_dlpack_device, METH_NOARGS,
@@ -369,7 +415,6 @@ static PyType_Slot var_slots[] = {
      "== compares the variable's identity.  A Var of a named scope pickles as\n"
      "(segment, scope path, name)."},
     {Py_tp_dealloc, var_dealloc},
-    {Py_tp_traverse, var_traverse},
     {Py_tp_repr, var_repr},
     {Py_tp_hash, var_hash},
     {Py_tp_richcompare, var_richcompare},
@@ -383,7 +428,7 @@ static PyType_Slot var_slots[] = {
 PyType_Spec pdshmpy_var_spec = {
     .name = "pdshm.Var",
     .basicsize = sizeof(pdshmpy_var),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
              Py_TPFLAGS_IMMUTABLETYPE,
     .slots = var_slots,
 };

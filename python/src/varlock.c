@@ -7,8 +7,6 @@
  * release from another thread answers EPERM.  A VarLock collected while held
  * (in the process that took it) releases its lock, errors ignored.
  */
-#include <unistd.h>
-
 #include "pdshmpy.h"
 
 typedef struct {
@@ -16,7 +14,7 @@ typedef struct {
   pdshmpy_var *var; /* strong */
   int exclusive;
   int held;
-  pid_t pid;
+  unsigned long forkgen; /* pdshmpy_forkgen() when taken */
 } varlock;
 
 #define VL(o) ((varlock *)(o))
@@ -32,7 +30,7 @@ PyObject *pdshmpy_varlock_new(pdshmpy_var *var, int exclusive) {
   Py_END_ALLOW_THREADS
   pdshmpy_seg_unhold(var->seg);
   if (rc) return pdshmpy_raise(st, rc, exclusive ? "exclusive lock" : "shared lock");
-  varlock *lk = PyObject_GC_New(varlock, st->varlock_type);
+  varlock *lk = PyObject_New(varlock, st->varlock_type);
   if (!lk) {
     pdshm_var_unlock(v);
     return NULL;
@@ -40,8 +38,7 @@ PyObject *pdshmpy_varlock_new(pdshmpy_var *var, int exclusive) {
   lk->var = (pdshmpy_var *)Py_NewRef(var);
   lk->exclusive = exclusive;
   lk->held = 1;
-  lk->pid = getpid();
-  PyObject_GC_Track(lk);
+  lk->forkgen = pdshmpy_forkgen();
   return (PyObject *)lk;
 }
 
@@ -82,20 +79,13 @@ static PyObject *varlock_get_exclusive(PyObject *self, void *closure) {
 static void varlock_dealloc(PyObject *self) {
   varlock *lk = VL(self);
   PyTypeObject *tp = Py_TYPE(self);
-  PyObject_GC_UnTrack(self);
-  if (lk->held && lk->pid == getpid() && lk->var->seg->seg) {
+  if (lk->held && lk->forkgen == pdshmpy_forkgen() && lk->var->seg->seg) {
     pdshm_var *v = pdshm_varref_get(lk->var->seg->seg, lk->var->ref);
     if (v) pdshm_var_unlock(v);
   }
   Py_CLEAR(lk->var);
   tp->tp_free(self);
   Py_DECREF(tp);
-}
-
-static int varlock_traverse(PyObject *self, visitproc visit, void *arg) {
-  Py_VISIT(Py_TYPE(self));
-  Py_VISIT((PyObject *)VL(self)->var);
-  return 0;
 }
 
 static PyObject *varlock_repr(PyObject *self) {
@@ -118,7 +108,6 @@ static PyGetSetDef varlock_getset[] = {
 static PyType_Slot varlock_slots[] = {
     {Py_tp_doc, "A held variable lock (Var.lock()); a context manager."},
     {Py_tp_dealloc, varlock_dealloc},
-    {Py_tp_traverse, varlock_traverse},
     {Py_tp_repr, varlock_repr},
     {Py_tp_methods, varlock_methods},
     {Py_tp_getset, varlock_getset},
@@ -127,7 +116,7 @@ static PyType_Slot varlock_slots[] = {
 PyType_Spec pdshmpy_varlock_spec = {
     .name = "pdshm.VarLock",
     .basicsize = sizeof(varlock),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
              Py_TPFLAGS_IMMUTABLETYPE,
     .slots = varlock_slots,
 };

@@ -13,10 +13,9 @@ typedef struct {
 #define RF(o) ((varref *)(o))
 
 PyObject *pdshmpy_varref_new(pdshmpy_var *var) {
-  varref *r = PyObject_GC_New(varref, PDSHMPY_STATE(var)->varref_type);
+  varref *r = PyObject_New(varref, PDSHMPY_STATE(var)->varref_type);
   if (!r) return NULL;
   r->var = (pdshmpy_var *)Py_NewRef(var);
-  PyObject_GC_Track(r);
   return (PyObject *)r;
 }
 
@@ -34,29 +33,21 @@ static PyObject *varref_call(PyObject *self, PyObject *args, PyObject *kw) {
 
 static void varref_dealloc(PyObject *self) {
   PyTypeObject *tp = Py_TYPE(self);
-  PyObject_GC_UnTrack(self);
   Py_CLEAR(RF(self)->var);
   tp->tp_free(self);
   Py_DECREF(tp);
 }
 
-static int varref_traverse(PyObject *self, visitproc visit, void *arg) {
-  Py_VISIT(Py_TYPE(self));
-  Py_VISIT((PyObject *)RF(self)->var);
-  return 0;
-}
-
 static PyType_Slot varref_slots[] = {
     {Py_tp_doc, "A weak reference to a variable (Var.ref()): call it for the Var or None."},
     {Py_tp_dealloc, varref_dealloc},
-    {Py_tp_traverse, varref_traverse},
     {Py_tp_call, varref_call},
     {0, NULL}};
 
 PyType_Spec pdshmpy_varref_spec = {
     .name = "pdshm.VarRef",
     .basicsize = sizeof(varref),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
              Py_TPFLAGS_IMMUTABLETYPE,
     .slots = varref_slots,
 };

@@ -25,6 +25,16 @@ int pdshmpy_var_getbuffer(PyObject *self, Py_buffer *view, int flags) {
   view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? p->strides : NULL;
   view->suboffsets = NULL;
   view->internal = p;
+  /* The tensor is C-contiguous: a request for Fortran order fails unless
+   * both orders coincide (at most one dimension above 1). */
+  if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && view->ndim > 1 &&
+      !PyBuffer_IsContiguous(view, 'F')) {
+    view->internal = NULL;
+    Py_CLEAR(view->obj);
+    Py_DECREF(p);
+    PyErr_SetString(PyExc_BufferError, "the tensor is C-contiguous, not Fortran-contiguous");
+    return -1;
+  }
   return 0;
 }
 
@@ -51,9 +61,6 @@ PyObject *pdshmpy_var_array_interface(PyObject *self, void *closure) {
 }
 
 PyObject *pdshmpy_var_numpy(PyObject *self, PyObject *unused) {
-  PyObject *np = PyImport_ImportModule("numpy");
-  if (!np) return NULL;
-  PyObject *r = PyObject_CallMethod(np, "asarray", "O", self);
-  Py_DECREF(np);
-  return r;
+  PyObject *asarray = pdshmpy_np_asarray(PDSHMPY_STATE(self));
+  return asarray ? PyObject_CallOneArg(asarray, self) : NULL;
 }

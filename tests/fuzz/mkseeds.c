@@ -6,7 +6,8 @@
  * Builds small segments (1 MiB, 4 slots, 64 locks) in the states the
  * inspector must read: empty; a named tree of tensors with labels, readers
  * and writers; a process that died holding anonymous scopes; variable locks
- * held; churn that leaves tombstones and free blocks; a grown variable table.
+ * held; churn that leaves tombstones and free blocks; a grown variable table;
+ * pinned buffers, one still hooked and one orphaned by an erase.
  * Each image is written in the fuzz harness's sparse form (fuzz_inspect.c):
  * the file's nonzero runs (gaps of fewer than 32 zeros included), each as a
  * 4-byte offset, a 2-byte length and the bytes.
@@ -183,6 +184,11 @@ int main(int argc, char **argv) {
   dump(argv[1], "churn");
   many_vars(root);
   dump(argv[1], "many");
+  pdshm_pin *hooked, *orphan;
+  TRY(pdshm_tensor_pin(tensor(root, "shown", PDSHM_F32, 1, (int64_t[]){64}, NULL), &hooked, NULL));
+  TRY(pdshm_tensor_pin(tensor(root, "viewed", PDSHM_U8, 1, (int64_t[]){4000}, NULL), &orphan, NULL));
+  TRY(pdshm_var_erase(root, "viewed"));
+  dump(argv[1], "pins");
   pdshm_unlink(seg_name);
   return 0;
 }

@@ -1,0 +1,56 @@
+/*
+ * shmfs.c - the shared-memory file system under the segments (/dev/shm on
+ * Linux): how big it is, how much is free, the default segment size it can
+ * hold, and the one way every part of pdshm says that it is full.
+ *
+ * Containers commonly give /dev/shm 64 MiB (Docker's default), so a full
+ * /dev/shm is a normal condition: the message always names its size, what is
+ * free, and the flag that raises it.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/statvfs.h>
+
+#include "internal.h"
+
+#define SHMFS_DIR "/dev/shm"
+#define MIB(b) ((unsigned long long)((b) >> 20))
+
+/* Fills *total and *avail (bytes) for the file system of fd, or of /dev/shm
+ * when fd < 0.  -errno when it cannot be asked. */
+int pdshm__shmfs_space(int fd, uint64_t *total, uint64_t *avail) {
+  struct statvfs vfs;
+  if ((fd >= 0 ? fstatvfs(fd, &vfs) : statvfs(SHMFS_DIR, &vfs)) < 0) return -errno;
+  *total = (uint64_t)vfs.f_blocks * vfs.f_frsize;
+  *avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+  return 0;
+}
+
+int pdshm__shmfs_full(int fd, uint64_t wanted) {
+  uint64_t total = 0, avail = 0;
+  if (pdshm__shmfs_space(fd, &total, &avail))
+    return pdshm__fail(PDSHM_ENOSPC, "%s cannot hold %llu MiB more (its size is unknown); "
+                       "in a container, raise it with --shm-size",
+                       SHMFS_DIR, MIB(wanted + (1u << 20) - 1));
+  return pdshm__fail(PDSHM_ENOSPC,
+                     "%s cannot hold %llu MiB more: it has %llu MiB free of %llu MiB; "
+                     "in a container, raise it with --shm-size (e.g. docker run --shm-size=1g)",
+                     SHMFS_DIR, MIB(wanted + (1u << 20) - 1), MIB(avail), MIB(total));
+}
+
+uint64_t pdshm__shmfs_default_size(void) {
+  uint64_t total = 0, avail = 0;
+  if (pdshm__shmfs_space(-1, &total, &avail) || avail / 2 >= PDSHM_SIZE_DEFAULT)
+    return PDSHM_SIZE_DEFAULT;
+  uint64_t size = avail / 2 & ~((uint64_t)(1u << 20) - 1);
+  if (size < PDSHM_SIZE_DEFAULT_MIN) size = PDSHM_SIZE_DEFAULT_MIN;
+  /* Not a failure: a note that pdshm_last_error() shows after the create. */
+  pdshm__fail(0,
+              "default size lowered to %llu MiB: %s has %llu MiB free of %llu MiB "
+              "(in a container, raise it with --shm-size)",
+              MIB(size), SHMFS_DIR, MIB(avail), MIB(total));
+  return size;
+}

@@ -1,0 +1,42 @@
+/*
+ * thread.c - each thread's private block (struct pdshm_thread): what is too
+ * big for the static TLS block (internal.h, PDSHM_TLS_HOT).
+ *
+ * Invariants:
+ *  1. pdshm__self is NULL or the calling thread's block, which came from
+ *     malloc and is the value of thread_key for that thread.
+ *  2. A thread's block goes when the thread exits (the key's destructor), and
+ *     pdshm__self with it.  A fork child's thread keeps its parent thread's
+ *     block: the memory and the thread-local are copied by fork().
+ *  3. The library is never unloaded (linked -z nodelete), so the destructor
+ *     is still mapped when a thread exits after a dlclose().
+ */
+#include "config.h"
+
+#include "internal.h"
+
+PDSHM_TLS_HOT struct pdshm_thread *pdshm__self;
+
+static pthread_key_t thread_key;
+static pthread_once_t thread_once = PTHREAD_ONCE_INIT;
+static bool thread_key_made;
+
+static void thread_exit(void *p) {
+  pdshm__fail_clear(); /* the detail pointed into the block */
+  pdshm__self = NULL;
+  free(p);
+}
+
+static void thread_key_make(void) { thread_key_made = pthread_key_create(&thread_key, thread_exit) == 0; }
+
+struct pdshm_thread *pdshm__thread_make(void) {
+  pthread_once(&thread_once, thread_key_make);
+  if (!thread_key_made) return NULL;
+  struct pdshm_thread *t = calloc(1, sizeof *t);
+  if (!t) return NULL;
+  if (pthread_setspecific(thread_key, t)) {
+    free(t);
+    return NULL;
+  }
+  return pdshm__self = t;
+}
