@@ -198,3 +198,43 @@ def hold_lock_until_told(conn, seg_name, path, name, exclusive):
             assert conn.recv() == "unlock"
         conn.send("unlocked")
         assert conn.recv() == "exit"
+
+
+def group_member(conn, seg_name, group, size, rank, steps):
+    """Joins the group and runs steps, each one of
+         ("barrier", timeout)
+         ("allreduce", values, op, timeout)   on its own float64 variable
+         ("tell", msg)  /  ("await", msg)      talk to the test
+         ("hang",)                             wait to be killed
+    and returns (rank, [each step's result]); a step that raised gives
+    ("raised", [class names of the exception]) and the next steps still run.
+    A join that raised is ("join raised", [class names], code)."""
+    import numpy as np
+    with pdshm.attach(seg_name) as seg:
+        try:
+            g = seg.group(group, size, rank=rank)
+        except pdshm.Error as e:
+            return ("join raised", [c.__name__ for c in type(e).__mro__], e.code)
+        conn.send(("joined", g.rank))
+        out = []
+        for step in steps:
+            try:
+                if step[0] == "barrier":
+                    out.append(g.barrier(timeout=step[1]))
+                elif step[0] == "allreduce":
+                    v = seg.root.var(f"{group}.grad{g.rank}")
+                    v.assign(np.array(step[1], dtype=np.float64))
+                    g.allreduce(v, op=step[2], timeout=step[3])
+                    out.append(v.numpy().tolist())
+                elif step[0] == "tell":
+                    conn.send(step[1])
+                    out.append(None)
+                elif step[0] == "await":
+                    assert conn.recv() == step[1]
+                    out.append(None)
+                elif step[0] == "hang":
+                    conn.recv()
+            except pdshm.Error as e:
+                out.append(("raised", [c.__name__ for c in type(e).__mro__]))
+        g.leave()
+        return (g.rank, out)
