@@ -16,7 +16,8 @@ Segments: create(), attach(), unlink(); Segment (.root .open .stats .check
 .reap .unique_name .detach, introspection: .info .scopes .vars_of .procs
 .locks .alloc).  Scopes: Scope (a handle).  Variables: Var (a weak handle:
 pdshm.Stale once erased), Var.lock() -> VarLock, Var.ref() -> VarRef.
-Seed 003: ScopeStack.  Errors: Error (an OSError) and its subclasses that are
+Seed 003: ScopeStack.  Trainer groups (when libpdshm has them): Segment.group()
+-> Group (.barrier .allreduce .leave), Var.wait().  Errors: Error (an OSError) and its subclasses that are
 also builtins (NotFound is a KeyError, Exists a FileExistsError, ...).
 
 Views (numpy(), np.asarray, memoryview, torch.from_dlpack) pin the tensor's
@@ -47,6 +48,13 @@ __all__ = [
     "Stats", "SegInfo", "ScopeInfo", "VarInfo", "ProcInfo", "LockInfo", "AllocInfo",
     "AllocClass",
 ]
+
+try:  # present when libpdshm has the trainer-groups API (Segment.group, Var.wait)
+    from ._pdshm import Group
+except ImportError:
+    pass
+else:
+    __all__.append("Group")
 
 # Views that exist at fork() stay backed in the child: the hook attaches the
 # segment again there and takes over each pin (pdshm_pin_inherit).

@@ -64,6 +64,7 @@ typedef struct {
   /* introspection records (struct sequences) */
   PyTypeObject *stats_type, *seginfo_type, *scopeinfo_type, *varinfo_type, *procinfo_type,
       *lockinfo_type, *allocinfo_type, *allocclass_type;
+  PyTypeObject *group_type; /* NULL without the trainer-groups API */
   PyObject *np_asarray;  /* numpy.asarray, fetched at first use */
   pdshmpy_link segments; /* every live Segment, for the fork hook */
 } pdshmpy_state;
@@ -107,6 +108,7 @@ typedef struct pdshmpy_seg {
   Py_ssize_t busy;     /* calls running on seg with the GIL released        */
   pdshmpy_link scopes; /* live Scope objects                                */
   pdshmpy_link pins;   /* live Pin objects                                  */
+  pdshmpy_link groups; /* live group memberships (group.c)                  */
   pdshmpy_mapping *old;/* inherited handles kept for views (fork child)     */
   Py_ssize_t nold;
   pdshmpy_link link;   /* in the state's segment list                       */
@@ -214,6 +216,15 @@ PyObject *pdshmpy_var_numpy(PyObject *self, PyObject *unused);
 PyObject *pdshmpy_var_dlpack(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *pdshmpy_var_dlpack_device(PyObject *self, PyObject *unused);
 PyObject *pdshmpy_var_assign(PyObject *self, PyObject *src);
+
+/* ---- group.c (the Group type, Segment.group, Var.wait) ---------------------------------- */
+int pdshmpy_group_init(PyObject *module, pdshmpy_state *st);
+/* Leaves every group membership of s (before its handle is detached). */
+void pdshmpy_groups_drop(pdshmpy_seg *s);
+#ifdef PDSHM_GROUP_MAX /* pdshm.h has the trainer-groups API */
+PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *pdshmpy_var_wait(PyObject *self, PyObject *args, PyObject *kw);
+#endif
 
 /* ---- introspect.c ------------------------------------------------------------------------ */
 int pdshmpy_introspect_init(PyObject *module, pdshmpy_state *st);

@@ -50,17 +50,19 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
   s->weakrefs = NULL;
   pdshmpy_list_init(&s->scopes);
   pdshmpy_list_init(&s->pins);
+  pdshmpy_list_init(&s->groups);
   pdshmpy_list_add(&st->segments, &s->link);
   return (PyObject *)s;
 }
 
 /* In a fork child, before s->seg (inherited) is replaced: every inherited
- * scope handle goes first, then the handle itself -- detached at once (which
+ * scope handle and group membership goes first, then the handle itself -- detached at once (which
  * unmaps its range) unless views still point into it; then it waits in
  * s->old for the last of them. */
 static void seg_retire_inherited(pdshmpy_seg *s) {
   for (pdshmpy_link *l = s->scopes.next; l != &s->scopes; l = l->next)
     pdshmpy_scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link));
+  pdshmpy_groups_drop(s);
   pdshm_seg *old = s->seg;
   s->seg = NULL;
   if (!old) return;
@@ -114,6 +116,7 @@ static void seg_close(pdshmpy_seg *s) {
     pdshmpy_scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link));
     pdshmpy_list_del(l);
   }
+  pdshmpy_groups_drop(s);
   if (s->npins == 0 && s->busy == 0) seg_detach_now(s);
 }
 
@@ -300,8 +303,15 @@ static PyMethodDef seg_methods[] = {
      "unique_name(prefix) -> str\n\n\"prefix-N\", N unique across every process of the "
      "segment."},
     {"detach", seg_detach, METH_NOARGS,
-     "detach()\n\nReleases every scope handle this Segment holds and closes it (later "
-     "calls\nraise pdshm.Error).  The mapping goes when the last view of it is gone."},
+     "detach()\n\nReleases every scope handle (and group membership) this Segment holds "
+     "and\ncloses it (later calls raise pdshm.Error).  The mapping goes when the last view of it is gone."},
+#ifdef PDSHM_GROUP_MAX
+    {"group", (PyCFunction)(void (*)(void))pdshmpy_seg_group, METH_VARARGS | METH_KEYWORDS,
+     "group(name, size, rank=None) -> Group\n\nJoins the trainer group NAME of `size` "
+     "members (made by its first joiner),\nas the lowest free rank or as `rank` (a live "
+     "holder: pdshm.Error EBUSY; a\ndead one's rank is taken over).  Waits with the GIL "
+     "released."},
+#endif
     {"info", pdshmpy_seg_info, METH_NOARGS,
      "info() -> SegInfo\n\nThe segment as its header describes it (as pdshm-attach shows)."},
     {"scopes", pdshmpy_seg_scopes, METH_NOARGS,

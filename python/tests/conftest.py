@@ -10,11 +10,12 @@ import glob
 import itertools
 import os
 import re
+import threading
 
 import pytest
 
 import pdshm
-from procutil import Child
+from procutil import TIMEOUT, Child
 
 SEG_SIZE = 8 << 20
 PREFIX = f"pyt{os.getpid()}"
@@ -61,6 +62,32 @@ def seg(seg_name):
         s.detach()
     except pdshm.Error:
         pass
+
+
+@pytest.fixture
+def lock_taker():
+    """take(var, exclusive, timeout): True when a thread took var's lock (and let
+    it go) within timeout.  A thread still waiting is joined when the test ends,
+    before its segment is detached."""
+    threads = []
+
+    def take(var, exclusive=True, timeout=10.0):
+        got = threading.Event()
+
+        def run():
+            with var.lock(exclusive=exclusive):
+                got.set()
+
+        t = threading.Thread(target=run, daemon=True)
+        threads.append(t)
+        t.start()
+        t.join(timeout)
+        return got.is_set()
+
+    yield take
+    for t in threads:
+        t.join(TIMEOUT)
+    assert not any(t.is_alive() for t in threads), "a lock taker is still waiting"
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ import pytest
 import pdshm
 from conftest import SEG_SIZE
 
+SIZE_MAX = 1 << 40  # PDSHM_SIZE_MAX, the largest segment
+
 
 def test_error_is_an_os_error():
     assert issubclass(pdshm.Error, OSError)
@@ -57,6 +59,19 @@ def test_tensor_larger_than_the_segment_is_memory_error(seg):
     assert isinstance(e, pdshm.Error)
     assert (e.code, e.errno) == (-errno.ENOMEM, errno.ENOMEM)
     assert (v.dtype, tuple(v.shape)) == ("float32", (4,))
+
+
+def test_full_dev_shm_is_memory_error_saying_how_big_it_is(seg_name):
+    vfs = os.statvfs("/dev/shm")
+    if vfs.f_blocks == 0 or vfs.f_blocks * vfs.f_frsize >= SIZE_MAX:
+        pytest.skip("/dev/shm has no limit below the largest segment: nothing to exceed safely")
+    with pytest.raises(MemoryError) as ei:
+        pdshm.create(seg_name, size=SIZE_MAX)
+    e = ei.value
+    assert isinstance(e, pdshm.Error)
+    assert (e.code, e.errno) == (-errno.ENOSPC, errno.ENOSPC)
+    assert "/dev/shm" in str(e) and "MiB" in str(e)
+    assert not os.path.exists(f"/dev/shm/pdshm.{seg_name}")
 
 
 def test_too_many_dimensions_is_value_error_with_einval(seg):

@@ -2,7 +2,6 @@
 scope and a variable's exclusive lock: the reaper gives every byte back, the
 segment checks clean, and the lock can be taken again."""
 import gc
-import threading
 
 import numpy as np
 import pytest
@@ -31,20 +30,6 @@ def start_and_kill(children, method, seg):
     return kid
 
 
-def lock_within(var, timeout):
-    """True when var's exclusive lock could be taken (in a thread) within timeout."""
-    got = threading.Event()
-
-    def take():
-        with var.lock():
-            got.set()
-
-    t = threading.Thread(target=take, daemon=True)
-    t.start()
-    t.join(timeout)
-    return got.is_set()
-
-
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_killed_trainer_is_reaped_with_every_byte_back(seg, children, method):
     p, w, _ = setup_params(seg)
@@ -60,22 +45,22 @@ def test_killed_trainer_is_reaped_with_every_byte_back(seg, children, method):
     assert seg.check() == []
 
 
-def test_killed_trainers_lock_can_be_taken_again(seg, children):
+def test_killed_trainers_lock_can_be_taken_again(seg, lock_taker, children):
     p, w, _ = setup_params(seg)
     kid = start_and_kill(children, "spawn", seg)
-    assert not lock_within(w, 0.2)  # the trainer holds it
+    assert not lock_taker(w, timeout=0.2)  # the trainer holds it
     kid.kill()
     seg.reap()
-    assert lock_within(w, 10.0)
+    assert lock_taker(w)
     np.testing.assert_array_equal(w.numpy(), np.arange(N, dtype=np.float64))
     assert seg.check() == []
 
 
-def test_killed_trainers_lock_is_recovered_without_an_explicit_reap(seg, children):
+def test_killed_trainers_lock_is_recovered_without_an_explicit_reap(seg, lock_taker, children):
     p, w, _ = setup_params(seg)
     kid = start_and_kill(children, "spawn", seg)
     kid.kill()
-    assert lock_within(w, 10.0)
+    assert lock_taker(w)
     assert seg.check() == []
 
 

@@ -9,6 +9,7 @@ import pytest
 
 import procutil
 import workers
+from reuse import churn
 
 torch = pytest.importorskip("torch", reason="torch is not installed (Debian: python3-torch)")
 
@@ -120,6 +121,7 @@ def test_torch_tensor_keeps_its_bytes_after_an_erase(seg):
     v.numpy()[:] = np.arange(1000)
     t = torch.from_dlpack(v)
     seg.open("p").erase("w")
+    churn(seg.root, 4000)
     assert t.sum().item() == sum(range(1000))
 
 

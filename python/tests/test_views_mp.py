@@ -8,6 +8,7 @@ import pytest
 
 import pdshm
 import workers
+from reuse import churn
 
 
 N = 32 << 10  # float64 elements of the test tensor
@@ -51,6 +52,7 @@ def test_view_outlives_an_erase_in_another_process(seg, children):
     a = filled_var(p).numpy()
     children("spawn", workers.erase_var, seg.name, "p", "w").result()
     assert p.find_local_var("w") is None
+    churn(p, NBYTES)
     np.testing.assert_array_equal(a, np.arange(N, dtype=np.float64))
 
 
@@ -75,6 +77,7 @@ def test_view_outlives_a_resize_in_another_process(seg, children):
     v = filled_var(p)
     a = v.numpy()
     children("spawn", workers.resize_and_fill, seg.name, "p", "w", "int32", (10,), -1).result()
+    churn(p, NBYTES)
     np.testing.assert_array_equal(a, np.arange(N, dtype=np.float64))
     assert (v.dtype, tuple(v.shape)) == ("int32", (10,))
     assert (v.numpy() == -1).all()
@@ -99,6 +102,7 @@ def test_view_outlives_its_scope_dying_at_another_process_detach(seg, children):
     assert children("spawn", workers.unlink_scope_then_detach, seg.name, "q").result() == "q"
     with pytest.raises(pdshm.Error):
         seg.open("q")
+    churn(seg.root, NBYTES)
     np.testing.assert_array_equal(a, np.arange(N, dtype=np.float64))
     before = seg.stats().used
     del a
@@ -113,6 +117,8 @@ def test_view_outlives_its_own_process_detach(seg_name):
     v = filled_var(s.root.new_scope("p"))
     a = v.numpy()
     s.detach()
+    with pdshm.attach(seg_name) as other:
+        churn(other.root, NBYTES)
     np.testing.assert_array_equal(a, np.arange(N, dtype=np.float64))
     a[0] = -1.0  # still writable, still ours
     del a, v

@@ -1,5 +1,6 @@
 """What child processes run: module-level functions fn(conn, *args), see procutil."""
 import gc
+import os
 
 import pdshm
 
@@ -145,3 +146,95 @@ def introspection_subject(conn, seg_name):
             assert conn.recv() == "exit"
         local.release()
         made.release()
+
+
+def _plain(value):
+    """A call's result in a form that pickles without the segment: names for handles."""
+    if hasattr(value, "name") and not isinstance(value, str):  # a Var or a Scope
+        return value.name
+    if isinstance(value, (list, tuple)):
+        return [_plain(x) for x in value]
+    return value
+
+
+def scope_calls(conn, seg_name, calls):
+    """Runs calls (path, var name or None, method, args) on a fresh attachment:
+    the method of the scope at path, or of its variable of that name (found up
+    the chain); a method "=attr" sets the attribute.  Returns each call's result
+    (handles as their names), or ("raised", [class names of the exception]).
+    """
+    out = []
+    with pdshm.attach(seg_name) as seg:
+        for path, var, method, args in calls:
+            try:
+                scope = seg.open(path)
+                target = scope if var is None else scope[var]
+                if method.startswith("="):
+                    setattr(target, method[1:], *args)
+                    out.append(None)
+                else:
+                    out.append(_plain(getattr(target, method)(*args)))
+            except Exception as e:
+                out.append(("raised", [c.__name__ for c in type(e).__mro__]))
+    return out
+
+
+def exit_holding_an_anonymous_scope(conn, seg_name):
+    """Makes an anonymous scope with a tensor and exits at once, releasing nothing."""
+    seg = pdshm.attach(seg_name)
+    local = seg.root.new_scope()
+    local.var("x").resize("float32", (4096,))
+    conn.send(("made", seg.stats().scopes))
+    conn.close()
+    os._exit(0)
+
+
+def hold_lock_until_told(conn, seg_name, path, name, exclusive):
+    """Takes the variable's lock (exclusive or shared) and keeps it until told."""
+    with pdshm.attach(seg_name) as seg:
+        v = seg.open(path)[name]
+        with v.lock(exclusive=exclusive):
+            conn.send("locked")
+            assert conn.recv() == "unlock"
+        conn.send("unlocked")
+        assert conn.recv() == "exit"
+
+
+def group_member(conn, seg_name, group, size, rank, steps):
+    """Joins the group and runs steps, each one of
+         ("barrier", timeout)
+         ("allreduce", values, op, timeout)   on its own float64 variable
+         ("tell", msg)  /  ("await", msg)      talk to the test
+         ("hang",)                             wait to be killed
+    and returns (rank, [each step's result]); a step that raised gives
+    ("raised", [class names of the exception]) and the next steps still run.
+    A join that raised is ("join raised", [class names], code)."""
+    import numpy as np
+    with pdshm.attach(seg_name) as seg:
+        try:
+            g = seg.group(group, size, rank=rank)
+        except pdshm.Error as e:
+            return ("join raised", [c.__name__ for c in type(e).__mro__], e.code)
+        conn.send(("joined", g.rank))
+        out = []
+        for step in steps:
+            try:
+                if step[0] == "barrier":
+                    out.append(g.barrier(timeout=step[1]))
+                elif step[0] == "allreduce":
+                    v = seg.root.var(f"{group}.grad{g.rank}")
+                    v.assign(np.array(step[1], dtype=np.float64))
+                    g.allreduce(v, op=step[2], timeout=step[3])
+                    out.append(v.numpy().tolist())
+                elif step[0] == "tell":
+                    conn.send(step[1])
+                    out.append(None)
+                elif step[0] == "await":
+                    assert conn.recv() == step[1]
+                    out.append(None)
+                elif step[0] == "hang":
+                    conn.recv()
+            except pdshm.Error as e:
+                out.append(("raised", [c.__name__ for c in type(e).__mro__]))
+        g.leave()
+        return (g.rank, out)
