@@ -49,11 +49,8 @@ __all__ = [
     "AllocClass",
 ]
 
-try:  # present when libpdshm has the trainer-groups API (Segment.group, Var.wait)
-    from ._pdshm import Group
-except ImportError:
-    pass
-else:
+if hasattr(_pdshm, "Group"):  # libpdshm with the trainer-groups API (Segment.group, Var.wait)
+    Group = _pdshm.Group
     __all__.append("Group")
 
 # Views that exist at fork() stay backed in the child: the hook attaches the
