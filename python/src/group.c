@@ -252,6 +252,71 @@ static int reduce_op(pdshmpy_state *st, PyObject *o, pdshm_reduce_op *out) {
   return -1;
 }
 
+/* ---- views as allreduce arguments ---------------------------------------------------------- */
+
+/* The bytes of obj, a torch tensor (data_ptr(), contiguous) or anything with a
+ * C-contiguous buffer (a numpy array): 0, or -1 with an exception. */
+static int view_bytes(pdshmpy_state *st, PyObject *obj, void **addr, size_t *len) {
+  if (PyObject_HasAttrString(obj, "data_ptr") && PyObject_HasAttrString(obj, "is_contiguous")) {
+    PyObject *c = PyObject_CallMethod(obj, "is_contiguous", NULL);
+    int contiguous = c ? PyObject_IsTrue(c) : -1;
+    Py_XDECREF(c);
+    if (contiguous < 0) return -1;
+    if (!contiguous) {
+      pdshmpy_raise_msg(st, PDSHM_EINVAL, "a non-contiguous tensor is no whole variable");
+      return -1;
+    }
+    PyObject *p = PyObject_CallMethod(obj, "data_ptr", NULL);
+    PyObject *n = p ? PyObject_CallMethod(obj, "numel", NULL) : NULL;
+    PyObject *e = n ? PyObject_CallMethod(obj, "element_size", NULL) : NULL;
+    int rc = -1;
+    if (e) {
+      *addr = PyLong_AsVoidPtr(p);
+      size_t numel = PyLong_AsSize_t(n), item = PyLong_AsSize_t(e);
+      *len = numel * item;
+      rc = PyErr_Occurred() ? -1 : 0;
+    }
+    Py_XDECREF(p);
+    Py_XDECREF(n);
+    Py_XDECREF(e);
+    return rc;
+  }
+  Py_buffer b;
+  if (PyObject_GetBuffer(obj, &b, PyBUF_C_CONTIGUOUS) < 0) {
+    if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_BufferError))
+      return -1;
+    PyErr_Clear();
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "allreduce takes a Var or a C-contiguous view of one "
+                                        "(numpy array, torch tensor), not %R", Py_TYPE(obj));
+    return -1;
+  }
+  *addr = b.buf;
+  *len = (size_t)b.len;
+  PyBuffer_Release(&b);
+  return 0;
+}
+
+/* The variable whose whole current tensor obj views (Var.numpy(), np.asarray,
+ * torch.from_dlpack, or a reshape of one that keeps the bytes): found among
+ * the live Pins of the group's Segment, or NULL with pdshm.InvalidArgument. */
+static pdshm_var *view_var(pdshmpy_group *gr, pdshm_seg *seg, PyObject *obj) {
+  pdshmpy_state *st = PDSHMPY_STATE(gr);
+  void *addr;
+  size_t len;
+  if (view_bytes(st, obj, &addr, &len) < 0) return NULL;
+  for (pdshmpy_link *l = gr->seg->pins.next; l != &gr->seg->pins; l = l->next) {
+    pdshmpy_pin *p = PDSHMPY_CONTAINER(l, pdshmpy_pin, link);
+    if (p->mapping != seg || p->view.data != addr || p->view.nbytes != len) continue;
+    pdshm_var *v = pdshm_varref_get(seg, p->var);
+    /* the variable still has the bytes: not erased, not resized since */
+    if (v && pdshm_tensor_data(v) == addr && pdshm_tensor_nbytes(v) == len) return v;
+  }
+  pdshmpy_raise_msg(st, PDSHM_EINVAL, "this %s is not a whole-tensor view of a variable of "
+                    "segment %R (made by this Segment object, not resized since)",
+                    Py_TYPE(obj)->tp_name, gr->seg->name);
+  return NULL;
+}
+
 static PyObject *group_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"var", "op", "timeout", NULL};
   pdshmpy_group *gr = GR(self);
@@ -259,22 +324,27 @@ static PyObject *group_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
   PyObject *varo, *opo = NULL, *timeo = Py_None;
   pdshm_reduce_op op = PDSHM_SUM;
   int64_t ns;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|OO:allreduce", kwlist, st->var_type, &varo,
-                                   &opo, &timeo) ||
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO:allreduce", kwlist, &varo, &opo, &timeo) ||
       (opo && reduce_op(st, opo, &op) < 0) || timeout_ns(st, timeo, &ns) < 0)
     return NULL;
-  pdshmpy_var *var = (pdshmpy_var *)varo;
-  int same = PyObject_RichCompareBool(var->seg->name, gr->seg->name, Py_EQ);
-  if (same <= 0)
-    return same < 0 ? NULL
-                    : pdshmpy_raise_msg(st, PDSHM_EINVAL, "the variable lives in segment %R, "
-                                        "the group in %R", var->seg->name, gr->seg->name);
   pdshm_group *g = group_handle(gr);
   pdshm_seg *seg = g ? pdshmpy_seg_get(gr->seg) : NULL;
   if (!seg) return NULL;
-  /* Resolved through the group's attachment: the offsets are the segment's. */
-  pdshm_var *v = pdshm_varref_get(seg, var->ref);
-  if (!v) return pdshmpy_raise_msg(st, PDSHM_ESTALE, "the variable was erased or its scope died");
+  pdshm_var *v;
+  if (PyObject_TypeCheck(varo, st->var_type)) {
+    pdshmpy_var *var = (pdshmpy_var *)varo;
+    int same = PyObject_RichCompareBool(var->seg->name, gr->seg->name, Py_EQ);
+    if (same <= 0)
+      return same < 0 ? NULL
+                      : pdshmpy_raise_msg(st, PDSHM_EINVAL, "the variable lives in segment %R, "
+                                          "the group in %R", var->seg->name, gr->seg->name);
+    /* Resolved through the group's attachment: the offsets are the segment's. */
+    v = pdshm_varref_get(seg, var->ref);
+    if (!v)
+      return pdshmpy_raise_msg(st, PDSHM_ESTALE, "the variable was erased or its scope died");
+  } else if (!(v = view_var(gr, seg, varo))) {
+    return NULL;
+  }
   int rc;
   gr->busy = 1;
   pdshmpy_seg_hold(gr->seg);
@@ -341,7 +411,9 @@ static PyMethodDef group_methods[] = {
      "released; Ctrl-C interrupts it."},
     {"allreduce", (PyCFunction)(void (*)(void))group_allreduce, METH_VARARGS | METH_KEYWORDS,
      "allreduce(var, op=\"sum\", timeout=None)\n\nEvery member passes its own tensor "
-     "variable of the same dtype and element\ncount; on return each holds the op (\"sum\", "
+     "variable of the same dtype and element\ncount (a Var, or a whole-tensor view of one "
+     "made by this Segment: a numpy\narray or torch tensor from Var.numpy() or "
+     "torch.from_dlpack); on return each holds the op (\"sum\", "
      "\"mean\", \"max\", \"min\") over all\nmembers' tensors, computed in place in the "
      "segment.  Dtypes: float16,\nbfloat16, float32, float64, int32, int64.  PeerDied or "
      "TimeoutError as for\nbarrier (then the tensors' contents are unspecified)."},

@@ -147,6 +147,7 @@ typedef struct pdshmpy_pin {
   pdshm_pin *pin;      /* NULL when pinning failed                          */
   pdshm_seg *mapping;  /* the attachment whose mapping holds the bytes      */
   pdshm_tensor_view view;
+  pdshm_varref var;    /* the variable pinned (its buffer may have changed)  */
   int readonly;
   Py_ssize_t shape[PDSHM_NDIM_MAX], strides[PDSHM_NDIM_MAX];
   pdshmpy_link link;   /* in seg->pins                                      */

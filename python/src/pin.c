@@ -41,6 +41,7 @@ pdshmpy_pin *pdshmpy_pin_new(pdshmpy_var *var) {
   p->pin = pin;
   p->mapping = var->seg->seg;
   p->view = view;
+  p->var = var->ref;
   p->readonly = (var->seg->flags & PDSHM_RDONLY) != 0;
   pin_fill_layout(p);
   p->seg->npins++;

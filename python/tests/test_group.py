@@ -173,3 +173,41 @@ def test_group_of_a_killed_last_member_goes_back_at_reap(seg, children):
     seg.reap()
     assert seg.stats().used == before
     assert seg.check() == []
+
+
+def test_allreduce_of_a_numpy_view_reduces_its_variable(seg, children):
+    with seg.group("g", 2, rank=0) as g:
+        kid = member(children, seg, 2, 1, ("allreduce", [3.0, -2.0], "sum", T))
+        joined(kid)
+        view = my_tensor(seg, g, [1.0, 5.0]).numpy()
+        g.allreduce(view, op="sum", timeout=T)
+        assert view.tolist() == [4.0, 3.0]
+        assert kid.result() == (1, [[4.0, 3.0]])
+
+
+def test_allreduce_of_a_torch_view_reduces_its_variable(seg, children):
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    with seg.group("g", 2, rank=0) as g:
+        kid = member(children, seg, 2, 1, ("allreduce", [3.0, -2.0], "mean", T))
+        joined(kid)
+        v = my_tensor(seg, g, [1.0, 0.0])
+        t = torch.from_dlpack(v)
+        g.allreduce(t, op="mean", timeout=T)
+        assert t.tolist() == [2.0, -1.0]
+        assert v.numpy().tolist() == [2.0, -1.0]
+        assert kid.result() == (1, [[2.0, -1.0]])
+
+
+def test_allreduce_refuses_what_is_no_whole_view_of_a_variable_and_changes_nothing(seg):
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    with seg.group("g", 1, rank=0) as g:
+        v = my_tensor(seg, g, [1.0, 2.0, 3.0, 4.0])
+        t = torch.from_dlpack(v)
+        for bad in (t[1:], t[::2], np.ones(4), t.clone(), "x", 3):
+            with pytest.raises(pdshm.InvalidArgument):
+                g.allreduce(bad, op="sum", timeout=T)
+        assert v.numpy().tolist() == [1.0, 2.0, 3.0, 4.0]
+        v.resize("float64", (8,))  # the view now shows bytes the variable no longer has
+        with pytest.raises(pdshm.InvalidArgument):
+            g.allreduce(t, op="sum", timeout=T)
+        g.allreduce(v.numpy(), op="sum", timeout=T)  # a fresh view is fine
