@@ -17,7 +17,8 @@ Segments: create(), attach(), unlink(); Segment (.root .open .stats .check
 .locks .alloc).  Scopes: Scope (a handle).  Variables: Var (a weak handle:
 pdshm.Stale once erased), Var.lock() -> VarLock, Var.ref() -> VarRef.
 Seed 003: ScopeStack.  Trainer groups (when libpdshm has them):
-Segment.group() -> Group (.barrier .allreduce .leave), Var.wait().
+Segment.group() -> Group (.barrier .allreduce .leave), Var.wait();
+pdshm.torch (imports torch): DataParallel, SGD, Adam, share_parameters.
 Errors: Error (an OSError) and its subclasses that are also builtins
 (NotFound is a KeyError, Exists a FileExistsError, ...).
 

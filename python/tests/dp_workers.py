@@ -1,0 +1,45 @@
+"""Trainer processes for test_torch_dp.py (module level, so spawn can pickle them)."""
+import pdshm
+
+
+def linear_model(torch):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+
+
+def problem(torch):
+    """A fixed regression batch of 24 rows."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(24, 5, generator=g)
+    return x, (x.sum(1, keepdim=True) * 0.5).sin()
+
+
+def make_optimizer(kind):
+    import pdshm.torch as pt
+    if kind == "sgd":
+        return pt.SGD(lr=0.1, momentum=0.9, weight_decay=0.01)
+    return pt.Adam(lr=0.01, weight_decay=0.01)
+
+
+def dp_trainer(conn, seg_name, scope_path, size, rank, steps, kind):
+    """Trains linear_model on rank's equal share of problem() for `steps` steps
+    through pdshm.torch.DataParallel; returns the steps it redid."""
+    import torch
+    import pdshm.torch as pt
+    torch.set_num_threads(1)
+    with pdshm.attach(seg_name) as seg:
+        with seg.group("dp", size, rank=rank) as group:
+            model = linear_model(torch)
+            dp = pt.DataParallel(model, seg.open(scope_path), group, make_optimizer(kind),
+                                 timeout=30.0)
+            conn.send(("joined", dp.steps_done))
+            x, y = problem(torch)
+            n = x.shape[0] // size
+            xs, ys = x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n]
+            redone = 0
+            while dp.steps_done < steps:
+                dp.zero_grad()
+                torch.nn.functional.mse_loss(model(xs), ys).backward()
+                if not dp.step():
+                    redone += 1
+            return redone
