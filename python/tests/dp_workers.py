@@ -43,3 +43,49 @@ def dp_trainer(conn, seg_name, scope_path, size, rank, steps, kind):
                 if not dp.step():
                     redone += 1
             return redone
+
+
+def dying_trainer(conn, seg_name, scope_path, size, rank, steps, kind, die_step, phase):
+    """As dp_trainer, but SIGKILLs itself in step die_step: "reduce" before the
+    gradients are reduced, "update" after, "commit" half-way through writing
+    its shard into place, "barrier" after writing it, before the barrier."""
+    import os
+    import signal
+    import torch
+    import pdshm.torch as pt
+
+    def die():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    class Dying(pt.DataParallel):
+        def step(self):
+            if phase == "reduce" and self.steps_done + 1 == die_step:
+                die()
+            return super().step()
+
+        def _apply(self, t):
+            if phase == "update" and t == die_step:
+                die()
+            super()._apply(t)
+
+        def _commit(self, t):
+            if phase == "commit" and t == die_step:
+                p, _, _, lo, hi = self._slices[0]
+                p[lo:hi].copy_(self._stage[:hi - lo])  # the first tensor only
+                die()
+            super()._commit(t)
+            if phase == "barrier" and t == die_step:
+                die()
+
+    torch.set_num_threads(1)
+    with pdshm.attach(seg_name) as seg:
+        with seg.group("dp", size, rank=rank) as group:
+            model = linear_model(torch)
+            dp = Dying(model, seg.open(scope_path), group, make_optimizer(kind), timeout=30.0)
+            x, y = problem(torch)
+            n = x.shape[0] // size
+            xs, ys = x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n]
+            while dp.steps_done < steps:
+                dp.zero_grad()
+                torch.nn.functional.mse_loss(model(xs), ys).backward()
+                dp.step()

@@ -58,6 +58,32 @@ def test_data_parallel_equals_one_process_full_batch(seg, children, size, kind):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
 
 
+@pytest.mark.parametrize("phase, redone", [("reduce", 1), ("update", 0), ("commit", 0),
+                                           ("barrier", 0)])
+def test_a_trainer_killed_in_any_phase_is_replaced_and_the_result_is_unchanged(
+        seg, children, phase, redone):
+    size, victim, die_step = 3, 2, 4
+    seg.root.new_scope("run")
+    survivors = [children("spawn", dp_workers.dp_trainer, seg.name, "run", size, r, STEPS, "adam")
+                 for r in range(size - 1)]
+    dying = children("spawn", dp_workers.dying_trainer, seg.name, "run", size, victim, STEPS,
+                     "adam", die_step, phase)
+    dying.proc.join(60)
+    assert dying.proc.exitcode == -9, "the trainer did not kill itself"
+    replacement = children("spawn", dp_workers.dp_trainer, seg.name, "run", size, victim,
+                           STEPS, "adam")
+    assert replacement.recv()[0] == "joined"
+    assert replacement.result(timeout=60) == 0
+    for k in survivors:
+        assert k.recv()[0] == "joined"
+        assert k.result(timeout=60) == redone
+    progress = seg.open("run")["progress"].numpy()
+    assert progress[:, 0].tolist() == [STEPS] * size
+    assert progress[victim, 2] == 2  # held by two processes
+    for got, want in zip(params_of(seg), reference("adam")):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+
 def test_parameters_and_state_are_labelled_once_in_the_scope(seg):
     scope = seg.root.new_scope("one")
     model = dp_workers.linear_model(torch)
