@@ -152,3 +152,37 @@ def run_example(name, *args, timeout=240):
                           env=child_env(), capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"{name} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done.stdout
+
+
+def final_accuracy(out):
+    lines = [ln for ln in out.splitlines() if ln.startswith("final test accuracy")]
+    assert lines, out
+    return float(lines[0].split()[3])
+
+
+def test_train_digits_with_a_kill_ends_as_without(tmp_path):
+    pytest.importorskip("sklearn", reason="sklearn (python3-sklearn) is not installed")
+    common = ["--trainers", "2", "--epochs", "2"]
+    calm = run_example("train_digits.py", *common)
+    killed = run_example("train_digits.py", *common, "--kill-one", "--plot",
+                         str(tmp_path / "loss.png"))
+    assert "killed trainer 1" in killed and "redoing it" in killed, killed
+    assert final_accuracy(calm) > 0.8, calm
+    assert abs(final_accuracy(killed) - final_accuracy(calm)) <= 0.01, (calm, killed)
+    assert sum(ln.startswith("epoch") for ln in killed.splitlines()) == 2
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_fit_a_line_costs_go_down_and_enlists_the_parameters():
+    pytest.importorskip("sklearn", reason="sklearn (python3-sklearn) ships the housing data")
+    out = run_example("fit_a_line.py", "--trainers", "2", "--passes", "4")
+    assert "parameters.create(cost): ['fc.b', 'fc.w']" in out, out
+    passes = [ln.split() for ln in out.splitlines() if ln.startswith("pass")]
+    assert len(passes) == 4, out
+    train = [float(p[4]) for p in passes]
+    test = [float(p[7]) for p in passes]
+    assert train[-1] < train[0] and test[-1] < test[0], out
