@@ -6,7 +6,9 @@ the sum back, two multiprocessing.Barrier waits a round).  Also the round
 trip of a pdshm barrier among 2 processes from Python.
 
 Every process does the same number of rounds after a warm-up and a barrier;
-the figure is rank 0's time per round, best of a few repetitions.
+the figure is rank 0's time per round, best of a few repetitions.  The
+tensors hold zeros: the values do not change the work, and repeated sums of
+anything else would overflow.
 """
 import multiprocessing
 import os
@@ -41,7 +43,7 @@ def _pdshm_worker(seg_name, size, rank, nbytes, rounds, repeat, out):
     import pdshm
     with pdshm.attach(seg_name) as seg, seg.group(f"ar{size}.{nbytes}", size, rank=rank) as g:
         v = seg.root.var(f"ar{size}.{nbytes}.{rank}")
-        v.assign(np.ones(nbytes // 4, np.float32))
+        v.assign(np.zeros(nbytes // 4, np.float32))
         view = v.numpy()
         g.allreduce(view, "sum")  # warm-up: the pages are touched
         t = _time_rounds(lambda: g.allreduce(view, "sum"), g.barrier, rounds, repeat)
@@ -56,7 +58,7 @@ def _gloo_worker(init_file, size, rank, nbytes, rounds, repeat, out):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=size)
-    t = torch.ones(nbytes // 4)
+    t = torch.zeros(nbytes // 4)
     dist.all_reduce(t)
     res = _time_rounds(lambda: dist.all_reduce(t), dist.barrier, rounds, repeat)
     if rank == 0:
@@ -71,7 +73,7 @@ def _shm_worker(shm_name, size, rank, nbytes, rounds, repeat, barrier, out):
     n = nbytes // 4
     slots = np.ndarray((size + 1, n), np.float32, buffer=shm.buf)
     mine, total = slots[rank], slots[size]
-    mine[:] = 1
+    mine[:] = 0
 
     def reduce():
         barrier.wait()  # every input is there
