@@ -95,7 +95,9 @@ extern "C" {
     "segment poisoned: a repair after a process death failed")                 \
   X(EBADSEG, -10001, "not a valid pdshm segment (bad header, layout or size)") \
   X(ETYPE, -10002, "variable holds a value of another type")                   \
-  X(EFORKED, -10003, "handle inherited across fork(): attach again")
+  X(EFORKED, -10003, "handle inherited across fork(): attach again")          \
+  X(ETIMEDOUT, -ETIMEDOUT, "timed out")                                        \
+  X(EOWNERDEAD, -EOWNERDEAD, "a member of the group died")
 
 typedef enum {
 #define PDSHM__ERR_ENUM(name, value, msg) PDSHM_##name = (value),
@@ -302,6 +304,71 @@ PDSHM_API uint64_t pdshm_var_version(const pdshm_var *v);
 PDSHM_API pdshm_varref pdshm_var_ref(const pdshm_var *v);
 /* The variable, or NULL once it was erased or its scope died. */
 PDSHM_API pdshm_var *pdshm_varref_get(pdshm_seg *seg, pdshm_varref r);
+
+/* ---- Trainer groups: waiting, barriers, reduction ----------------------- */
+/*
+ * Blocks until v's version differs from `seen`; 0 (read the new version with
+ * pdshm_var_version), PDSHM_ETIMEDOUT after timeout_ns (< 0: no limit).  No
+ * lock, no busy spinning: a futex on the version word, woken by every bump
+ * (an exclusive unlock, a resize, in any process).  A read-only attachment
+ * cannot be woken and looks again every millisecond.  EINVAL for NULL or a
+ * variable of no attachment of this process; EFORKED.
+ */
+PDSHM_API int pdshm_var_wait(const pdshm_var *v, uint64_t seen, int64_t timeout_ns);
+
+#define PDSHM_GROUP_MAX 256u   /* members of one group                         */
+#define PDSHM_GROUP_NAME_MAX PDSHM_NAME_MAX
+typedef struct pdshm_group pdshm_group; /* this process's membership: private */
+typedef enum { PDSHM_SUM, PDSHM_MEAN, PDSHM_MAX, PDSHM_MIN } pdshm_reduce_op;
+
+/*
+ * Joins the group NAME (1 to PDSHM_GROUP_NAME_MAX bytes; created by its first
+ * joiner) of `size` members (1 to PDSHM_GROUP_MAX).  rank < 0 takes the lowest
+ * free rank (a rank whose holder died counts as free); a given rank held by a
+ * live member is PDSHM_EBUSY, one held by a dead member is taken over (the
+ * replacement).  A size other than the group's, or a rank >= size, is
+ * PDSHM_EINVAL; a full group PDSHM_EUSERS; ENOMEM; EROFS; EFORKED.  A group's
+ * memory goes back when its last member leaves (or dies and is reaped).  A
+ * failure changes nothing.  One thread at a time uses a pdshm_group.
+ */
+PDSHM_API int pdshm_group_join(pdshm_seg *seg, const char *name, unsigned size, int rank,
+                               pdshm_group **out);
+PDSHM_API int pdshm_group_rank(const pdshm_group *g);  /* EINVAL for NULL */
+PDSHM_API int pdshm_group_size(const pdshm_group *g);  /* EINVAL for NULL */
+/*
+ * 0 once every rank has reached this barrier.  PDSHM_EOWNERDEAD when a member
+ * died during or before this round: every survivor gets it for the same round
+ * (within 100 ms of the death without pdshmd, at once with it), the round is
+ * abandoned, and the next barrier waits for the dead rank to be taken over.
+ * A replacement is not told of the death it replaced: its first barrier
+ * joins the next round.  A rank left free by pdshm_group_leave is waited for
+ * too.  PDSHM_ETIMEDOUT after timeout_ns (< 0: no limit): the caller then has
+ * not passed the barrier, and its next barrier call waits for the same round
+ * again.  EINVAL for NULL; EFORKED.
+ */
+PDSHM_API int pdshm_group_barrier(pdshm_group *g, int64_t timeout_ns);
+/*
+ * Every member passes its own tensor of the same dtype and element count,
+ * with the same op (else PDSHM_EINVAL at every member, and no tensor
+ * changed); on return each member's tensor holds the op over all members'
+ * tensors.  The work is split between the members and done in place in the
+ * segment (the buffers are pinned meanwhile).  F16 and BF16 are reduced in
+ * f32; MEAN divides the sum once, at the end: integer MEAN truncates towards
+ * zero, as C's division does.  Integer sums wrap around.  Dtypes: F16,
+ * BF16, F32, F64, I32, I64 (others: EINVAL at the caller alone, before it
+ * takes part).  Errors as for the barrier: after PDSHM_EOWNERDEAD or a
+ * timeout while the members were writing (PDSHM_ETIMEDOUT at every member of
+ * that round) the tensors' contents are unspecified; a timeout before any
+ * member wrote leaves them unchanged and a later call takes part in the same
+ * round.  Once the call returns, with any result, no other member writes the
+ * caller's tensor.  ETYPE when v holds no tensor.
+ */
+PDSHM_API int pdshm_group_allreduce(pdshm_group *g, pdshm_var *v, pdshm_reduce_op op,
+                                    int64_t timeout_ns);
+/* Frees the rank and the handle (also on error); the group's memory goes
+ * back when this was its last member.  pdshm_detach leaves every group of
+ * the attachment. */
+PDSHM_API int pdshm_group_leave(pdshm_group *g);
 
 /* ---- Tensors ------------------------------------------------------------ */
 #define PDSHM_NDIM_MAX 8
@@ -524,6 +591,39 @@ typedef struct pdshm_lock_info {
  * then returned.  ENOMEM, EBADSEG. */
 PDSHM_API int pdshm_inspect_locks(pdshm_seg *seg,
                                   int (*fn)(const pdshm_lock_info *li, void *arg), void *arg);
+
+/* Trainer groups (pdshm_group_join), as the registry lists them. */
+enum { PDSHM_MEMBER_FREE = 0, PDSHM_MEMBER_ALIVE = 1, PDSHM_MEMBER_DEAD = 2 };
+typedef struct pdshm_group_member_info {
+  int state;               /* PDSHM_MEMBER_*: FREE = never taken or left; DEAD = */
+                           /* its process died (reaped or not)                   */
+  uint32_t slot;           /* its process slot (ALIVE, DEAD)                     */
+  uint32_t pid;            /* that slot's pid while ALIVE, else 0                */
+  uint32_t arrived;        /* the last round it arrived at                       */
+  int writing;             /* writing its share of an allreduce right now        */
+} pdshm_group_member_info;
+typedef struct pdshm_group_info {
+  char name[PDSHM_GROUP_NAME_MAX + 1];
+  uint64_t id;             /* unique for the segment's life                      */
+  uint32_t size;           /* ranks                                              */
+  uint32_t alive, dead;    /* members of each state                              */
+  uint32_t round;          /* the round in progress (barriers and allreduces     */
+                           /* count one or two each)                             */
+  uint32_t arrived;        /* members that arrived at it                         */
+  uint32_t broken;         /* of the PDSHM_GROUP_HISTORY rounds before it, those */
+  uint32_t timed_out;      /* broken by a death (bit 0: the last), or by a       */
+                           /* timeout                                            */
+  uint64_t bytes;          /* of its blocks: record and name                     */
+  uint64_t created_ns;     /* CLOCK_REALTIME                                     */
+  const pdshm_group_member_info *members; /* [size], rank order: valid during    */
+                                          /* the callback only                   */
+} pdshm_group_info;
+#define PDSHM_GROUP_HISTORY 10
+/* Calls fn for each group of the registry, newest first, until fn returns
+ * nonzero, which is then returned.  Works on a read-only attachment; takes no
+ * lock, stores nothing.  ENOMEM, EBADSEG. */
+PDSHM_API int pdshm_inspect_groups(pdshm_seg *seg,
+                                   int (*fn)(const pdshm_group_info *gi, void *arg), void *arg);
 
 #define PDSHM_ALLOC_CLASSES 59 /* small size classes */
 typedef struct pdshm_alloc_class {

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "group.h"
 #include "introspect.h"
 
 #define CK_RETRIES 5
@@ -340,6 +341,43 @@ static void ck_leaks(struct ck *c) {
   }
 }
 
+/* The group registry (group.c): every record a live GROUP block with its
+ * name, members that name real slots, and no record left without one. */
+static void ck_group(struct ck *c, pdshm_off_t off) {
+  const struct pdshm_group_rec *g = pdshm__group_rec(c->seg, off);
+  bool held = false;
+  for (uint32_t r = 0; r < g->size; r++) {
+    uint64_t m = atomic_load(&g->rank[r].member);
+    uint32_t tag = (uint32_t)(m & 0xffff);
+    if (m && (tag == 0 || tag > c->seg->hdr->max_procs))
+      ck_say(c, "group %#llx: rank %u names slot %u", (unsigned long long)off, r, tag - 1);
+    held |= m && !(m & PDSHM_GM_DEAD);
+  }
+  if (!held) ck_say(c, "group %#llx has no member left but is still listed",
+                    (unsigned long long)off);
+}
+
+static void ck_groups(struct ck *c) {
+  size_t bound = c->n;
+  for (pdshm_off_t off = c->seg->hdr->groups; off; bound--) {
+    struct ck_blk *b = ck_want(c, off, PDSHM_T_GROUP, sizeof(struct pdshm_group_rec), "group");
+    if (!b || !bound || b->reached) {
+      if (b) ck_say(c, "the group registry loops at %#llx", (unsigned long long)off);
+      return;
+    }
+    const struct pdshm_group_rec *g = pdshm__group_rec(c->seg, off);
+    if (g->magic != PDSHM_GROUP_MAGIC || g->size == 0 || g->size > PDSHM_GROUP_MAX ||
+        pdshm__group_bytes(g->size) > b->size - PDSHM_BLK_HDR) {
+      ck_say(c, "group %#llx is malformed", (unsigned long long)off);
+      return;
+    }
+    b->reached = 1;
+    ck_name(c, g->name, "group name");
+    ck_group(c, off);
+    off = g->next;
+  }
+}
+
 static void ck_model(struct ck *c) {
   ck_slots(c);
   ck_count_refs(c);
@@ -351,31 +389,34 @@ static void ck_model(struct ck *c) {
       ck_scope(c, &c->b[i]);
   ck_locks(c);
   ck_pins(c);
+  ck_groups(c);
   ck_leaks(c);
 }
 
 /* ---- stopping the world ---------------------------------------------------------------- */
 
 static void ck_unlock_scopes(pdshm_seg *seg, const uint8_t *held) {
-  for (uint32_t i = PDSHM_LOCK_FIXED; i < seg->hdr->max_locks; i++)
+  for (uint32_t i = PDSHM_LOCK_GROUPS; i < seg->hdr->max_locks; i++)
     if (held[i / 8] & (1u << (i % 8))) pdshm__unlock(seg, i);
 }
 
-/* One pass of trylocks over the scope locks; 0, EBUSY or an error, with the
+/* One pass of trylocks over the groups lock and the scope locks; 0, EBUSY or an error, with the
  * locks taken recorded in held (and released again on failure). */
 static int ck_trylock_scopes(pdshm_seg *seg, uint8_t *held) {
   int rc = 0;
   memset(held, 0, (seg->hdr->max_locks + 7) / 8);
-  for (uint32_t i = PDSHM_LOCK_FIXED; i < seg->hdr->max_locks && !rc; i++) {
+  for (uint32_t i = PDSHM_LOCK_GROUPS; i < seg->hdr->max_locks && !rc; i++) {
     struct pdshm_lock *l = pdshm__lockent(seg, i);
-    if (l->kind != PDSHM_LK_SCOPE || atomic_load(&l->alloc) == PDSHM_LOCK_AVAILABLE) continue;
+    if (i >= PDSHM_LOCK_FIXED &&
+        (l->kind != PDSHM_LK_SCOPE || atomic_load(&l->alloc) == PDSHM_LOCK_AVAILABLE))
+      continue;
     if (!(rc = pdshm__trylock(seg, i))) held[i / 8] |= (uint8_t)(1u << (i % 8));
   }
   if (rc) ck_unlock_scopes(seg, held);
   return rc;
 }
 
-/* Every scope lock by trylock, then the heap lock. */
+/* The groups lock and every scope lock by trylock, then the heap lock. */
 static int ck_lock_world(pdshm_seg *seg, uint8_t *held) {
   for (unsigned round = 0;; round++) {
     int rc = ck_trylock_scopes(seg, held);

@@ -121,6 +121,7 @@ struct pdshm_seg {
                                /* per descriptor, not per thread)              */
   _Atomic bool daemon;         /* holds the daemon claim (daemon.c)            */
   struct pdshm_lane_ctx lanes[PDSHM_LANES];
+  struct pdshm_group *groups;  /* memberships to leave at detach; reap_mu     */
   struct pdshm_seg *next;      /* the process's list of attachments (fork)     */
   char name[PDSHM_SEG_NAME_MAX + 1];
 };
@@ -202,6 +203,27 @@ uint64_t pdshm__shmfs_default_size(void);
 /* Detach: drops every pin the attachment holds (when it still may: not in a
  * fork child, not read-only) and frees their private handles. */
 void pdshm__pin_drop_all(pdshm_seg *seg);
+
+
+/* ---- futex.c --------------------------------------------------------------- */
+/* Sleeps while *word == expect, at most slice_ns (< 0: no limit), counted in
+ * *waiters (futex.c, invariant 1).  0 when woken or the word differs (look
+ * again), PDSHM_ETIMEDOUT when the slice ran out. */
+int pdshm__futex_wait(_Atomic uint32_t *word, _Atomic uint32_t *waiters, uint32_t expect,
+                      int64_t slice_ns);
+/* Wakes every waiter of word, with no system call when *waiters is 0.  Call
+ * it after changing the word. */
+void pdshm__futex_wake(_Atomic uint32_t *word, _Atomic uint32_t *waiters);
+/* The futex word (low 32 bits) of a 64-bit counter. */
+_Atomic uint32_t *pdshm__futex_low(_Atomic uint64_t *w64);
+
+/* ---- group.c ---------------------------------------------------------------- */
+/* Detach: leaves every group of the attachment (when it still may) and
+ * frees the handles. */
+void pdshm__group_leave_all(pdshm_seg *seg);
+/* Acting as dead slot `slot` through lane ln: its memberships marked dead,
+ * their rounds broken, empty groups freed (group.c). */
+int pdshm__group_reap_slot(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *ln);
 
 /* ---- daemon.c ------------------------------------------------------------- */
 /* Gives up the daemon claim if this attachment holds it (detach). */

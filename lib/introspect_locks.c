@@ -43,7 +43,8 @@ static int lk_guards(struct lk_walk *w, const struct pdshm_lock *l, pdshm_lock_i
 static int lk_entry(struct lk_walk *w, uint32_t i) {
   const struct pdshm_lock *l = pdshm__lockent(w->seg, i);
   uint64_t alloc = atomic_load_explicit(&l->alloc, memory_order_acquire);
-  if (i != PDSHM_LOCK_HEAP && alloc != PDSHM_LOCK_PUBLISHED) return 0;
+  /* The groups' registry lock is the groups view's business. */
+  if (i == PDSHM_LOCK_GROUPS || (i != PDSHM_LOCK_HEAP && alloc != PDSHM_LOCK_PUBLISHED)) return 0;
   if (w->n == w->most)
     return pdshm__fail(PDSHM_EBADSEG, "more locks in use than scopes and variables");
   pdshm_lock_info *li = &w->li[w->n];

@@ -21,7 +21,9 @@
  *     value for a word guarded by L, so applying the list twice is applying
  *     it once; except bumps (JRN_BUMP), which a repair may apply twice.  A
  *     bump happens once the stores are visible, so a reader that sees it
- *     sees the change it announces.  Publishing newb (owner := 0) and
+ *     sees the change it announces, and wakes the word's waiters (each
+ *     bumped word is a version followed by its waiter count, as in struct
+ *     pdshm_var_rec).  Publishing newb (owner := 0) and
  *     freeing oldb (only blocks still USED and marked with this slot, so
  *     never a block another slot reused since; for this slot's, see 5) are
  *     idempotent too; a pinned tensor buffer in oldb is orphaned (published
@@ -169,6 +171,14 @@ static bool jrn_marked(pdshm_seg *seg, pdshm_off_t payload, uint16_t tag) {
   return pdshm__blk_state(w) == PDSHM_BLK_USED && b->owner == tag;
 }
 
+/* A bumped word is a version: a 64-bit counter followed by the 32-bit count
+ * of its waiters (struct pdshm_var_rec); a bump wakes them (futex.c). */
+static void jrn_bump_wake(pdshm_seg *seg, pdshm_off_t at) {
+  if (at + 12 > seg->size) return;
+  pdshm__futex_wake(pdshm__futex_low(jrn_word(seg, at)),
+                    PDSHM_AT(seg->base, at + 8, _Atomic uint32_t));
+}
+
 /* Invariant 3, first the stores and the publications. */
 static void jrn_apply_stores(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag) {
   uint32_t nredo = j->nredo < PDSHM_J_REDO ? j->nredo : PDSHM_J_REDO;
@@ -180,9 +190,10 @@ static void jrn_apply_stores(pdshm_seg *seg, struct pdshm_journal *j, uint16_t t
   }
   for (uint32_t i = 0; i < nredo; i++) {
     pdshm_off_t at = j->redo[i].at & ~(pdshm_off_t)JRN_BUMP;
-    if (j->redo[i].at & JRN_BUMP)
+    if (j->redo[i].at & JRN_BUMP) {
       atomic_fetch_add_explicit(jrn_word(seg, at), j->redo[i].val, memory_order_release);
-    else
+      jrn_bump_wake(seg, at);
+    } else
       atomic_store_explicit(jrn_word(seg, at), j->redo[i].val, memory_order_release);
     PDSHM_CRASHPOINT("j.apply.store");
   }
@@ -261,7 +272,9 @@ static int jrn_sane(pdshm_seg *seg, const struct pdshm_journal *j) {
     return PDSHM_EBADSEG;
   for (uint32_t i = 0; i < j->nredo; i++) {
     pdshm_off_t at = j->redo[i].at & ~(pdshm_off_t)JRN_BUMP;
-    if (at % 8 || at < seg->hdr->slots_off || at >= seg->size) return PDSHM_EBADSEG;
+    bool registry = at == offsetof(struct pdshm_hdr, groups); /* group.c's list head */
+    if (at % 8 || (at < seg->hdr->slots_off && !registry) || at >= seg->size)
+      return PDSHM_EBADSEG;
   }
   const pdshm_off_t lo = seg->hdr->arena_off + PDSHM_BLK_HDR, hi = seg->hdr->arena_end;
   for (uint32_t i = 0; i < j->nnew; i++) {

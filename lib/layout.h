@@ -50,7 +50,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PDSHM_LAYOUT_VERSION 5u
+#define PDSHM_LAYOUT_VERSION 6u
 #define PDSHM_MAGIC "\x89PDSHM\r\n" /* 8 bytes, no NUL needed */
 #define PDSHM_MAGIC_LEN 8
 #define PDSHM_CACHELINE 64
@@ -85,6 +85,7 @@ enum pdshm_type {
   PDSHM_T_OPLIST,   /* a variable's readers or writers                   */
   PDSHM_T_HOLD,     /* a process's shared hold on a variable lock        */
   PDSHM_T_PIN,      /* a process's pin on a tensor buffer (struct pdshm_pin_rec) */
+  PDSHM_T_GROUP,    /* a trainer group (struct pdshm_group_rec, group.h)  */
   PDSHM_T_COUNT
 };
 
@@ -146,19 +147,22 @@ struct pdshm_heap {
 };
 
 /* ---- Locks -------------------------------------------------------------- */
-#define PDSHM_LOCK_HEAP 0u  /* the heap's bins and every block size          */
-#define PDSHM_LOCK_FIXED 1u /* entries below this index are not allocatable  */
+#define PDSHM_LOCK_HEAP 0u   /* the heap's bins and every block size         */
+#define PDSHM_LOCK_GROUPS 1u /* the group registry and every group's members */
+#define PDSHM_LOCK_FIXED 2u  /* entries below this index are not allocatable */
 
 #define PDSHM_LOCK_AVAILABLE 0ull    /* alloc: nobody has this entry           */
 #define PDSHM_LOCK_PUBLISHED (~0ull) /* alloc: borrowed by a live object       */
                                          /* any other value: slot+1 creating   */
 
-enum pdshm_lock_kind { PDSHM_LK_NONE, PDSHM_LK_HEAP, PDSHM_LK_SCOPE, PDSHM_LK_VAR };
+enum pdshm_lock_kind { PDSHM_LK_NONE, PDSHM_LK_HEAP, PDSHM_LK_SCOPE, PDSHM_LK_VAR, PDSHM_LK_GROUPS };
 
 /* Ranks (struct pdshm_lock.rank): a thread takes locks in rising rank
  * (lib/lockorder.c).  0 is an entry nobody ranked: never checked. */
 #define PDSHM_RANK_VAR 1u         /* a variable's lock                         */
 #define PDSHM_RANK_SCOPE 2u       /* + the scope's depth: a parent's first     */
+#define PDSHM_RANK_GROUPS (UINT32_MAX - 1) /* the group registry: after any */
+                                          /* scope's, before the heap's        */
 #define PDSHM_RANK_HEAP UINT32_MAX /* the heap lock, always last               */
 
 struct pdshm_lock {
@@ -320,6 +324,8 @@ struct pdshm_hdr {
   _Atomic uint64_t id_counter;    /* scope ids and variable generations        */
   _Atomic uint64_t reaped;        /* slots reaped since create                 */
   pdshm_off_t root;               /* the root scope record, 0 before it exists */
+  pdshm_off_t groups;             /* first group record (group.h), 0 when none;
+                                     lock PDSHM_LOCK_GROUPS, through journals  */
 
   /* The heap: every field under lock PDSHM_LOCK_HEAP. */
   alignas(PDSHM_CACHELINE) struct pdshm_heap heap;

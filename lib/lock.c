@@ -57,6 +57,10 @@ void pdshm__lock_init_table(pdshm_seg *seg) {
   heap->kind = PDSHM_LK_HEAP;
   heap->rank = pdshm__lock_rank(PDSHM_LK_HEAP, 0);
   atomic_store(&heap->alloc, PDSHM_LOCK_PUBLISHED);
+  struct pdshm_lock *groups = pdshm__lockent(seg, PDSHM_LOCK_GROUPS);
+  groups->kind = PDSHM_LK_GROUPS;
+  groups->rank = pdshm__lock_rank(PDSHM_LK_GROUPS, 0);
+  atomic_store(&groups->alloc, PDSHM_LOCK_PUBLISHED);
 }
 
 void pdshm__poison(pdshm_seg *seg, const char *why) {

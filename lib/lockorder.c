@@ -30,8 +30,9 @@ uint32_t pdshm__lock_rank(unsigned kind, uint32_t depth) {
   switch (kind) {
   case PDSHM_LK_VAR: return PDSHM_RANK_VAR;
   case PDSHM_LK_SCOPE:
-    return depth < PDSHM_RANK_HEAP - PDSHM_RANK_SCOPE ? PDSHM_RANK_SCOPE + depth
-                                                      : PDSHM_RANK_HEAP - 1;
+    return depth < PDSHM_RANK_GROUPS - PDSHM_RANK_SCOPE ? PDSHM_RANK_SCOPE + depth
+                                                        : PDSHM_RANK_GROUPS - 1;
+  case PDSHM_LK_GROUPS: return PDSHM_RANK_GROUPS;
   case PDSHM_LK_HEAP: return PDSHM_RANK_HEAP;
   default: return 0;
   }

@@ -21,9 +21,9 @@
  *
  * Lock order (ranks, checked by debug builds: lockorder.c): a variable's
  * lock before any scope's (a user holds it across calls that take scope
- * locks, as pdshm_tensor_resize does); a parent's lock before a child's; any
- * lock before the heap lock (a pin takes its variable's scope lock, then the
- * heap lock).
+ * locks, as pdshm_tensor_resize does); a parent's lock before a child's; the
+ * group registry's lock after any scope's (group.c); any lock before the
+ * heap lock (a pin takes its variable's scope lock, then the heap lock).
  */
 #ifndef PDSHM_MODEL_H
 #define PDSHM_MODEL_H
@@ -99,7 +99,11 @@ struct pdshm_var_rec {
   pdshm_off_t writers;     /* OPLIST block or 0; scope lock                     */
   uint64_t vtype;          /* enum pdshm_value_type; scope lock                 */
   uint64_t lock;           /* lock-table entry of pdshm_var_lock, 0 = none yet  */
-  _Atomic uint64_t version;/* bumped by resize and by exclusive unlocks         */
+  _Atomic uint64_t version;/* bumped by resize and by exclusive unlocks; its low
+                              32 bits are the futex word of pdshm_var_wait    */
+  _Atomic uint32_t vwaiters;/* threads in pdshm_var_wait on this variable: a
+                              bump wakes them only when nonzero (futex.c)     */
+  uint32_t vpad;
   /* The tensor; every word below changes in one journal (resize). */
   uint64_t dtype_ndim;     /* dtype | ndim << 32                                */
   int64_t dims[PDSHM_NDIM_MAX_];

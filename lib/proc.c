@@ -230,7 +230,9 @@ int pdshm__slot_release_own(pdshm_seg *seg) {
 
 /* Shared by detach and the reaper; each step is idempotent (proc.c inv. 3). */
 int pdshm__release_slot_holds(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *lanes) {
-  int rc = 0;
+  /* Groups first: survivors stop writing into the buffers this slot pins. */
+  int rc = slot == seg->slot ? 0 : pdshm__group_reap_slot(seg, slot, &lanes[0]);
+  PDSHM_CRASHPOINT("reap.groups.done");
   for (unsigned k = 0; k < PDSHM_LANES && !rc; k++) rc = pdshm__todo_run(seg, &lanes[k]);
   pdshm_off_t *kept = NULL;
   size_t nkept = 0;

@@ -497,6 +497,7 @@ PDSHM_API int pdshm_detach(pdshm_seg *seg) {
   /* In a fork child the slot is the parent's: touch nothing, unmap the range
    * and free the copy. */
   if (!rc) pdshm__daemon_drop(seg);
+  pdshm__group_leave_all(seg);
   pdshm__pin_drop_all(seg);
   if (!rc && seg->slot != PDSHM_NOSLOT) rc = pdshm__slot_release_own(seg);
   pdshm__scope_free_handles(seg);

@@ -234,6 +234,7 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
     atomic_fetch_add_explicit(&r->version, 1, memory_order_release);
     PDSHM_CRASHPOINT("varlock.excl.bumped");
     pdshm__unlock(seg, lk);
+    pdshm__futex_wake(pdshm__futex_low(&r->version), &r->vwaiters);
   } else {
     struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
     rc = vl_unshare(seg, ln, r, lk, held->hold);

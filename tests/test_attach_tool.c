@@ -376,6 +376,47 @@ START_TEST(pins_and_orphans_shown) {
 }
 END_TEST
 
+static int join_and_die(void *arg) {
+  pdshm_seg *s;
+  pdshm_group *g;
+  (void)arg;
+  if (pdshm_attach(g_name, NULL, &s) || pdshm_group_join(s, "trainers", 3, 2, &g)) return 1;
+  raise(SIGKILL);
+  return 2;
+}
+
+START_TEST(groups_shown) {
+  struct world wd;
+  world_build(&wd);
+  struct run r = TOOL(g_name, "--groups");
+  has(r.out, "(no group)");
+  run_free(&r);
+  pdshm_group *g;
+  ck_assert_int_eq(pdshm_group_join(g_seg, "trainers", 3, 0, &g), 0);
+  ck_assert_int_eq(tu_wait(tu_fork(join_and_die, NULL)), 128 + SIGKILL);
+  tu_await_dead(g_seg, 1); /* its attach reaped the world's dead kid */
+  r = TOOL(g_name, "--groups");
+  ck_assert_msg(r.status == 0, "%s", r.err);
+  has(r.out, "group trainers  (id ");
+  has(r.out, "3 ranks: 1 alive, 1 dead;");
+  has(r.out, "round 1: 0 of 3 arrived");
+  has(r.out, "free");
+  run_free(&r);
+  char mine[96];
+  snprintf(mine, sizeof mine, "{\"rank\":0,\"state\":\"alive\",\"slot\":%u,\"pid\":%d,",
+           g_seg->slot, (int)getpid());
+  json_view("--groups", (const char *const[]){"\"view\":\"groups\"", "\"name\":\"trainers\"",
+                                             "\"size\":3,\"alive\":1,\"dead\":1,", mine,
+                                             "{\"rank\":1,\"state\":\"free\"",
+                                             "{\"rank\":2,\"state\":\"dead\"", NULL});
+  ck_assert_int_eq(pdshm_group_leave(g), 0);
+  world_end(&wd);
+  r = TOOL(g_name, "--groups");
+  has(r.out, "(no group)");
+  run_free(&r);
+}
+END_TEST
+
 START_TEST(watch_repeats_until_interrupted) {
   make(8u << 20, 8, 0);
   struct run r = tool_argv((const char *const[]){g_name, "--procs", "--json", "--watch", "0.1",
@@ -527,6 +568,7 @@ static Suite *attach_suite(void) {
   tcase_add_test(tc, odd_names_stay_readable);
   tcase_add_test(tc, procs_locks_alloc_check_reap);
   tcase_add_test(tc, pins_and_orphans_shown);
+  tcase_add_test(tc, groups_shown);
   tcase_add_test(tc, watch_repeats_until_interrupted);
   tcase_add_test(tc, file_truncated_while_watching);
   tcase_add_test(tc, usage_errors_exit_2);

@@ -8,6 +8,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -127,6 +129,56 @@ START_TEST(pidfd_reaps_before_a_long_interval) {
   bool pidfd = !dm_log_has(log, "no pidfd_open");
   ck_assert_msg(reaped_logged(log, tr, pidfd ? "pidfd" : "scan"), "reap of %d not logged as %s",
                 (int)tr, pidfd ? "pidfd" : "scan");
+}
+END_TEST
+
+/* A group member that waits to be killed. */
+static int member_main(void *arg) {
+  pdshm_seg *s;
+  pdshm_group *g;
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_group_join(s, "dg", 2, 1, &g)) return 1;
+  *(volatile int *)arg = 1;
+  pause();
+  return 0;
+}
+
+struct killer {
+  pid_t pid;
+  uint64_t at;
+};
+static void *kill_later(void *arg) {
+  struct killer *k = arg;
+  usleep(100000);
+  k->at = tu_now_ns();
+  kill(k->pid, SIGKILL);
+  return NULL;
+}
+
+/* The daemon's pidfd notices the death, its reap breaks the round and wakes
+ * the survivor in its barrier: no slice to wait out. */
+START_TEST(group_survivor_told_at_once) {
+  const char *log = dm_log();
+  pid_t d = start_daemon(log, "60000");
+  pdshm_group *g;
+  ck_assert_int_eq(pdshm_group_join(seg, "dg", 2, 0, &g), 0);
+  int *joined = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert_ptr_ne(joined, MAP_FAILED);
+  struct killer k = {.pid = tu_spawn(member_main, joined)};
+  while (!*(volatile int *)joined) usleep(1000);
+  dm_await_beats(seg); /* the daemon has read the table: it watches the member */
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, kill_later, &k), 0);
+  ck_assert_int_eq(pdshm_group_barrier(g, 10000000000ll), PDSHM_EOWNERDEAD);
+  uint64_t lag = tu_now_ns() - k.at;
+  pthread_join(t, NULL);
+  tu_wait(k.pid);
+  fprintf(stderr, "test_daemon: a barrier told of a death %.2f ms after SIGKILL\n", lag / 1e6);
+  ck_assert_msg(lag < 100000000u, "told after %llu ms", (unsigned long long)(lag / 1000000));
+  ck_assert_msg(reaped_logged(log, k.pid, NULL), "the daemon did not reap pid %d", (int)k.pid);
+  ck_assert_int_eq(pdshm_group_leave(g), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_int_eq(kill(d, SIGTERM), 0);
+  ck_assert_int_eq(dm_wait(d, 10000), 0);
 }
 END_TEST
 
@@ -330,6 +382,7 @@ static Suite *daemon_suite(void) {
   TCase *tc = tu_tcase(s, "pdshmd", 30, setup, teardown);
   tcase_add_test(tc, killed_trainers_released_within_interval);
   tcase_add_test(tc, pidfd_reaps_before_a_long_interval);
+  tcase_add_test(tc, group_survivor_told_at_once);
   tcase_add_test(tc, stopped_trainer_is_not_reaped);
   tcase_add_test(tc, one_daemon_per_segment);
   tcase_add_test(tc, sigterm_stops_cleanly);

@@ -5,7 +5,9 @@
  * operator lists, shared and exclusive variable locks, unique names and pins
  * of their local tensors (whose bytes must survive an erase, a resize or the
  * scope's release until the unpin); under a variable lock they verify the
- * committed parameters' bytes.  The driver kills a random
+ * committed parameters' bytes.  A third thread of each worker is a member of
+ * the workers' group: allreduces (checked) and barriers, EOWNERDEAD when a
+ * worker is killed, the replacement taking its rank over.  The driver kills a random
  * worker at a random instant and starts another (whose attach reaps the
  * dead: a reaper that may be killed in turn), and now and then kills a
  * process in the middle of pdshm_reap.  After each round every process is
@@ -34,12 +36,14 @@
 #define NPARAMS 6
 #define SEG_SIZE (20u << 20) /* small enough to be filled now and then */
 #define WPINS 3              /* pins a worker thread keeps at most          */
+#define GFLOATS 40000        /* the group's allreduce: 160 KiB a member     */
 
 /* Shared with the workers through an anonymous MAP_SHARED mapping. */
 struct board {
   uint64_t sums[NPARAMS];   /* checksums of the parameters' bytes         */
   _Atomic uint64_t ops;     /* operations the workers completed           */
   _Atomic uint64_t nomem;   /* of them, answered ENOMEM / ENOSPC          */
+  _Atomic uint64_t group_rounds; /* allreduce + barrier rounds of the group */
   _Atomic int failed;       /* a worker saw something wrong               */
   char why[256];
 };
@@ -232,10 +236,60 @@ static void *worker_loop(void *arg) {
   return NULL;
 }
 
-/* Two threads, so that a death can leave journals open on two lanes. */
+/* The worker's third thread: rank `rank` of the group "trainers" (its
+ * predecessor's rank, taken over), allreduces and barriers with the other
+ * workers while they are killed; every allreduce that succeeds must hold the
+ * sum of the ranks' values. */
+struct member {
+  struct worker *w;
+  int rank;
+};
+
+static int g_round(pdshm_group *g, pdshm_var *v, float *p, int rank) {
+  for (int i = 0; i < GFLOATS; i++) p[i] = (float)(rank + 1) * (float)(i % 3 + 1);
+  int rc = pdshm_group_allreduce(g, v, PDSHM_SUM, 10000000000ll);
+  if (rc == PDSHM_EOWNERDEAD) return 0;
+  if (rc) return w_fail("allreduce", rc);
+  for (int i = 0; i < GFLOATS; i++)
+    if (p[i] != (float)(WORKERS * (WORKERS + 1) / 2) * (float)(i % 3 + 1)) {
+      snprintf(g_board->why, sizeof g_board->why, "worker %d: allreduce [%d] = %g", (int)getpid(),
+               i, p[i]);
+      g_board->failed = 1;
+      return 1;
+    }
+  rc = pdshm_group_barrier(g, 10000000000ll);
+  return rc && rc != PDSHM_EOWNERDEAD ? w_fail("barrier", rc) : 0;
+}
+
+static void *member_loop(void *arg) {
+  struct member *m = arg;
+  pdshm_scope *local;
+  pdshm_var *v;
+  pdshm_group *g;
+  int64_t n = GFLOATS;
+  int rc = pdshm_scope_new(m->w->root, NULL, &local);
+  if (!rc) rc = pdshm_var_new(local, &v);
+  if (!rc) rc = pdshm_tensor_resize(v, PDSHM_F32, 1, &n);
+  /* the predecessor's descriptors close a moment after its death */
+  for (int tries = 0; !rc; tries++) {
+    rc = pdshm_group_join(m->w->seg, "trainers", WORKERS, m->rank, &g);
+    if (rc != PDSHM_EBUSY || tries == 5000) break;
+    rc = 0;
+    usleep(1000);
+  }
+  if (rc == PDSHM_ENOMEM || rc == PDSHM_ENOSPC) return NULL; /* the churn filled it */
+  if (rc) _exit(w_fail("join", rc));
+  for (;;) {
+    if (g_round(g, v, pdshm_tensor_data(v), m->rank)) _exit(1);
+    g_board->group_rounds++;
+  }
+  return NULL;
+}
+
+/* Two threads, so that a death can leave journals open on two lanes, and a
+ * third that is a member of the workers' group. */
 static int worker_main(void *arg) {
-  struct worker w = {.rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull | 1}, w2;
-  (void)arg;
+  struct worker w = {.rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull | 1}, w2, w3;
   int rc = pdshm_attach(g_name, NULL, &w.seg);
   if (!rc) rc = pdshm_root(w.seg, &w.root);
   if (!rc) rc = pdshm_scope_open(w.seg, "params", &w.params);
@@ -243,8 +297,11 @@ static int worker_main(void *arg) {
   if (rc) return w_fail("attach", rc);
   w2 = w;
   w2.rng = ~w.rng | 1;
-  pthread_t t;
+  w3 = w;
+  struct member m = {.w = &w3, .rank = (int)(intptr_t)arg};
+  pthread_t t, tm;
   if ((rc = pthread_create(&t, NULL, worker_loop, &w2))) return w_fail("thread", -rc);
+  if ((rc = pthread_create(&tm, NULL, member_loop, &m))) return w_fail("thread", -rc);
   worker_loop(&w);
   return 1;
 }
@@ -333,7 +390,7 @@ static void round_end(struct driver *d) {
 }
 
 static void round_run(struct driver *d) {
-  for (int i = 0; i < WORKERS; i++) d->pid[i] = tu_spawn(worker_main, NULL);
+  for (int i = 0; i < WORKERS; i++) d->pid[i] = tu_spawn(worker_main, (void *)(intptr_t)i);
   for (int n = 0; n < KILLS_PER_ROUND; n++) {
     pause_us(d, 20000);
     if ((d->rng >> 45) % 8 == 0) { /* a reaper, killed mid-reap (an LCG's high bits) */
@@ -346,7 +403,7 @@ static void round_run(struct driver *d) {
     int i = (int)((d->rng >> 53) % WORKERS);
     kill_one(d->pid[i]);
     d->kills++;
-    d->pid[i] = tu_spawn(worker_main, NULL);
+    d->pid[i] = tu_spawn(worker_main, (void *)(intptr_t)i);
   }
   round_end(d);
 }
@@ -361,10 +418,11 @@ START_TEST(workers_killed_at_random) {
               : tu_now_ns() - t0 < secs * 1000000000ull)
     round_run(&d);
   printf("torture: %llu kills of workers and %llu of reapers in %llu rounds, %.1f s, "
-         "%llu operations (%llu answered ENOMEM/ENOSPC)\n",
+         "%llu operations (%llu answered ENOMEM/ENOSPC), %llu group rounds\n",
          (unsigned long long)d.kills, (unsigned long long)d.reaper_kills,
          (unsigned long long)d.rounds, (double)(tu_now_ns() - t0) / 1e9,
-         (unsigned long long)g_board->ops, (unsigned long long)g_board->nomem);
+         (unsigned long long)g_board->ops, (unsigned long long)g_board->nomem,
+         (unsigned long long)g_board->group_rounds);
   free(d.params_text);
   ck_assert_int_eq(pdshm_detach(d.seg), 0);
 }

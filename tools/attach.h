@@ -28,6 +28,7 @@ int view_summary(struct ctx *c);
 int view_vars(struct ctx *c);
 int view_procs(struct ctx *c);
 int view_locks(struct ctx *c);
+int view_groups(struct ctx *c);
 int view_alloc(struct ctx *c);
 int view_check(struct ctx *c);
 int view_reap(struct ctx *c);

@@ -48,6 +48,8 @@ static const struct cmd cmds[] = {
     {"--procs", CMD_ATTACH, "", "process slots: pid, alive or dead, since, handles, pins, bytes",
      view_procs},
     {"--locks", CMD_ATTACH, "", "locks: what each guards, holder, contention, wait", view_locks},
+    {"--groups", CMD_ATTACH, "", "trainer groups: round, members alive or dead, who writes",
+     view_groups},
     {"--alloc", CMD_ATTACH, "", "allocator: size classes, large blocks, fragmentation",
      view_alloc},
     {"--check", CMD_ATTACH, "", "the consistency walk's report (exit 1 when not clean)",

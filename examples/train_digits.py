@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Data-parallel training of a PyTorch MLP on scikit-learn's digits (8x8 images
+of handwritten digits, 1797 samples, 10 classes) by N trainer processes of
+this host, with the parameters and the optimizer's state held once in a pdshm
+segment (pdshm.torch.DataParallel).
+
+    PYTHONPATH=python python3 examples/train_digits.py --trainers 2
+    ... --kill-one       SIGKILL a trainer mid-epoch, start a replacement
+    ... --plot loss.png  the loss curve (needs matplotlib)
+
+Every step takes one global batch (--batch rows, the same for any number of
+trainers, so the run does not depend on it) and gives each trainer an equal
+share; the gradients are averaged through the group, and each trainer
+updates its slice of the parameters.  With --kill-one the survivors see
+pdshm.PeerDied, the replacement takes the dead trainer's rank, and the step
+is redone: training ends with the same accuracy as without the kill.
+"""
+import argparse
+import multiprocessing
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))  # the build tree's pdshm
+
+import pdshm  # noqa: E402
+
+GROUP = "trainers"
+SCOPE = "digits"
+
+
+def load_data(seed=0):
+    """(x_train, y_train, x_test, y_test): digits scaled to [0, 1], a fixed 80/20 split."""
+    from sklearn.datasets import load_digits
+    x, y = load_digits(return_X_y=True)
+    order = np.random.default_rng(seed).permutation(len(x))
+    x, y = (x[order] / 16.0).astype(np.float32), y[order].astype(np.int64)
+    cut = len(x) * 4 // 5
+    return x[:cut], y[:cut], x[cut:], y[cut:]
+
+
+def make_model(torch, hidden, seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
+                               torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+                               torch.nn.Linear(hidden, 10))
+
+
+def steps_per_epoch(n_train, batch):
+    return n_train // batch
+
+
+def batch_rows(step, n_train, batch, size, rank):
+    """The rows of the training set that `rank` of `size` uses at `step` (from 1):
+    epoch e visits a permutation seeded by e, one global batch per step."""
+    per = steps_per_epoch(n_train, batch)
+    epoch, i = divmod(step - 1, per)
+    order = np.random.default_rng(1000 + epoch).permutation(n_train)
+    rows = order[i * batch:(i + 1) * batch]
+    share = batch // size
+    return rows[rank * share:(rank + 1) * share]
+
+
+def accuracy(torch, model, x, y):
+    with torch.no_grad():
+        return float((model(torch.from_numpy(x)).argmax(1).numpy() == y).mean())
+
+
+def make_optimizer(args):
+    import pdshm.torch as pt
+    if args.optimizer == "adam":
+        return pt.Adam(lr=args.lr)
+    return pt.SGD(lr=args.lr, momentum=0.9)
+
+
+def trainer(seg_name, rank, args):
+    """One trainer process: joins rank `rank` and trains until every step is done."""
+    import torch
+    import pdshm.torch as pt
+    torch.set_num_threads(1)
+    x_train, y_train, x_test, y_test = load_data()
+    per = steps_per_epoch(len(x_train), args.batch)
+    total = per * args.epochs
+    with pdshm.attach(seg_name) as seg, seg.group(GROUP, args.trainers, rank=rank) as group:
+        scope = seg.open(SCOPE)
+        model = make_model(torch, args.hidden)
+        dp = pt.DataParallel(model, scope, group, make_optimizer(args), timeout=120.0)
+        losses = scope["loss"].numpy()  # (steps, trainers): each rank's share of each step
+        started = time.monotonic()
+        while dp.steps_done < total:
+            step = dp.steps_done + 1
+            rows = batch_rows(step, len(x_train), args.batch, args.trainers, rank)
+            dp.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x_train[rows])),
+                                                     torch.from_numpy(y_train[rows]))
+            loss.backward()
+            if not dp.step():
+                print(f"trainer {rank}: a trainer died during step {step}: redoing it",
+                      flush=True)
+                continue
+            losses[step - 1, rank] = loss.item()
+            if rank == 0 and step % per == 0:
+                # every shard of this step is applied, and no one writes the
+                # parameters before rank 0 joins the next reduction
+                now = time.monotonic()
+                # the loss of rank 0's shares (the others may not have written theirs yet)
+                print(f"epoch {step // per:3d}  loss {losses[step - per:step, 0].mean():.4f}  "
+                      f"test accuracy {accuracy(torch, model, x_test, y_test):.4f}  "
+                      f"{now - started:.3f} s", flush=True)
+                started = now
+
+
+def start_trainer(ctx, seg_name, rank, args):
+    p = ctx.Process(target=trainer, args=(seg_name, rank, args), name=f"trainer{rank}")
+    p.start()
+    return p
+
+
+def kill_one_mid_epoch(ctx, seg_name, procs, args, seg, per):
+    """Waits until the last rank is half-way through the middle epoch, SIGKILLs
+    it and starts a replacement for its rank.  Returns the new process list."""
+    victim = args.trainers - 1
+    at = per * (args.epochs // 2) + per // 2
+    progress = seg.open(SCOPE).find_var("progress")
+    while progress is None or progress.numpy()[victim, 0] < at:
+        if not procs[victim].is_alive():
+            raise SystemExit("the trainer to kill ended early")
+        time.sleep(0.001)
+        if progress is None:
+            progress = seg.open(SCOPE).find_var("progress")
+    os.kill(procs[victim].pid, signal.SIGKILL)
+    procs[victim].join()
+    print(f"killed trainer {victim} (pid {procs[victim].pid}) at step "
+          f"{progress.numpy()[victim, 0] + 1}; starting its replacement", flush=True)
+    procs[victim] = start_trainer(ctx, seg_name, victim, args)
+    return procs
+
+
+def plot(losses, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot: matplotlib is not installed; no plot", file=sys.stderr)
+        return
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(np.arange(1, len(losses) + 1), losses)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (cross entropy)")
+    ax.set_yscale("log")
+    ax.set_title("digits MLP, data-parallel over pdshm")
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"loss curve written to {path}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trainers", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=64, help="global batch (rows per step)")
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
+    ap.add_argument("--lr", type=float, default=None, help="default 0.05 (sgd), 0.002 (adam)")
+    ap.add_argument("--kill-one", action="store_true",
+                    help="SIGKILL the last trainer mid-epoch and start a replacement")
+    ap.add_argument("--plot", metavar="FILE", help="write the loss curve as a PNG")
+    args = ap.parse_args(argv)
+    if args.lr is None:
+        args.lr = 0.05 if args.optimizer == "sgd" else 0.002
+    if args.trainers < 1 or args.batch % args.trainers:
+        ap.error("--trainers must be >= 1 and divide --batch")
+    if args.kill_one and args.trainers < 2:
+        ap.error("--kill-one needs at least 2 trainers")
+
+    import torch
+    import pdshm.torch as pt
+    x_train, y_train, x_test, y_test = load_data()
+    per = steps_per_epoch(len(x_train), args.batch)
+    print(f"digits: {len(x_train)} training and {len(x_test)} test samples; {args.trainers} "
+          f"trainers, global batch {args.batch}, {per} steps per epoch, {args.optimizer}")
+    seg_name = f"digits-{os.getpid()}"
+    ctx = multiprocessing.get_context("spawn")
+    with pdshm.create(seg_name, size=64 << 20) as seg:
+        try:
+            scope = seg.root.new_scope(SCOPE)
+            scope.var("loss").assign(np.full((per * args.epochs, args.trainers), np.nan,
+                                             np.float32))
+            start = time.monotonic()
+            procs = [start_trainer(ctx, seg_name, r, args) for r in range(args.trainers)]
+            if args.kill_one:
+                procs = kill_one_mid_epoch(ctx, seg_name, procs, args, seg, per)
+            for p in procs:
+                p.join()
+            failed = [p.name for p in procs if p.exitcode != 0]
+            if failed:
+                raise SystemExit(f"trainers failed: {failed}")
+            elapsed = time.monotonic() - start
+            model = make_model(torch, args.hidden)
+            pt.share_parameters(model, scope)  # the trained parameters, from the segment
+            losses = scope["loss"].numpy().mean(axis=1)
+            print(f"final test accuracy {accuracy(torch, model, x_test, y_test):.4f}  "
+                  f"final loss {losses[-per:].mean():.4f}  "
+                  f"({elapsed:.2f} s with process start)")
+            if args.plot:
+                plot(losses, args.plot)
+        finally:
+            pdshm.unlink(seg_name)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+/*
+ * allreduce.c - pdshm_group_allreduce: an in-place reduction in the segment.
+ *
+ * An allreduce takes two rounds of the group (group_round.c), P and P+1:
+ *   1. each member pins its tensor, describes it in its rank's ar[P & 1]
+ *      and arrives at P (a timeout withdraws: nobody has written);
+ *   2. once P completes, every member reads every description: if any
+ *      differs (dtype, count, op) or is not reducible, all of them see it
+ *      and return EINVAL, having written nothing;
+ *   3. member k reduces its share [k*n/size, (k+1)*n/size) of the elements:
+ *      chunk by chunk, the op over every member's buffer into its own, then
+ *      copied to every other buffer; it marks itself writing (round P+1)
+ *      first and looks at the round between chunks, stopping when P+1 ended
+ *      (broken by a death or a timeout);
+ *   4. it arrives at P+1; once P+1 completes every share is written.
+ * A member that gets an error after step 2 returns only once every live
+ * member stopped writing P+1 (group_round.c, invariant 4), so that no member
+ * writes the caller's tensor after it returned.  The descriptions of P stay
+ * put until P+1 completes: a member's next allreduce writes ar[(P+2) & 1]
+ * only after P+1, which needs every member to have finished reading.
+ * Each buffer is read and written once per member's share: every member
+ * touches 2 * size * n / size elements, the bandwidth bound of the scheme.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include "group.h"
+
+#define SHARE_CHUNK 16384 /* elements between two looks at the round */
+
+static int ar_check(struct pdshm_group_rec *g, uint32_t round) {
+  const struct pdshm_group_desc *d0 = &g->rank[0].ar[round & 1];
+  if (!pdshm__reduce_elem((int)d0->dtype) || d0->op > PDSHM_MIN)
+    return pdshm__fail(PDSHM_EINVAL, "dtype %u cannot be reduced", d0->dtype);
+  for (uint32_t r = 1; r < g->size; r++) {
+    const struct pdshm_group_desc *d = &g->rank[r].ar[round & 1];
+    if (d->dtype != d0->dtype || d->count != d0->count || d->op != d0->op)
+      return pdshm__fail(PDSHM_EINVAL,
+                         "rank %u passed dtype %u, %llu elements, op %u; rank 0 dtype %u, "
+                         "%llu elements, op %u",
+                         r, d->dtype, (unsigned long long)d->count, d->op, d0->dtype,
+                         (unsigned long long)d0->count, d0->op);
+  }
+  return 0;
+}
+
+/* Step 3: 0 when the share is written, 1 when the round ended first. */
+static int ar_share(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t me, uint32_t round) {
+  const struct pdshm_group_desc *d0 = &g->rank[0].ar[(round - 1) & 1];
+  size_t es = pdshm__reduce_elem((int)d0->dtype), n = d0->count;
+  size_t lo = n * me / g->size, hi = n * (me + 1) / g->size;
+  void *src[PDSHM_GROUP_MAX];
+  for (size_t i = lo; i < hi; i += SHARE_CHUNK) {
+    if (PDSHM_GS_ROUND(atomic_load_explicit(&g->state, memory_order_acquire)) != round)
+      return 1;
+    size_t k = hi - i < SHARE_CHUNK ? hi - i : SHARE_CHUNK;
+    for (uint32_t r = 0; r < g->size; r++)
+      src[r] = seg->base + g->rank[r].ar[(round - 1) & 1].data + i * es;
+    pdshm__reduce((int)d0->dtype, (int)d0->op, src[me], src, g->size, k);
+    PDSHM_CRASHPOINT("group.allreduce.chunk");
+    for (uint32_t r = 0; r < g->size; r++)
+      if (r != me) memcpy(src[r], src[me], k * es);
+  }
+  return 0;
+}
+
+/* Steps 2 to 4, once round P completed; the caller is in round P+1. */
+static int ar_reduce(struct pdshm_group *gr, uint64_t deadline) {
+  pdshm_seg *seg = gr->seg;
+  struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
+  uint32_t round = gr->round;
+  int rc = ar_check(g, round - 1);
+  if (rc) return rc;
+  atomic_store(&g->rank[gr->rank].writing, round);
+  if (PDSHM_GS_ROUND(atomic_load(&g->state)) == round) ar_share(seg, g, gr->rank, round);
+  atomic_store(&g->rank[gr->rank].writing, 0);
+  /* When P+1 ended while we wrote, it was broken: passing it arrives nowhere
+   * and answers its outcome at once. */
+  rc = pdshm__round_pass(gr, deadline, false);
+  if (rc) pdshm__round_wait_writers(seg, g, round, (int)gr->rank);
+  return rc;
+}
+
+static int ar_args(pdshm_group *gr, pdshm_var *v, pdshm_reduce_op op) {
+  if (!gr || !v) return pdshm__fail(PDSHM_EINVAL, "NULL group or variable");
+  int rc = pdshm__seg_writable(gr->seg);
+  if (rc) return rc;
+  if (pdshm__seg_of(v) != gr->seg)
+    return pdshm__fail(PDSHM_EINVAL, "the variable is not in the group's attachment");
+  if ((unsigned)op > PDSHM_MIN) return pdshm__fail(PDSHM_EINVAL, "unknown reduce op %d", (int)op);
+  rc = pdshm_tensor_dtype(v);
+  return rc < 0 ? rc : 0;
+}
+
+PDSHM_API int pdshm_group_allreduce(pdshm_group *gr, pdshm_var *v, pdshm_reduce_op op,
+                                    int64_t timeout_ns) {
+  pdshm__fail_clear();
+  int rc = ar_args(gr, v, op);
+  if (rc) return rc;
+  pdshm_pin *pin;
+  pdshm_tensor_view view;
+  if ((rc = pdshm_tensor_pin(v, &pin, &view))) return rc;
+  pdshm_seg *seg = gr->seg;
+  struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
+  size_t es = pdshm__reduce_elem(view.dtype);
+  g->rank[gr->rank].ar[gr->round & 1] = (struct pdshm_group_desc){
+      .data = (pdshm_off_t)((uint8_t *)view.data - seg->base),
+      .count = es ? view.nbytes / es : 0, .dtype = es ? (uint32_t)view.dtype : UINT32_MAX,
+      .op = (uint32_t)op};
+  uint64_t deadline = pdshm__round_deadline(timeout_ns);
+  rc = pdshm__round_pass(gr, deadline, true);
+  if (!rc) rc = ar_reduce(gr, deadline);
+  int urc = pdshm_tensor_unpin(pin);
+  return rc ? rc : urc;
+}

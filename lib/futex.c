@@ -1,0 +1,59 @@
+/*
+ * futex.c - waiting on a 32-bit word of the shared mapping, and waking.
+ *
+ * Owns: the futex calls of the library (non-private futexes: the word is in
+ * a MAP_SHARED mapping that other processes map at other addresses) and the
+ * waiter counts next to the words waited on.
+ *
+ * Invariants:
+ *  1. A waiter adds itself to the word's waiter count before it reads the
+ *     word and sleeps, and takes itself off after it woke; a waker changes
+ *     the word before it reads the count.  Both sides are sequentially
+ *     consistent, so a waker that reads 0 changed the word before any
+ *     waiter read it: that waiter sees the new value and does not sleep.
+ *     So a waker makes no system call while nobody waits.
+ *  2. A waiter that dies leaves its count raised: the count only costs
+ *     wakers a needless FUTEX_WAKE, it never loses one.
+ *  3. Sleeps are bounded by the caller's slice, so that whoever waits on
+ *     another process checks that process's liveness between slices.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static long futex_call(_Atomic uint32_t *w, int op, uint32_t val, const struct timespec *ts) {
+  return syscall(SYS_futex, (uint32_t *)w, op, val, ts, NULL, 0);
+}
+
+int pdshm__futex_wait(_Atomic uint32_t *word, _Atomic uint32_t *waiters, uint32_t expect,
+                      int64_t slice_ns) {
+  atomic_fetch_add_explicit(waiters, 1, memory_order_seq_cst);
+  int rc = 0;
+  if (atomic_load_explicit(word, memory_order_seq_cst) == expect) {
+    struct timespec ts = {.tv_sec = slice_ns / 1000000000, .tv_nsec = slice_ns % 1000000000};
+    if (futex_call(word, FUTEX_WAIT, expect, slice_ns >= 0 ? &ts : NULL) < 0)
+      rc = errno == ETIMEDOUT ? PDSHM_ETIMEDOUT : 0; /* EAGAIN, EINTR: look again */
+  }
+  atomic_fetch_sub_explicit(waiters, 1, memory_order_seq_cst);
+  return rc;
+}
+
+void pdshm__futex_wake(_Atomic uint32_t *word, _Atomic uint32_t *waiters) {
+  atomic_thread_fence(memory_order_seq_cst); /* invariant 1: the change first */
+  if (atomic_load_explicit(waiters, memory_order_seq_cst))
+    futex_call(word, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* The low 32 bits of a little-endian 64-bit word: the futex word of a
+ * version or of a group's state. */
+_Atomic uint32_t *pdshm__futex_low(_Atomic uint64_t *w64) {
+  _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "futex words are the low halves");
+  return (_Atomic uint32_t *)(void *)w64;
+}

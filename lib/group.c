@@ -1,0 +1,318 @@
+/*
+ * group.c - the group registry: join, leave, the reaper's part, liveness.
+ *
+ * Owns: the list of GROUP records from hdr->groups and every rank's member
+ * and reported words (group.h says what they mean).
+ *
+ * Invariants:
+ *  1. The list, a record's next, and the member words change only under lock
+ *     PDSHM_LOCK_GROUPS, in journals: a join or leave killed at any
+ *     instruction is finished or rolled back by whoever takes the lock next.
+ *  2. A record is on the list iff some rank is live or dead-unreaped; the
+ *     journal that leaves none so (the last leave, the reap of the last
+ *     member) unlinks and retires it, with its name.
+ *  3. reported[r] is set (a plain store under the lock) before the round the
+ *     death breaks ends, by whoever breaks it: a survivor, the joiner that
+ *     takes the rank over, or the reaper.  Dying between the two leaves a
+ *     reported death whose round did not break; but the one who died is a
+ *     member of that group, and its own death breaks it.
+ *  4. A reaper marks a dead member (PDSHM_GM_DEAD), breaks its round, and
+ *     waits until live members stop writing that round before the member's
+ *     pins go (so nobody writes a buffer the heap handed out again).
+ */
+#include "config.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "group.h"
+
+enum { GROUP_OP_JOIN = 0x4a47, GROUP_OP_LEAVE = 0x4c47, GROUP_OP_REAP = 0x5247 };
+
+bool pdshm__group_member_live(pdshm_seg *seg, uint64_t m) {
+  if (!m || (m & PDSHM_GM_DEAD)) return false;
+  uint32_t slot = (uint32_t)(m & 0xffff) - 1;
+  if (slot >= seg->hdr->max_procs) return false;
+  struct pdshm_slot *sl = pdshm__slot(seg, slot);
+  if ((atomic_load_explicit(&sl->epoch, memory_order_acquire) & PDSHM_GM_EPOCH_MASK) != m >> 16)
+    return false;
+  if (atomic_load_explicit(&sl->state, memory_order_acquire) != PDSHM_SLOT_LIVE) return false;
+  return pdshm__slot_alive(seg, slot) != 0; /* -1, cannot tell: not dead */
+}
+
+static uint64_t group_my_member(pdshm_seg *seg) {
+  uint64_t epoch = atomic_load(&pdshm__slot(seg, seg->slot)->epoch) & PDSHM_GM_EPOCH_MASK;
+  return (uint64_t)seg->owner_tag | epoch << 16;
+}
+
+/* Live or dead but not yet reaped: the rank keeps the group on the list. */
+static bool group_rank_held(uint64_t m) { return m && !(m & PDSHM_GM_DEAD); }
+
+/* A record that is what it claims, or NULL (hostile bytes). */
+static struct pdshm_group_rec *group_at(pdshm_seg *seg, pdshm_off_t off) {
+  const struct pdshm_hdr *h = seg->hdr;
+  if (off < h->arena_off + PDSHM_BLK_HDR || off % PDSHM_ALIGN ||
+      off + sizeof(struct pdshm_group_rec) > h->arena_end)
+    return NULL;
+  struct pdshm_blk *b = pdshm__blk(seg, off);
+  if (b->type != PDSHM_T_GROUP) return NULL;
+  struct pdshm_group_rec *g = pdshm__group_rec(seg, off);
+  if (g->magic != PDSHM_GROUP_MAGIC || g->size == 0 || g->size > PDSHM_GROUP_MAX ||
+      off + pdshm__group_bytes(g->size) > h->arena_end)
+    return NULL;
+  return g;
+}
+
+/* Lock held: the record named `name` and the offset of the word that links
+ * it (for unlinking); 0 when absent, EBADSEG on a broken list. */
+static int group_find(pdshm_seg *seg, const char *name, size_t len, pdshm_off_t *found,
+                      pdshm_off_t *link) {
+  pdshm_off_t at = pdshm__off(seg, &seg->hdr->groups);
+  uint64_t bound = seg->hdr->size / sizeof(struct pdshm_group_rec);
+  *found = 0;
+  for (pdshm_off_t off = seg->hdr->groups; off; bound--) {
+    struct pdshm_group_rec *g = group_at(seg, off);
+    if (!g || !bound) return pdshm__fail(PDSHM_EBADSEG, "the group registry is damaged");
+    const struct pdshm_name *nm = pdshm__name_at(seg, g->name);
+    if (nm && nm->len == len && !memcmp(nm->s, name, len)) {
+      *found = off;
+      *link = at;
+      return 0;
+    }
+    at = PDSHM_FOFF(seg, g, next);
+    off = g->next;
+  }
+  return 0;
+}
+
+/* Journaled: a new record for `name`, at the head of the list. */
+static int group_create(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const char *name, size_t len,
+                        uint32_t size, pdshm_off_t *out) {
+  pdshm_off_t nm, off;
+  int rc = pdshm__name_new(seg, ln, name, len, &nm);
+  if (!rc) rc = pdshm__j_alloc(seg, ln, pdshm__group_bytes(size), PDSHM_T_GROUP, &off);
+  if (rc) return rc;
+  struct pdshm_group_rec *g = pdshm__group_rec(seg, off);
+  memset(g, 0, pdshm__group_bytes(size));
+  *g = (struct pdshm_group_rec){.magic = PDSHM_GROUP_MAGIC, .size = size, .name = nm,
+                                .next = seg->hdr->groups, .id = pdshm__new_id(seg, ln),
+                                .created_ns = pdshm__now_ns(CLOCK_REALTIME)};
+  atomic_store(&g->state, 1); /* round 1: an arrival word of 0 is "none" */
+  PDSHM_CRASHPOINT("group.create.built");
+  pdshm__j_set(seg, ln, pdshm__off(seg, &seg->hdr->groups), off);
+  *out = off;
+  return 0;
+}
+
+/* Lock held: the rank to take, or a negative code. */
+static int group_pick(pdshm_seg *seg, struct pdshm_group_rec *g, int rank) {
+  if (rank >= 0) {
+    if ((uint32_t)rank >= g->size)
+      return pdshm__fail(PDSHM_EINVAL, "rank %d of a group of %u", rank, g->size);
+    if (pdshm__group_member_live(seg, atomic_load(&g->rank[rank].member)))
+      return pdshm__fail(PDSHM_EBUSY, "rank %d is held by a live member", rank);
+    return rank;
+  }
+  for (uint32_t r = 0; r < g->size; r++)
+    if (!pdshm__group_member_live(seg, atomic_load(&g->rank[r].member))) return (int)r;
+  return pdshm__fail(PDSHM_EUSERS, "every rank of the group is held by a live member");
+}
+
+/* Lock held: reported and the round broken for a dead member (invariant 3). */
+static void group_announce(struct pdshm_group_rec *g, uint32_t r, uint64_t m) {
+  uint64_t base = m & ~PDSHM_GM_DEAD;
+  if (!base || atomic_load(&g->rank[r].reported) == base) return;
+  atomic_store(&g->rank[r].reported, base);
+  PDSHM_CRASHPOINT("group.death.reported");
+  pdshm__round_break(g, PDSHM_GS_ROUND(atomic_load(&g->state)), false);
+}
+
+int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t r, uint64_t m) {
+  int rc = pdshm__lock(seg, PDSHM_LOCK_GROUPS);
+  if (rc) return rc;
+  if (atomic_load(&g->rank[r].member) == m && !pdshm__group_member_live(seg, m))
+    group_announce(g, r, m);
+  pdshm__unlock(seg, PDSHM_LOCK_GROUPS);
+  pdshm__futex_wake(pdshm__futex_low(&g->state), &g->waiters);
+  return 0;
+}
+
+static int group_join_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const char *name,
+                             size_t len, unsigned size, int rank, struct pdshm_group *gr) {
+  pdshm_off_t off, link;
+  int rc = group_find(seg, name, len, &off, &link);
+  if (!rc && !off) rc = group_create(seg, ln, name, len, size, &off);
+  if (rc) return rc;
+  struct pdshm_group_rec *g = pdshm__group_rec(seg, off);
+  if (g->size != size)
+    return pdshm__fail(PDSHM_EINVAL, "group \"%s\" has %u members, not %u", name, g->size, size);
+  int r = group_pick(seg, g, rank);
+  if (r < 0) return r;
+  uint64_t old = atomic_load(&g->rank[r].member);
+  if (old) group_announce(g, (uint32_t)r, old); /* a takeover: invariant 3 */
+  *gr = (struct pdshm_group){.seg = seg, .rec = off, .rank = (uint32_t)r, .size = size,
+                             .member = group_my_member(seg)};
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, g, rank[r].member), gr->member);
+  return 0;
+}
+
+PDSHM_API int pdshm_group_join(pdshm_seg *seg, const char *name, unsigned size, int rank,
+                               pdshm_group **out) {
+  pdshm__fail_clear();
+  if (!seg || !out) return pdshm__fail(PDSHM_EINVAL, "NULL segment or result");
+  *out = NULL;
+  size_t len;
+  int rc = pdshm__seg_writable(seg);
+  if (!rc) rc = pdshm__name_check(name, false, &len);
+  if (rc) return rc;
+  if (size == 0 || size > PDSHM_GROUP_MAX)
+    return pdshm__fail(PDSHM_EINVAL, "a group has 1 to %u members, not %u", PDSHM_GROUP_MAX, size);
+  if (rank >= (int)size) return pdshm__fail(PDSHM_EINVAL, "rank %d of a group of %u", rank, size);
+  struct pdshm_group *gr = pdshm__zalloc(sizeof *gr);
+  if (!gr) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
+  rc = pdshm__j_begin(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_JOIN);
+  if (!rc) {
+    rc = group_join_locked(seg, ln, name, len, size, rank, gr);
+    if (rc) pdshm__j_abort(seg, ln);
+    else {
+      PDSHM_CRASHPOINT("group.join.ready");
+      pdshm__j_commit(seg, ln);
+    }
+  }
+  pdshm__lane_put(ln);
+  if (rc) {
+    pdshm__xfree(gr);
+    return rc;
+  }
+  /* Our rank cannot arrive anywhere without us: the current round is ours. */
+  gr->round = PDSHM_GS_ROUND(atomic_load(&pdshm__group_rec(seg, gr->rec)->state));
+  pthread_mutex_lock(&seg->reap_mu);
+  gr->next = seg->groups;
+  seg->groups = gr;
+  pthread_mutex_unlock(&seg->reap_mu);
+  *out = gr;
+  return 0;
+}
+
+PDSHM_API int pdshm_group_rank(const pdshm_group *g) {
+  return g ? (int)g->rank : pdshm__fail(PDSHM_EINVAL, "NULL group");
+}
+PDSHM_API int pdshm_group_size(const pdshm_group *g) {
+  return g ? (int)g->size : pdshm__fail(PDSHM_EINVAL, "NULL group");
+}
+
+/* Journaled, lock held: rank r's word becomes `to`; the record goes when no
+ * rank is held any more (invariant 2).  1 when it went. */
+static int group_set_member(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t off,
+                            uint32_t r, uint64_t to) {
+  struct pdshm_group_rec *g = pdshm__group_rec(seg, off);
+  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, g, rank[r].member), to);
+  for (uint32_t k = 0; k < g->size; k++)
+    if (k != r && group_rank_held(atomic_load(&g->rank[k].member))) return 0;
+  if (group_rank_held(to)) return 0;
+  const struct pdshm_name *nm = pdshm__name_at(seg, g->name);
+  pdshm_off_t found = 0, link = 0;
+  int rc = nm ? group_find(seg, nm->s, nm->len, &found, &link) : PDSHM_EBADSEG;
+  if (rc || found != off) return PDSHM_EBADSEG;
+  pdshm__j_set(seg, ln, link, g->next);
+  pdshm__j_retire(seg, ln, g->name);
+  pdshm__j_retire(seg, ln, off);
+  return 1;
+}
+
+static int group_leave_one(pdshm_seg *seg, struct pdshm_group *gr) {
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
+  int rc = pdshm__j_begin(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_LEAVE);
+  if (!rc) {
+    struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
+    if (atomic_load(&g->rank[gr->rank].member) != gr->member) {
+      pdshm__j_abort(seg, ln); /* taken over after we were given up for dead */
+    } else {
+      rc = group_set_member(seg, ln, gr->rec, gr->rank, 0);
+      if (rc < 0) pdshm__j_abort(seg, ln);
+      else {
+        PDSHM_CRASHPOINT("group.leave.ready");
+        pdshm__j_commit(seg, ln);
+        rc = 0;
+      }
+    }
+  }
+  pdshm__lane_put(ln);
+  return rc;
+}
+
+static void group_unlist(pdshm_seg *seg, struct pdshm_group *gr) {
+  pthread_mutex_lock(&seg->reap_mu);
+  for (struct pdshm_group **p = &seg->groups; *p; p = &(*p)->next)
+    if (*p == gr) {
+      *p = gr->next;
+      break;
+    }
+  pthread_mutex_unlock(&seg->reap_mu);
+}
+
+PDSHM_API int pdshm_group_leave(pdshm_group *gr) {
+  pdshm__fail_clear();
+  if (!gr) return pdshm__fail(PDSHM_EINVAL, "NULL group");
+  pdshm_seg *seg = gr->seg;
+  int rc = pdshm__seg_writable(seg);
+  group_unlist(seg, gr);
+  if (!rc) rc = group_leave_one(seg, gr);
+  pdshm__xfree(gr);
+  return rc;
+}
+
+void pdshm__group_leave_all(pdshm_seg *seg) {
+  while (seg->groups) {
+    struct pdshm_group *gr = seg->groups;
+    seg->groups = gr->next;
+    if (!pdshm__seg_writable(seg)) group_leave_one(seg, gr);
+    pdshm__xfree(gr);
+  }
+}
+
+/* ---- the reaper's part ------------------------------------------------------ */
+
+/* Lock held, journaled: marks slot's member of one group dead (the first
+ * group that has one, in *done); 1 when the group lives on, 2 when it went
+ * with it, 0 when no group has one.  *broken: the round it broke. */
+static int group_reap_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t slot,
+                          pdshm_off_t *done, uint32_t *broken) {
+  uint64_t bound = seg->hdr->size / sizeof(struct pdshm_group_rec);
+  *done = 0;
+  for (pdshm_off_t off = seg->hdr->groups; off; bound--) {
+    struct pdshm_group_rec *g = group_at(seg, off);
+    if (!g || !bound) return pdshm__fail(PDSHM_EBADSEG, "the group registry is damaged");
+    for (uint32_t r = 0; r < g->size; r++) {
+      uint64_t m = atomic_load(&g->rank[r].member);
+      if (!group_rank_held(m) || (m & 0xffff) != slot + 1) continue;
+      *broken = PDSHM_GS_ROUND(atomic_load(&g->state));
+      group_announce(g, r, m); /* breaks *broken and wakes the survivors */
+      *done = off;
+      int rc = group_set_member(seg, ln, off, r, m | PDSHM_GM_DEAD);
+      return rc < 0 ? rc : rc ? 2 : 1;
+    }
+    off = g->next;
+  }
+  return 0;
+}
+
+int pdshm__group_reap_slot(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *ln) {
+  for (;;) {
+    pdshm_off_t off;
+    uint32_t round = 0;
+    int rc = pdshm__j_begin(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_REAP);
+    if (rc) return rc;
+    rc = group_reap_one(seg, ln, slot, &off, &round);
+    if (rc <= 0) {
+      pdshm__j_abort(seg, ln);
+      return rc;
+    }
+    /* Invariant 4, with the lock held so that the record stays (writers
+     * take no lock: they stop within a chunk of the break). */
+    pdshm__round_wait_writers(seg, pdshm__group_rec(seg, off), round, -1);
+    PDSHM_CRASHPOINT("group.reap.ready");
+    pdshm__j_commit(seg, ln);
+  }
+}

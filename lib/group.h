@@ -1,0 +1,133 @@
+/*
+ * group.h - trainer groups in the segment (DESIGN §4): the registry's
+ * records, the round state word, and what group.c, group_round.c and
+ * allreduce.c say to each other.
+ *
+ * Bump PDSHM_LAYOUT_VERSION (layout.h) when anything here changes.
+ *
+ * The registry is a list of GROUP blocks from hdr->groups.  The list, each
+ * record's next/name, and every rank's `member` and `reported` words change
+ * only under lock PDSHM_LOCK_GROUPS (the list and `member` through journals,
+ * so a death leaves them whole); everything else in a record is lock-free.
+ *
+ * A member is named by its word: slot+1 | slot epoch << 16 (the epoch tells
+ * a replacement in the same slot apart).  A member is
+ *   - free      when the word is 0 (never taken, or left);
+ *   - dead      when PDSHM_GM_DEAD is set (its reaper marked it), or when its
+ *               slot's epoch moved on, the slot is FREE, or nobody holds the
+ *               slot's OFD lock (dead, not yet reaped);
+ *   - live      otherwise (a stopped process is live: slow is not dead).
+ * A free or dead rank may be joined; a group is freed (in the journal that
+ * makes it so) when no rank is live or dead-unreaped: by the last leave, or
+ * by the reaper of its last member.
+ *
+ * Rounds (group_round.c): `state` packs the current round number (low 32
+ * bits: the futex word, which changes only when a round ends), the number of
+ * arrivals in it, and two histories of the last PDSHM_GS_HIST rounds: which
+ * ended broken, and which of those were broken by a timeout.  A round ends
+ * by one CAS that moves the round on: completed by the last arrival, or
+ * broken (a death, or an allreduce timeout while members wrote).  So every
+ * member sees one outcome per round.  A death breaks the round once:
+ * `reported` keeps the member word whose death a broken round announced, so
+ * the following rounds wait for the rank to be taken over instead.
+ *
+ * Bump the layout version when changing these structs.
+ */
+#ifndef PDSHM_GROUP_H
+#define PDSHM_GROUP_H
+
+#include "model_int.h"
+
+#define PDSHM_GROUP_MAGIC 0x50524747u /* "GGRP" */
+#define PDSHM_GM_DEAD (1ull << 63)     /* member word: reaped dead member      */
+#define PDSHM_GM_EPOCH_MASK ((1ull << 47) - 1)
+
+/* state: round | arrivals << 32 | broken history << 44 | timeout history << 54 */
+#define PDSHM_GS_HIST 10u
+#define PDSHM_GS_ARRIVED(s) ((uint32_t)((s) >> 32) & 0xfffu)
+#define PDSHM_GS_ROUND(s) ((uint32_t)(s))
+#define PDSHM_GS_BROKE(s) ((uint32_t)((s) >> 44) & 0x3ffu)
+#define PDSHM_GS_TIMEO(s) ((uint32_t)((s) >> 54) & 0x3ffu)
+
+/* An allreduce round's description of one member's tensor. */
+struct pdshm_group_desc {
+  pdshm_off_t data;        /* the tensor's bytes (pinned by the member)        */
+  uint64_t count;          /* elements                                         */
+  uint32_t dtype, op;      /* pdshm_dtype, pdshm_reduce_op                     */
+};
+
+struct pdshm_group_rank {
+  _Atomic uint64_t member;   /* see above; groups lock, journal                 */
+  _Atomic uint64_t reported; /* the member word whose death a broken round
+                                announced, 0 when none; groups lock           */
+  _Atomic uint32_t arrived;  /* the last round this rank arrived at; its
+                                member (a hint for the death check)           */
+  _Atomic uint32_t writing;  /* the round whose share of an allreduce the
+                                member is writing, 0 when none; its member    */
+  struct pdshm_group_desc ar[2]; /* the allreduce published at round R uses
+                                ar[R & 1]; its member, before it arrives      */
+} __attribute__((aligned(PDSHM_CACHELINE)));
+
+struct pdshm_group_rec {
+  uint32_t magic;          /* PDSHM_GROUP_MAGIC; immutable                     */
+  uint32_t size;           /* ranks; immutable                                 */
+  pdshm_off_t next;        /* next record of the registry; groups lock         */
+  pdshm_off_t name;        /* NAME block; immutable                            */
+  uint64_t id;             /* from hdr->id_counter; immutable                  */
+  uint64_t created_ns;     /* CLOCK_REALTIME; immutable                        */
+  alignas(PDSHM_CACHELINE) _Atomic uint64_t state; /* rounds, see above; CAS   */
+  _Atomic uint32_t waiters;/* sleepers on state's futex (futex.c)              */
+  uint32_t pad;
+  struct pdshm_group_rank rank[];
+};
+
+/* This process's membership. */
+struct pdshm_group {
+  pdshm_seg *seg;
+  pdshm_off_t rec;         /* the GROUP record                                 */
+  uint32_t rank, size;
+  uint64_t member;         /* our member word                                  */
+  uint32_t round;          /* the round our next barrier or allreduce is in    */
+  struct pdshm_group *next;/* the attachment's memberships (seg->groups)       */
+};
+
+static inline struct pdshm_group_rec *pdshm__group_rec(const pdshm_seg *seg, pdshm_off_t off) {
+  return PDSHM_AT(seg->base, off, struct pdshm_group_rec);
+}
+static inline size_t pdshm__group_bytes(uint32_t size) {
+  return sizeof(struct pdshm_group_rec) + (size_t)size * sizeof(struct pdshm_group_rank);
+}
+
+/* ---- group.c ---- */
+/* Is member word m live (see above)?  Free and dead words are not. */
+bool pdshm__group_member_live(pdshm_seg *seg, uint64_t m);
+/* A dead member's death, announced once: under the groups lock, if rank r
+ * still holds m and its death was not reported, records it and breaks the
+ * current round.  0 or a lock error. */
+int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t r, uint64_t m);
+/* pdshm__group_reap_slot and pdshm__group_leave_all: internal.h.  The
+ * reaper's part waits for live members to stop writing the broken round
+ * before the dead member's pins go; it is idempotent. */
+
+/* ---- group_round.c ---- */
+/* Ends round `round` broken (timeout: by a timeout) unless it already ended. */
+void pdshm__round_break(struct pdshm_group_rec *g, uint32_t round, bool timeout);
+/* Arrives at the caller's round and waits for its outcome: 0, EOWNERDEAD,
+ * ETIMEDOUT (the round broken by a timeout); when the deadline passes first,
+ * withdraws (withdraw) or breaks the round (!withdraw) and answers ETIMEDOUT.
+ * Moves gr->round on unless it withdrew. */
+int pdshm__round_pass(struct pdshm_group *gr, uint64_t deadline, bool withdraw);
+/* Waits until no live member but the caller writes round `round`. */
+void pdshm__round_wait_writers(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round,
+                               int skip_rank);
+/* The deadline of a timeout: UINT64_MAX for none (< 0). */
+uint64_t pdshm__round_deadline(int64_t timeout_ns);
+
+/* ---- reduce.c ---- */
+/* Element size of a dtype allreduce takes, 0 for others. */
+size_t pdshm__reduce_elem(int dtype);
+/* dst[0..n) := op over src[0..nsrc)[0..n); MEAN divides by nsrc.  dst may be
+ * one of the sources. */
+void pdshm__reduce(int dtype, int op, void *dst, void *const *src, unsigned nsrc, size_t n);
+
+#endif /* PDSHM_GROUP_H */

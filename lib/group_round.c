@@ -1,0 +1,155 @@
+/*
+ * group_round.c - a group's rounds: arriving, waiting, ending a round.
+ *
+ * Owns: the state word of a group record and the arrived/writing words of
+ * its ranks (group.h describes them).
+ *
+ * Invariants:
+ *  1. A round ends by exactly one CAS of `state` that moves the round number
+ *     on (completion by the last arrival, or a break); so every member sees
+ *     one outcome per round, read from the histories.
+ *  2. An arrival is counted in `state` by CAS while the round is current, and
+ *     withdrawn the same way (a timeout in a barrier, or before an allreduce
+ *     wrote anything): a round cannot complete on a withdrawn arrival.
+ *  3. A waiter sleeps on the futex of the round number in slices of
+ *     SLICE_NS; between slices (and when the reaper wakes it) it checks the
+ *     members that have not arrived, and a dead one whose death was not yet
+ *     announced breaks the round (group.c, pdshm__group_report_death).
+ *  4. A writer stores writing := round, then reads `state`; a breaker ends
+ *     the round, then reads writing (both sequentially consistent): either
+ *     the writer sees the break before it writes, or the breaker sees it
+ *     writing and waits until it stops (it looks between chunks).
+ */
+#include "config.h"
+
+#include <time.h>
+
+#include "group.h"
+
+#define SLICE_NS 10000000 /* 10 ms: a death is noticed well within 100 ms */
+#define SPIN 200          /* looks at the state before the first sleep     */
+
+uint64_t pdshm__round_deadline(int64_t timeout_ns) {
+  return timeout_ns < 0 ? UINT64_MAX : pdshm__now_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ns;
+}
+
+static uint64_t gs_next(uint64_t s, bool broken, bool timeout) {
+  uint64_t b = ((uint64_t)PDSHM_GS_BROKE(s) << 1 | broken) & 0x3ff;
+  uint64_t t = ((uint64_t)PDSHM_GS_TIMEO(s) << 1 | timeout) & 0x3ff;
+  return (uint64_t)(uint32_t)(PDSHM_GS_ROUND(s) + 1) | b << 44 | t << 54;
+}
+
+static void gs_wake(struct pdshm_group_rec *g) {
+  pdshm__futex_wake(pdshm__futex_low(&g->state), &g->waiters);
+}
+
+void pdshm__round_break(struct pdshm_group_rec *g, uint32_t round, bool timeout) {
+  uint64_t s = atomic_load(&g->state);
+  while (PDSHM_GS_ROUND(s) == round)
+    if (atomic_compare_exchange_weak(&g->state, &s, gs_next(s, true, timeout))) {
+      PDSHM_CRASHPOINT("group.round.broken");
+      gs_wake(g);
+      return;
+    }
+}
+
+/* The outcome of `round` seen from state s, which has moved past it. */
+static int gs_outcome(uint64_t s, uint32_t round) {
+  uint32_t d = PDSHM_GS_ROUND(s) - round;
+  if (d > PDSHM_GS_HIST) return PDSHM_EOWNERDEAD; /* rounds broken while we slept */
+  uint32_t bit = 1u << (d - 1);
+  if (!(PDSHM_GS_BROKE(s) & bit)) return 0;
+  return PDSHM_GS_TIMEO(s) & bit ? PDSHM_ETIMEDOUT : PDSHM_EOWNERDEAD;
+}
+
+static void gs_arrive(struct pdshm_group_rec *g, uint32_t rank, uint32_t round) {
+  atomic_store(&g->rank[rank].arrived, round);
+  uint64_t s = atomic_load(&g->state);
+  while (PDSHM_GS_ROUND(s) == round) {
+    bool last = PDSHM_GS_ARRIVED(s) + 1 >= g->size;
+    uint64_t ns = last ? gs_next(s, false, false) : s + (1ull << 32);
+    if (atomic_compare_exchange_weak(&g->state, &s, ns)) {
+      PDSHM_CRASHPOINT("group.round.arrived");
+      if (last) gs_wake(g);
+      return;
+    }
+  }
+}
+
+/* Invariant 2: true when withdrawn, false when the round had ended. */
+static bool gs_withdraw(struct pdshm_group_rec *g, uint32_t rank, uint32_t round) {
+  uint64_t s = atomic_load(&g->state);
+  while (PDSHM_GS_ROUND(s) == round)
+    if (atomic_compare_exchange_weak(&g->state, &s, s - (1ull << 32))) {
+      atomic_store(&g->rank[rank].arrived, round - 1);
+      return true;
+    }
+  return false;
+}
+
+/* Invariant 3. */
+static void gs_check_deaths(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t me,
+                            uint32_t round) {
+  for (uint32_t r = 0; r < g->size; r++) {
+    if (r == me || atomic_load(&g->rank[r].arrived) == round) continue;
+    uint64_t m = atomic_load(&g->rank[r].member);
+    if (!m || atomic_load(&g->rank[r].reported) == (m & ~PDSHM_GM_DEAD)) continue;
+    if (!pdshm__group_member_live(seg, m)) pdshm__group_report_death(seg, g, r, m);
+  }
+}
+
+static uint64_t gs_wait_ended(struct pdshm_group *gr, struct pdshm_group_rec *g, uint32_t round,
+                              uint64_t deadline, bool withdraw, int *rc) {
+  uint64_t s;
+  for (int i = 0; i < SPIN; i++) {
+    s = atomic_load_explicit(&g->state, memory_order_acquire);
+    if (PDSHM_GS_ROUND(s) != round) return s;
+    __builtin_ia32_pause();
+  }
+  for (bool first = true;; first = false) {
+    s = atomic_load(&g->state);
+    if (PDSHM_GS_ROUND(s) != round) return s;
+    if (!first) gs_check_deaths(gr->seg, g, gr->rank, round);
+    uint64_t now = pdshm__now_ns(CLOCK_MONOTONIC);
+    if (now >= deadline) {
+      if (withdraw && gs_withdraw(g, gr->rank, round)) {
+        *rc = PDSHM_ETIMEDOUT;
+        return s;
+      }
+      if (!withdraw) pdshm__round_break(g, round, true);
+      continue;
+    }
+    int64_t slice = deadline - now < SLICE_NS ? (int64_t)(deadline - now) : SLICE_NS;
+    pdshm__futex_wait(pdshm__futex_low(&g->state), &g->waiters, round, slice);
+  }
+}
+
+int pdshm__round_pass(struct pdshm_group *gr, uint64_t deadline, bool withdraw) {
+  struct pdshm_group_rec *g = pdshm__group_rec(gr->seg, gr->rec);
+  uint32_t round = gr->round;
+  gs_arrive(g, gr->rank, round);
+  int rc = 0;
+  uint64_t s = gs_wait_ended(gr, g, round, deadline, withdraw, &rc);
+  if (rc) return rc; /* withdrawn: the next call arrives at this round again */
+  gr->round = round + 1;
+  return gs_outcome(s, round);
+}
+
+void pdshm__round_wait_writers(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round,
+                               int skip_rank) {
+  const struct timespec pause = {.tv_nsec = 20000};
+  for (uint32_t r = 0; r < g->size; r++) {
+    if ((int)r == skip_rank) continue;
+    while (atomic_load(&g->rank[r].writing) == round &&
+           pdshm__group_member_live(seg, atomic_load(&g->rank[r].member)))
+      nanosleep(&pause, NULL);
+  }
+}
+
+PDSHM_API int pdshm_group_barrier(pdshm_group *gr, int64_t timeout_ns) {
+  pdshm__fail_clear();
+  if (!gr) return pdshm__fail(PDSHM_EINVAL, "NULL group");
+  int rc = pdshm__seg_writable(gr->seg);
+  if (rc) return rc;
+  return pdshm__round_pass(gr, pdshm__round_deadline(timeout_ns), true);
+}

@@ -1,0 +1,136 @@
+/*
+ * dtype.c - pdshm_dtype and its Python spellings: numpy-style names, buffer
+ * formats, array-interface typestrs; parsing dtypes and shapes.
+ *
+ * bfloat16 has no buffer format and no numpy dtype: it is exported as its raw
+ * bits, 'H' (uint16) to the buffer protocol and '<u2' to numpy; DLPack
+ * carries it as kDLBfloat, so torch sees torch.bfloat16.
+ */
+#include "pdshmpy.h"
+
+typedef struct {
+  const char *name, *format, *typestr;
+} dtype_row;
+
+/* Indexed by pdshm_dtype. */
+static const dtype_row dtype_rows[] = {
+    [PDSHM_BOOL] = {"bool", "?", "|b1"},      [PDSHM_U8] = {"uint8", "B", "|u1"},
+    [PDSHM_I8] = {"int8", "b", "|i1"},        [PDSHM_I16] = {"int16", "h", "<i2"},
+    [PDSHM_I32] = {"int32", "i", "<i4"},      [PDSHM_I64] = {"int64", "q", "<i8"},
+    [PDSHM_F16] = {"float16", "e", "<f2"},    [PDSHM_BF16] = {"bfloat16", "H", "<u2"},
+    [PDSHM_F32] = {"float32", "f", "<f4"},    [PDSHM_F64] = {"float64", "d", "<f8"},
+};
+#define NDTYPES ((int)(sizeof dtype_rows / sizeof dtype_rows[0]))
+
+const char *pdshmpy_dtype_name(int dt) {
+  return dt >= 0 && dt < NDTYPES ? dtype_rows[dt].name : NULL;
+}
+
+const char *pdshmpy_dtype_format(int dt) {
+  return dt >= 0 && dt < NDTYPES ? dtype_rows[dt].format : NULL;
+}
+
+const char *pdshmpy_dtype_typestr(int dt) {
+  return dt >= 0 && dt < NDTYPES ? dtype_rows[dt].typestr : NULL;
+}
+
+static int dtype_by_name(const char *s) {
+  if (!strncmp(s, "torch.", 6)) s += 6;
+  for (int i = 0; i < NDTYPES; i++)
+    if (!strcmp(s, dtype_rows[i].name)) return i;
+  return -1;
+}
+
+int pdshmpy_dtype_from_format(const char *fmt, Py_ssize_t itemsize) {
+  if (!fmt) return PDSHM_U8;
+  if (*fmt == '@' || *fmt == '=' || *fmt == '<' || (*fmt == '|' && fmt[1])) fmt++;
+  if (!fmt[0] || fmt[1]) return -1;
+  switch (*fmt) {
+  case '?': return itemsize == 1 ? PDSHM_BOOL : -1;
+  case 'B': return itemsize == 1 ? PDSHM_U8 : -1;
+  case 'b': return itemsize == 1 ? PDSHM_I8 : -1;
+  case 'h': case 'i': case 'l': case 'q': case 'n':
+    return itemsize == 2 ? PDSHM_I16 : itemsize == 4 ? PDSHM_I32 : itemsize == 8 ? PDSHM_I64 : -1;
+  case 'e': return itemsize == 2 ? PDSHM_F16 : -1;
+  case 'f': return itemsize == 4 ? PDSHM_F32 : -1;
+  case 'd': return itemsize == 8 ? PDSHM_F64 : -1;
+  default: return -1;
+  }
+}
+
+/* The name of o as a dtype: a str as is, "torch.x" for a torch dtype, else
+ * numpy.dtype(o).name (numpy dtypes and scalar types, Python types). */
+static PyObject *dtype_name_of(PyObject *o) {
+  if (PyUnicode_Check(o)) return Py_NewRef(o);
+  PyObject *mod = PyObject_GetAttrString((PyObject *)Py_TYPE(o), "__module__");
+  int is_torch = mod && PyUnicode_Check(mod) && PyUnicode_CompareWithASCIIString(mod, "torch") == 0;
+  Py_XDECREF(mod);
+  PyErr_Clear();
+  if (is_torch) return PyObject_Str(o);
+  PyObject *np = PyImport_ImportModule("numpy");
+  if (!np) return NULL;
+  PyObject *d = PyObject_CallMethod(np, "dtype", "O", o);
+  Py_DECREF(np);
+  if (!d) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "not a dtype: %R", o);
+    return NULL;
+  }
+  PyObject *name = PyObject_GetAttrString(d, "name");
+  Py_DECREF(d);
+  return name;
+}
+
+int pdshmpy_dtype_parse(pdshmpy_state *st, PyObject *o, pdshm_dtype *out) {
+  PyObject *name = dtype_name_of(o);
+  if (!name) return -1;
+  const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+  int dt = s ? dtype_by_name(s) : -1;
+  if (dt < 0 && !PyErr_Occurred())
+    pdshmpy_raise_msg(st, PDSHM_EINVAL,
+                      "unsupported dtype %R (bool, uint8, int8, int16, int32, int64, float16, "
+                      "bfloat16, float32, float64)",
+                      o);
+  Py_DECREF(name);
+  if (dt < 0) return -1;
+  *out = (pdshm_dtype)dt;
+  return 0;
+}
+
+int pdshmpy_shape_parse(pdshmpy_state *st, PyObject *o, int *ndim, int64_t *dims) {
+  if (PyLong_Check(o)) {
+    *ndim = 1;
+    dims[0] = PyLong_AsLongLong(o);
+    if (dims[0] == -1 && PyErr_Occurred()) return -1;
+    if (dims[0] < 0) goto negative;
+    return 0;
+  }
+  PyObject *seq = PySequence_Fast(o, "shape must be an int or a sequence of ints");
+  if (!seq) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  if (n > PDSHM_NDIM_MAX) {
+    Py_DECREF(seq);
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "shape has %zd dimensions, at most %d", n,
+                      PDSHM_NDIM_MAX);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *d = PyNumber_Index(PySequence_Fast_GET_ITEM(seq, i));
+    dims[i] = d ? PyLong_AsLongLong(d) : -1;
+    Py_XDECREF(d);
+    if (dims[i] == -1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      return -1;
+    }
+    if (dims[i] < 0) {
+      Py_DECREF(seq);
+      goto negative;
+    }
+  }
+  Py_DECREF(seq);
+  *ndim = (int)n;
+  return 0;
+negative:
+  pdshmpy_raise_msg(st, PDSHM_EINVAL, "a dimension is negative");
+  return -1;
+}

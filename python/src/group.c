@@ -1,0 +1,468 @@
+/*
+ * group.c - trainer groups and waiting (DESIGN section 4): Segment.group(),
+ * the Group type (rank, size, barrier, allreduce, leave) and Var.wait().
+ *
+ * Compiled in when pdshm.h declares the trainer-groups API (it defines
+ * PDSHM_GROUP_MAX with it); against an older header the module simply has
+ * no Segment.group, Group or Var.wait.
+ *
+ * Invariants:
+ *  1. A Group holds its Segment; Segment.detach() (and a fork child's
+ *     re-attach) leaves every Group of it first (pdshmpy_groups_drop), as
+ *     pdshm_detach would free the handles under them; a Group that another
+ *     thread is using without the GIL leaves when that call ends (the call
+ *     holds the Segment, so pdshm_detach waits for it too).
+ *  2. One thread at a time uses a pdshm_group: a call that finds the Group
+ *     busy (another thread inside barrier/allreduce) raises pdshm.Error
+ *     (EBUSY) instead of entering.
+ *  3. Waits and barriers run with the GIL released, in slices of
+ *     WAIT_SLICE_NS, checking for signals (Ctrl-C) between slices: a barrier
+ *     that timed out has not been passed and its next call waits for the same
+ *     round, so slicing changes nothing.  allreduce is not sliced: a timeout
+ *     while members write would spoil the round for all.
+ */
+#include <math.h>
+
+#include "pdshmpy.h"
+
+#ifdef PDSHM_GROUP_MAX
+
+#define WAIT_SLICE_NS 200000000LL /* 200 ms */
+
+typedef struct pdshmpy_group {
+  PyObject_HEAD
+  pdshmpy_seg *seg;     /* strong                                          */
+  pdshm_group *g;       /* NULL once left                                  */
+  PyObject *name;
+  int rank, size;
+  unsigned long forkgen;/* pdshmpy_forkgen() when joined                   */
+  int busy;             /* a call runs on g without the GIL                */
+  int doomed;           /* dropped while busy: leave when that call ends   */
+  pdshmpy_link link;    /* in seg->groups                                  */
+} pdshmpy_group;
+
+#define GR(o) ((pdshmpy_group *)(o))
+
+/* A timeout argument: None -> -1 (no limit), else seconds >= 0 -> ns. */
+static int timeout_ns(pdshmpy_state *st, PyObject *o, int64_t *out) {
+  if (o == Py_None) {
+    *out = -1;
+    return 0;
+  }
+  double t = PyFloat_AsDouble(o);
+  if (t == -1.0 && PyErr_Occurred()) return -1;
+  if (!(t >= 0) || isinf(t)) {
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "timeout must be None or seconds >= 0, not %R", o);
+    return -1;
+  }
+  *out = t >= 4e9 ? INT64_MAX / 2 : (int64_t)(t * 1e9);
+  return 0;
+}
+
+/* The next slice of a wait with `left` ns to go (< 0: no limit). */
+static int64_t slice_of(int64_t left) {
+  return left < 0 || left > WAIT_SLICE_NS ? WAIT_SLICE_NS : left;
+}
+
+/* ---- Var.wait ------------------------------------------------------------------------- */
+
+PyObject *pdshmpy_var_wait(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"seen", "timeout", NULL};
+  pdshmpy_var *var = (pdshmpy_var *)self;
+  pdshmpy_state *st = PDSHMPY_STATE(self);
+  PyObject *seeno, *timeo = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|O:wait", kwlist, &PyLong_Type, &seeno, &timeo))
+    return NULL;
+  unsigned long long seen = PyLong_AsUnsignedLongLong(seeno);
+  int64_t left;
+  if ((seen == (unsigned long long)-1 && PyErr_Occurred()) || timeout_ns(st, timeo, &left) < 0)
+    return NULL;
+  for (;;) {
+    pdshm_var *v = pdshmpy_var_get(var);
+    if (!v) return NULL;
+    int64_t slice = slice_of(left);
+    int rc;
+    pdshmpy_seg_hold(var->seg);
+    Py_BEGIN_ALLOW_THREADS
+    rc = pdshm_var_wait(v, seen, slice);
+    Py_END_ALLOW_THREADS
+    pdshmpy_seg_unhold(var->seg);
+    if (rc == 0) {
+      v = pdshmpy_var_get(var);
+      return v ? PyLong_FromUnsignedLongLong(pdshm_var_version(v)) : NULL;
+    }
+    if (rc != -ETIMEDOUT) return pdshmpy_raise(st, rc, "wait");
+    if (left >= 0 && (left -= slice) <= 0)
+      return pdshmpy_raise_msg(st, -ETIMEDOUT, "the version stayed %llu", seen);
+    if (PyErr_CheckSignals() < 0) return NULL;
+  }
+}
+
+/* ---- joining, leaving ------------------------------------------------------------------------ */
+
+/* Leaves (in a fork child: frees the copy only).  A membership another
+ * thread is using without the GIL is left when that call ends. */
+static void group_drop(pdshmpy_group *gr) {
+  pdshmpy_list_del(&gr->link);
+  if (gr->busy) {
+    gr->doomed = 1;
+    return;
+  }
+  if (gr->g) pdshm_group_leave(gr->g);
+  gr->g = NULL;
+}
+
+/* After a call that ran without the GIL: a doomed membership is left before
+ * the Segment is let go (its pdshm_detach would free the handle). */
+static void group_call_done(pdshmpy_group *gr) {
+  gr->busy = 0;
+  if (gr->doomed) group_drop(gr);
+  pdshmpy_seg_unhold(gr->seg);
+}
+
+void pdshmpy_groups_drop(pdshmpy_seg *s) {
+  while (s->groups.next != &s->groups)
+    group_drop(PDSHMPY_CONTAINER(s->groups.next, pdshmpy_group, link));
+}
+
+PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"name", "size", "rank", NULL};
+  pdshmpy_seg *s = (pdshmpy_seg *)self;
+  pdshmpy_state *st = PDSHMPY_STATE(self);
+  PyObject *name, *ranko = Py_None;
+  unsigned int size;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OI|O:group", kwlist, &name, &size, &ranko))
+    return NULL;
+  const char *n = pdshmpy_utf8(name, "group name");
+  if (!n) return NULL;
+  int rank = -1;
+  if (ranko != Py_None) {
+    long r = PyLong_AsLong(ranko);
+    if (r == -1 && PyErr_Occurred()) return NULL;
+    if (r < 0 || r >= (long)PDSHM_GROUP_MAX)
+      return pdshmpy_raise_msg(st, PDSHM_EINVAL, "rank %ld is outside [0, %u)", r,
+                               PDSHM_GROUP_MAX);
+    rank = (int)r;
+  }
+  pdshm_seg *seg = pdshmpy_seg_get(s);
+  if (!seg) return NULL;
+  pdshm_group *g = NULL;
+  int rc;
+  pdshmpy_seg_hold(s);
+  Py_BEGIN_ALLOW_THREADS
+  rc = pdshm_group_join(seg, n, size, rank, &g);
+  Py_END_ALLOW_THREADS
+  pdshmpy_seg_unhold(s);
+  if (rc) return pdshmpy_raise_fmt(st, rc, "group '%s'", n);
+  pdshmpy_group *gr = PyObject_New(pdshmpy_group, st->group_type);
+  if (!gr) {
+    pdshm_group_leave(g);
+    return NULL;
+  }
+  gr->seg = (pdshmpy_seg *)Py_NewRef(self);
+  gr->g = g;
+  gr->name = Py_NewRef(name);
+  gr->rank = pdshm_group_rank(g);
+  gr->size = pdshm_group_size(g);
+  gr->forkgen = pdshmpy_forkgen();
+  gr->busy = 0;
+  gr->doomed = 0;
+  pdshmpy_list_add(&s->groups, &gr->link);
+  return (PyObject *)gr;
+}
+
+/* The handle, or NULL with an error: left, forked, closed segment or busy. */
+static pdshm_group *group_handle(pdshmpy_group *gr) {
+  pdshmpy_state *st = PDSHMPY_STATE(gr);
+  if (!pdshmpy_seg_get(gr->seg)) return NULL; /* closed; in a fork child drops g */
+  if (gr->forkgen != pdshmpy_forkgen()) {
+    group_drop(gr);
+    pdshmpy_raise_msg(st, PDSHM_EFORKED, "a group membership of the parent process cannot be "
+                                         "used after fork(): join again");
+    return NULL;
+  }
+  if (!gr->g || gr->doomed) {
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "this member left the group");
+    return NULL;
+  }
+  if (gr->busy) {
+    pdshmpy_raise_msg(st, PDSHM_EBUSY, "another thread is in a call on this membership");
+    return NULL;
+  }
+  return gr->g;
+}
+
+static PyObject *group_leave(PyObject *self, PyObject *unused) {
+  pdshmpy_group *gr = GR(self);
+  if (gr->busy) return pdshmpy_raise_msg(PDSHMPY_STATE(self), PDSHM_EBUSY,
+                                         "another thread is in a call on this membership");
+  group_drop(gr);
+  Py_RETURN_NONE;
+}
+
+/* ---- barrier, allreduce ---------------------------------------------------------------------- */
+
+static PyObject *group_barrier(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"timeout", NULL};
+  pdshmpy_group *gr = GR(self);
+  pdshmpy_state *st = PDSHMPY_STATE(self);
+  PyObject *timeo = Py_None;
+  int64_t left;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:barrier", kwlist, &timeo) ||
+      timeout_ns(st, timeo, &left) < 0)
+    return NULL;
+  pdshm_group *g = group_handle(gr);
+  if (!g) return NULL;
+  int rc;
+  gr->busy = 1;
+  pdshmpy_seg_hold(gr->seg);
+  for (;;) {
+    int64_t slice = slice_of(left);
+    Py_BEGIN_ALLOW_THREADS
+    rc = pdshm_group_barrier(g, slice);
+    Py_END_ALLOW_THREADS
+    if (rc != -ETIMEDOUT || (left >= 0 && (left -= slice) <= 0)) break;
+    if (PyErr_CheckSignals() < 0) {
+      rc = 1;
+      break;
+    }
+  }
+  group_call_done(gr);
+  if (rc == 1) return NULL;
+  if (rc == -EOWNERDEAD)
+    return pdshmpy_raise_msg(st, rc, "a member of group %R died: the round was abandoned",
+                             gr->name);
+  if (rc) return pdshmpy_raise_fmt(st, rc, "barrier of group '%s'", PyUnicode_AsUTF8(gr->name));
+  Py_RETURN_NONE;
+}
+
+static int reduce_op(pdshmpy_state *st, PyObject *o, pdshm_reduce_op *out) {
+  static const struct {
+    const char *name;
+    pdshm_reduce_op op;
+  } ops[] = {{"sum", PDSHM_SUM}, {"mean", PDSHM_MEAN}, {"max", PDSHM_MAX}, {"min", PDSHM_MIN}};
+  const char *s = pdshmpy_utf8(o, "op");
+  if (!s) return -1;
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+    if (!strcmp(s, ops[i].name)) {
+      *out = ops[i].op;
+      return 0;
+    }
+  pdshmpy_raise_msg(st, PDSHM_EINVAL, "op must be \"sum\", \"mean\", \"max\" or \"min\", not %R", o);
+  return -1;
+}
+
+/* ---- views as allreduce arguments ---------------------------------------------------------- */
+
+/* The bytes of obj, a torch tensor (data_ptr(), contiguous) or anything with a
+ * C-contiguous buffer (a numpy array): 0, or -1 with an exception. */
+static int view_bytes(pdshmpy_state *st, PyObject *obj, void **addr, size_t *len) {
+  if (PyObject_HasAttrString(obj, "data_ptr") && PyObject_HasAttrString(obj, "is_contiguous")) {
+    PyObject *c = PyObject_CallMethod(obj, "is_contiguous", NULL);
+    int contiguous = c ? PyObject_IsTrue(c) : -1;
+    Py_XDECREF(c);
+    if (contiguous < 0) return -1;
+    if (!contiguous) {
+      pdshmpy_raise_msg(st, PDSHM_EINVAL, "a non-contiguous tensor is no whole variable");
+      return -1;
+    }
+    PyObject *p = PyObject_CallMethod(obj, "data_ptr", NULL);
+    PyObject *n = p ? PyObject_CallMethod(obj, "numel", NULL) : NULL;
+    PyObject *e = n ? PyObject_CallMethod(obj, "element_size", NULL) : NULL;
+    int rc = -1;
+    if (e) {
+      *addr = PyLong_AsVoidPtr(p);
+      size_t numel = PyLong_AsSize_t(n), item = PyLong_AsSize_t(e);
+      *len = numel * item;
+      rc = PyErr_Occurred() ? -1 : 0;
+    }
+    Py_XDECREF(p);
+    Py_XDECREF(n);
+    Py_XDECREF(e);
+    return rc;
+  }
+  Py_buffer b;
+  if (PyObject_GetBuffer(obj, &b, PyBUF_C_CONTIGUOUS) < 0) {
+    if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_BufferError))
+      return -1;
+    PyErr_Clear();
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "allreduce takes a Var or a C-contiguous view of one "
+                                        "(numpy array, torch tensor), not %R", Py_TYPE(obj));
+    return -1;
+  }
+  *addr = b.buf;
+  *len = (size_t)b.len;
+  PyBuffer_Release(&b);
+  return 0;
+}
+
+/* The variable whose whole current tensor obj views (Var.numpy(), np.asarray,
+ * torch.from_dlpack, or a reshape of one that keeps the bytes): found among
+ * the live Pins of the group's Segment, or NULL with pdshm.InvalidArgument. */
+static pdshm_var *view_var(pdshmpy_group *gr, pdshm_seg *seg, PyObject *obj) {
+  pdshmpy_state *st = PDSHMPY_STATE(gr);
+  void *addr;
+  size_t len;
+  if (view_bytes(st, obj, &addr, &len) < 0) return NULL;
+  for (pdshmpy_link *l = gr->seg->pins.next; l != &gr->seg->pins; l = l->next) {
+    pdshmpy_pin *p = PDSHMPY_CONTAINER(l, pdshmpy_pin, link);
+    if (p->mapping != seg || p->view.data != addr || p->view.nbytes != len) continue;
+    pdshm_var *v = pdshm_varref_get(seg, p->var);
+    /* the variable still has the bytes: not erased, not resized since */
+    if (v && pdshm_tensor_data(v) == addr && pdshm_tensor_nbytes(v) == len) return v;
+  }
+  pdshmpy_raise_msg(st, PDSHM_EINVAL, "this %s is not a whole-tensor view of a variable of "
+                    "segment %R (made by this Segment object, not resized since)",
+                    Py_TYPE(obj)->tp_name, gr->seg->name);
+  return NULL;
+}
+
+static PyObject *group_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"var", "op", "timeout", NULL};
+  pdshmpy_group *gr = GR(self);
+  pdshmpy_state *st = PDSHMPY_STATE(self);
+  PyObject *varo, *opo = NULL, *timeo = Py_None;
+  pdshm_reduce_op op = PDSHM_SUM;
+  int64_t ns;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO:allreduce", kwlist, &varo, &opo, &timeo) ||
+      (opo && reduce_op(st, opo, &op) < 0) || timeout_ns(st, timeo, &ns) < 0)
+    return NULL;
+  pdshm_group *g = group_handle(gr);
+  pdshm_seg *seg = g ? pdshmpy_seg_get(gr->seg) : NULL;
+  if (!seg) return NULL;
+  pdshm_var *v;
+  if (PyObject_TypeCheck(varo, st->var_type)) {
+    pdshmpy_var *var = (pdshmpy_var *)varo;
+    int same = PyObject_RichCompareBool(var->seg->name, gr->seg->name, Py_EQ);
+    if (same <= 0)
+      return same < 0 ? NULL
+                      : pdshmpy_raise_msg(st, PDSHM_EINVAL, "the variable lives in segment %R, "
+                                          "the group in %R", var->seg->name, gr->seg->name);
+    /* Resolved through the group's attachment: the offsets are the segment's. */
+    v = pdshm_varref_get(seg, var->ref);
+    if (!v)
+      return pdshmpy_raise_msg(st, PDSHM_ESTALE, "the variable was erased or its scope died");
+  } else if (!(v = view_var(gr, seg, varo))) {
+    return NULL;
+  }
+  int rc;
+  gr->busy = 1;
+  pdshmpy_seg_hold(gr->seg);
+  Py_BEGIN_ALLOW_THREADS
+  rc = pdshm_group_allreduce(g, v, op, ns);
+  Py_END_ALLOW_THREADS
+  group_call_done(gr);
+  if (rc == -EOWNERDEAD)
+    return pdshmpy_raise_msg(st, rc, "a member of group %R died: the tensors are unspecified",
+                             gr->name);
+  if (rc) return pdshmpy_raise_fmt(st, rc, "allreduce in group '%s'", PyUnicode_AsUTF8(gr->name));
+  Py_RETURN_NONE;
+}
+
+/* ---- the type ------------------------------------------------------------------------------- */
+
+static PyObject *group_get_rank(PyObject *self, void *closure) {
+  return PyLong_FromLong(GR(self)->rank);
+}
+
+static PyObject *group_get_size(PyObject *self, void *closure) {
+  return PyLong_FromLong(GR(self)->size);
+}
+
+static PyObject *group_get_name(PyObject *self, void *closure) {
+  return Py_NewRef(GR(self)->name);
+}
+
+static PyObject *group_get_left(PyObject *self, void *closure) {
+  return PyBool_FromLong(GR(self)->g == NULL || GR(self)->doomed);
+}
+
+static PyObject *group_enter(PyObject *self, PyObject *unused) {
+  if (!group_handle(GR(self))) return NULL;
+  return Py_NewRef(self);
+}
+
+static PyObject *group_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  group_drop(GR(self));
+  Py_RETURN_FALSE;
+}
+
+static PyObject *group_repr(PyObject *self) {
+  pdshmpy_group *gr = GR(self);
+  return PyUnicode_FromFormat("<pdshm.Group %R rank %d of %d%s>", gr->name, gr->rank, gr->size,
+                              gr->g ? "" : " (left)");
+}
+
+static void group_dealloc(PyObject *self) {
+  PyTypeObject *tp = Py_TYPE(self);
+  group_drop(GR(self));
+  Py_CLEAR(GR(self)->name);
+  Py_CLEAR(GR(self)->seg);
+  tp->tp_free(self);
+  Py_DECREF(tp);
+}
+
+static PyMethodDef group_methods[] = {
+    {"barrier", (PyCFunction)(void (*)(void))group_barrier, METH_VARARGS | METH_KEYWORDS,
+     "barrier(timeout=None)\n\nReturns once every rank has reached this barrier.  PeerDied "
+     "when a member\ndied during or before this round (every survivor gets it, and the "
+     "next\nbarrier waits for a replacement); TimeoutError after timeout seconds (the\n"
+     "barrier is not passed: the next call waits for the same round).  Waits with\nthe GIL "
+     "released; Ctrl-C interrupts it."},
+    {"allreduce", (PyCFunction)(void (*)(void))group_allreduce, METH_VARARGS | METH_KEYWORDS,
+     "allreduce(var, op=\"sum\", timeout=None)\n\nEvery member passes its own tensor "
+     "variable of the same dtype and element\ncount (a Var, or a whole-tensor view of one "
+     "made by this Segment: a numpy\narray or torch tensor from Var.numpy() or "
+     "torch.from_dlpack); on return each holds the op (\"sum\", "
+     "\"mean\", \"max\", \"min\") over all\nmembers' tensors, computed in place in the "
+     "segment.  Dtypes: float16,\nbfloat16, float32, float64, int32, int64.  PeerDied or "
+     "TimeoutError as for\nbarrier (then the tensors' contents are unspecified)."},
+    {"leave", group_leave, METH_NOARGS,
+     "leave()\n\nFrees this rank (a replacement may take it); the group's memory goes "
+     "back\nwith its last member.  Later calls raise pdshm.Error."},
+    {"__enter__", group_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))group_exit, METH_FASTCALL, NULL},
+    {NULL}};
+
+static PyGetSetDef group_getset[] = {
+    {"rank", group_get_rank, NULL, "This member's rank, 0 <= rank < size.", NULL},
+    {"size", group_get_size, NULL, "The group's number of members.", NULL},
+    {"name", group_get_name, NULL, "The group's name.", NULL},
+    {"left", group_get_left, NULL, "leave() was called (or the segment detached).", NULL},
+    {NULL}};
+
+static PyType_Slot group_slots[] = {
+    {Py_tp_doc,
+     "This process's membership of a trainer group (Segment.group()): barriers and\n"
+     "in-place allreduce that survive a member's death (PeerDied, not a hang).\n"
+     "`with` leaves at exit; detaching the segment leaves too."},
+    {Py_tp_dealloc, group_dealloc},
+    {Py_tp_repr, group_repr},
+    {Py_tp_methods, group_methods},
+    {Py_tp_getset, group_getset},
+    {0, NULL}};
+
+static PyType_Spec group_spec = {
+    .name = "pdshm.Group",
+    .basicsize = sizeof(pdshmpy_group),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = group_slots,
+};
+
+int pdshmpy_group_init(PyObject *module, pdshmpy_state *st) {
+  st->group_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &group_spec, NULL);
+  if (!st->group_type) return -1;
+  return PyModule_AddType(module, st->group_type);
+}
+
+#else /* pdshm.h without the trainer-groups API */
+
+void pdshmpy_groups_drop(pdshmpy_seg *s) { (void)s; /* no Group can exist */ }
+
+int pdshmpy_group_init(PyObject *module, pdshmpy_state *st) {
+  (void)module;
+  st->group_type = NULL;
+  return 0;
+}
+
+#endif

@@ -1,0 +1,248 @@
+/*
+ * pdshmpy.h - the shared declarations of the extension module pdshm._pdshm.
+ *
+ * The module is a thin layer over include/pdshm.h.  Its objects:
+ *   Segment  an attachment (pdshm_seg *), re-attached by name after fork();
+ *   Scope    a scope handle (pdshm_scope *) owning one reference;
+ *   Var      a WEAK reference (segment, offset, generation) resolved with
+ *            pdshm_varref_get at every use: no pdshm_var * outlives a call;
+ *   Pin      one pinned tensor buffer (pdshm_pin *): what every view holds;
+ *   VarLock, VarRef  small helpers of Var.
+ *
+ * Invariants:
+ *  1. Every Scope and Pin holds a strong reference to its Segment, so the C
+ *     attachment outlives them; pdshm_detach runs only when the Segment is
+ *     closed (detach() or dealloc) AND no Pin of it is alive AND no call is
+ *     running on it with the GIL released (pdshmpy_seg_hold).
+ *  2. A Segment lists its live Scope objects and Pins (borrowed links, kept
+ *     under the GIL); detach() releases every scope handle of the list.
+ *  3. After fork() (the fork generation differs) the first use of a Segment in
+ *     the child drops the inherited handles (scope handles first, then the
+ *     attachment) and attaches again by name; a named Scope then reopens by
+ *     path, an anonymous one raises Forked.
+ *  4. No static PyObject *: types and exceptions live in the module state.
+ *  5. References only point towards the Segment (Scope, Var, Pin -> Segment;
+ *     VarRef, VarLock -> Var), never back, so no cycle can form and the
+ *     objects are not tracked by the cyclic GC.
+ */
+#ifndef PDSHMPY_H
+#define PDSHMPY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include "pdshm.h"
+
+/* ---- intrusive lists (borrowed links, GIL held) ---------------------------- */
+typedef struct pdshmpy_link {
+  struct pdshmpy_link *prev, *next;
+} pdshmpy_link;
+
+static inline void pdshmpy_list_init(pdshmpy_link *head) { head->prev = head->next = head; }
+static inline void pdshmpy_list_add(pdshmpy_link *head, pdshmpy_link *l) {
+  l->next = head->next;
+  l->prev = head;
+  head->next->prev = l;
+  head->next = l;
+}
+static inline void pdshmpy_list_del(pdshmpy_link *l) {
+  if (!l->next) return;
+  l->prev->next = l->next;
+  l->next->prev = l->prev;
+  l->prev = l->next = NULL;
+}
+#define PDSHMPY_CONTAINER(ptr, type, field) ((type *)((char *)(ptr)-offsetof(type, field)))
+
+/* ---- module state ------------------------------------------------------------ */
+typedef struct {
+  PyTypeObject *segment_type, *scope_type, *var_type, *varref_type, *varlock_type,
+      *pin_type;
+  /* exceptions: Error and the subclasses that are also a builtin */
+  PyObject *Error, *NotFound, *Exists, *NoMemory, *InvalidArgument, *PermissionDenied,
+      *TimedOut, *BadSegment, *Forked, *PeerDied, *Stale, *WrongType;
+  /* introspection records (struct sequences) */
+  PyTypeObject *stats_type, *seginfo_type, *scopeinfo_type, *varinfo_type, *procinfo_type,
+      *lockinfo_type, *allocinfo_type, *allocclass_type;
+  PyTypeObject *group_type; /* NULL without the trainer-groups API */
+  PyObject *np_asarray;  /* numpy.asarray, fetched at first use */
+  pdshmpy_link segments; /* every live Segment, for the fork hook */
+} pdshmpy_state;
+
+pdshmpy_state *pdshmpy_state_of_type(PyTypeObject *tp);
+
+/* This process's fork generation: bumped in every fork child (pthread_atfork),
+ * so "made in this process" is a load, not a getpid() system call. */
+unsigned long pdshmpy_forkgen(void);
+void pdshmpy_forkgen_init(void);
+#define PDSHMPY_STATE(obj) pdshmpy_state_of_type(Py_TYPE(obj))
+
+/* ---- errors (errors.c) ----------------------------------------------------------- */
+int pdshmpy_errors_init(PyObject *module, pdshmpy_state *st);
+/* Raises the exception for rc (a negative PDSHM_E* code) with pdshm_strerror,
+ * the library's detail (pdshm_last_error, read now) and what (may be NULL). */
+PyObject *pdshmpy_raise(pdshmpy_state *st, int rc, const char *what);
+/* pdshmpy_raise with `what` formatted by PyOS_snprintf (no %R). */
+PyObject *pdshmpy_raise_fmt(pdshmpy_state *st, int rc, const char *fmt, ...);
+/* Same, with a message of our own instead of the library's detail (for
+ * failures the module itself detects). */
+PyObject *pdshmpy_raise_msg(pdshmpy_state *st, int rc, const char *fmt, ...);
+
+/* ---- objects ------------------------------------------------------------------------ */
+/* A handle inherited across fork() that views still point into: in a child,
+ * pdshm_detach of an inherited handle unmaps the parent's range, so it waits
+ * for the last of those views. */
+typedef struct {
+  pdshm_seg *seg;
+  Py_ssize_t pins; /* live Pins whose bytes lie in its range */
+} pdshmpy_mapping;
+
+typedef struct pdshmpy_seg {
+  PyObject_HEAD
+  pdshm_seg *seg;      /* the attachment; NULL once pdshm_detach ran        */
+  PyObject *name;      /* str                                               */
+  unsigned flags;      /* PDSHM_RDONLY, PDSHM_SHARED_USERS                  */
+  unsigned long forkgen; /* pdshmpy_forkgen() when seg was made            */
+  int closed;          /* detach() was called: no new use                   */
+  Py_ssize_t npins;    /* live Pins of this attachment                      */
+  Py_ssize_t busy;     /* calls running on seg with the GIL released        */
+  pdshmpy_link scopes; /* live Scope objects                                */
+  pdshmpy_link pins;   /* live Pin objects                                  */
+  pdshmpy_link groups; /* live group memberships (group.c)                  */
+  pdshmpy_mapping *old;/* inherited handles kept for views (fork child)     */
+  Py_ssize_t nold;
+  pdshmpy_link link;   /* in the state's segment list                       */
+  PyObject *weakrefs;
+} pdshmpy_seg;
+
+typedef struct pdshmpy_scope {
+  PyObject_HEAD
+  pdshmpy_seg *seg;    /* strong                                            */
+  pdshm_scope *h;      /* NULL once released or dropped after fork()        */
+  PyObject *path;      /* str: path from the root ("" at the root); NULL for
+                          an anonymous scope                                */
+  PyObject *base;      /* str: path of the nearest scope at or above this one
+                          that is named or the root; NULL until known       */
+  unsigned long forkgen; /* pdshmpy_forkgen() when h was made              */
+  int released;        /* release() or `with` exit                          */
+  pdshmpy_link link;   /* in seg->scopes                                    */
+  PyObject *weakrefs;
+} pdshmpy_scope;
+
+typedef struct pdshmpy_var {
+  PyObject_HEAD
+  pdshmpy_seg *seg;    /* strong                                            */
+  pdshm_varref ref;    /* weak: resolved at every use                       */
+  PyObject *scope_path;/* str: path of the variable's scope, when known     */
+  PyObject *search_path;/* when scope_path is NULL: the owner is the first
+                          scope along this path and its prefixes that has
+                          the variable (else an anonymous scope below it);
+                          both NULL: an anonymous owner (not picklable)     */
+  PyObject *weakrefs;
+} pdshmpy_var;
+
+typedef struct pdshmpy_pin {
+  PyObject_HEAD
+  pdshmpy_seg *seg;    /* strong                                            */
+  pdshm_pin *pin;      /* NULL when pinning failed                          */
+  pdshm_seg *mapping;  /* the attachment whose mapping holds the bytes      */
+  pdshm_tensor_view view;
+  pdshm_varref var;    /* the variable pinned (its buffer may have changed)  */
+  int readonly;
+  Py_ssize_t shape[PDSHM_NDIM_MAX], strides[PDSHM_NDIM_MAX];
+  pdshmpy_link link;   /* in seg->pins                                      */
+} pdshmpy_pin;
+
+/* ---- segment.c ------------------------------------------------------------------------ */
+extern PyType_Spec pdshmpy_segment_spec;
+/* The attachment for this process (re-attaching after fork), or NULL with an
+ * exception (closed segment, failed attach). */
+pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s);
+PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_options *o,
+                           int create);
+/* Called when a pin of s goes: unmaps an inherited range after its last view,
+ * detaches a closed segment after its last pin. */
+void pdshmpy_seg_pin_gone(pdshmpy_seg *s, pdshm_seg *mapping);
+/* Around a call that releases the GIL: detach() from another thread meanwhile
+ * closes the Segment but leaves pdshm_detach to the last of these. */
+static inline void pdshmpy_seg_hold(pdshmpy_seg *s) { s->busy++; }
+void pdshmpy_seg_unhold(pdshmpy_seg *s);
+/* The fork hook (after_in_child): re-attaches segments that have pins and
+ * inherits each pin so that inherited views stay backed. */
+PyObject *pdshmpy_after_fork_child(PyObject *module, PyObject *unused);
+/* The exit hook (atexit): closes every Segment of this process, as detach()
+ * does (an attachment with live views stays mapped until the process ends). */
+PyObject *pdshmpy_close_all(PyObject *module, PyObject *unused);
+
+/* ---- scope.c --------------------------------------------------------------------------- */
+extern PyType_Spec pdshmpy_scope_spec;
+/* A new Scope object owning h (released on failure); path and base may be
+ * NULL (base is path when path is given). */
+PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path, PyObject *base);
+/* Drops the handle without touching the segment (fork child) or releases it. */
+void pdshmpy_scope_drop(pdshmpy_scope *sc);
+
+/* ---- var.c, varlock.c, varref.c ------------------------------------------------------- */
+extern PyType_Spec pdshmpy_var_spec, pdshmpy_varlock_spec, pdshmpy_varref_spec;
+PyObject *pdshmpy_var_wrap(pdshmpy_seg *seg, pdshm_var *v, PyObject *scope_path,
+                           PyObject *search_path);
+/* The variable now, or NULL with pdshm.Stale (or another error) raised. */
+pdshm_var *pdshmpy_var_get(pdshmpy_var *self);
+/* Copies a string the segment holds (at most PDSHM_NAME_MAX bytes). */
+PyObject *pdshmpy_str_from_seg(const char *p);
+/* Raises Stale unless self still resolves to v (after a copy from it). */
+int pdshmpy_var_still(pdshmpy_var *self, pdshm_var *v);
+PyObject *pdshmpy_varlock_new(pdshmpy_var *var, int exclusive);
+PyObject *pdshmpy_varref_new(pdshmpy_var *var);
+
+/* ---- dtype.c --------------------------------------------------------------------------- */
+const char *pdshmpy_dtype_name(int dt);     /* "float32"; NULL for unknown   */
+const char *pdshmpy_dtype_format(int dt);   /* buffer-protocol format        */
+const char *pdshmpy_dtype_typestr(int dt);  /* __array_interface__ typestr   */
+/* -1 with TypeError for what is no dtype, InvalidArgument (EINVAL) for one
+ * pdshm does not hold or a bad shape. */
+int pdshmpy_dtype_parse(pdshmpy_state *st, PyObject *o, pdshm_dtype *out);
+/* A buffer format (with its itemsize) as a dtype; -1 when none fits. */
+int pdshmpy_dtype_from_format(const char *fmt, Py_ssize_t itemsize);
+int pdshmpy_shape_parse(pdshmpy_state *st, PyObject *o, int *ndim, int64_t *dims);
+
+/* ---- pin.c, view.c, dlpack.c, assign.c ---------------------------------------------- */
+extern PyType_Spec pdshmpy_pin_spec;
+/* Pins the variable's tensor: a new Pin, or NULL with an exception. */
+pdshmpy_pin *pdshmpy_pin_new(pdshmpy_var *var);
+int pdshmpy_var_getbuffer(PyObject *self, Py_buffer *view, int flags);
+void pdshmpy_var_releasebuffer(PyObject *self, Py_buffer *view);
+PyObject *pdshmpy_var_array_interface(PyObject *self, void *closure);
+PyObject *pdshmpy_var_numpy(PyObject *self, PyObject *unused);
+PyObject *pdshmpy_var_dlpack(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *pdshmpy_var_dlpack_device(PyObject *self, PyObject *unused);
+PyObject *pdshmpy_var_assign(PyObject *self, PyObject *src);
+
+/* ---- group.c (the Group type, Segment.group, Var.wait) ---------------------------------- */
+int pdshmpy_group_init(PyObject *module, pdshmpy_state *st);
+/* Leaves every group membership of s (before its handle is detached). */
+void pdshmpy_groups_drop(pdshmpy_seg *s);
+#ifdef PDSHM_GROUP_MAX /* pdshm.h has the trainer-groups API */
+PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *pdshmpy_var_wait(PyObject *self, PyObject *args, PyObject *kw);
+#endif
+
+/* ---- introspect.c ------------------------------------------------------------------------ */
+int pdshmpy_introspect_init(PyObject *module, pdshmpy_state *st);
+PyObject *pdshmpy_seg_stats(PyObject *self, PyObject *unused);
+PyObject *pdshmpy_seg_info(PyObject *self, PyObject *unused);
+PyObject *pdshmpy_seg_scopes(PyObject *self, PyObject *unused);
+PyObject *pdshmpy_seg_vars_of(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *pdshmpy_seg_procs(PyObject *self, PyObject *unused);
+PyObject *pdshmpy_seg_locks(PyObject *self, PyObject *unused);
+PyObject *pdshmpy_seg_alloc(PyObject *self, PyObject *unused);
+PyObject *pdshmpy_seg_check(PyObject *self, PyObject *unused);
+
+/* numpy.asarray (a borrowed reference kept in the state), or NULL. */
+PyObject *pdshmpy_np_asarray(pdshmpy_state *st);
+
+/* ---- util ------------------------------------------------------------------------------- */
+/* A str argument as UTF-8 without NUL bytes; NULL with TypeError/ValueError. */
+const char *pdshmpy_utf8(PyObject *o, const char *what);
+
+#endif /* PDSHMPY_H */

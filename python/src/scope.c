@@ -1,0 +1,507 @@
+/*
+ * scope.c - the Scope type: a handle owning one reference on a scope, and the
+ * calls on its variables and kids.
+ *
+ * A Scope knows its path from the root when it is the root or named ("" and
+ * "params/fc"), so that it can pickle by path and reopen by path in a fork
+ * child; an anonymous Scope has no path and raises Forked in a child.
+ * Variables come back as weak Var objects carrying the path of the scope that
+ * owns them (not the scope they were looked up from).
+ */
+#include "pdshmpy.h"
+
+#define SC(o) ((pdshmpy_scope *)(o))
+
+PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path, PyObject *base) {
+  pdshmpy_state *st = PDSHMPY_STATE(seg);
+  pdshmpy_scope *sc = PyObject_New(pdshmpy_scope, st->scope_type);
+  if (!sc) {
+    pdshm_scope_release(h);
+    return NULL;
+  }
+  sc->seg = (pdshmpy_seg *)Py_NewRef(seg);
+  sc->h = h;
+  sc->path = Py_XNewRef(path);
+  sc->base = Py_XNewRef(path ? path : base);
+  sc->forkgen = pdshmpy_forkgen();
+  sc->released = 0;
+  sc->weakrefs = NULL;
+  pdshmpy_list_add(&seg->scopes, &sc->link);
+  return (PyObject *)sc;
+}
+
+void pdshmpy_scope_drop(pdshmpy_scope *sc) {
+  if (!sc->h) return;
+  pdshm_scope_release(sc->h); /* in a fork child: frees the copy only */
+  sc->h = NULL;
+}
+
+/* The handle for this process, reopening a named scope after fork(). */
+static pdshm_scope *scope_handle(pdshmpy_scope *sc) {
+  pdshmpy_state *st = PDSHMPY_STATE(sc);
+  if (sc->released) {
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "the scope was released");
+    return NULL;
+  }
+  pdshm_seg *seg = pdshmpy_seg_get(sc->seg);
+  if (!seg) return NULL;
+  if (sc->h && sc->forkgen == pdshmpy_forkgen()) return sc->h;
+  pdshmpy_scope_drop(sc);
+  if (!sc->path) {
+    pdshmpy_raise_msg(st, PDSHM_EFORKED,
+                      "an anonymous scope of the parent process cannot be used after fork()");
+    return NULL;
+  }
+  int rc = pdshm_scope_open(seg, PyUnicode_AsUTF8(sc->path), &sc->h);
+  if (rc) {
+    sc->h = NULL;
+    pdshmpy_raise_fmt(st, rc, "reopening scope '%s' after fork()", PyUnicode_AsUTF8(sc->path));
+    return NULL;
+  }
+  sc->forkgen = pdshmpy_forkgen();
+  return sc->h;
+}
+
+static PyObject *scope_fail(PyObject *self, int rc, const char *kind, PyObject *name) {
+  char what[PDSHM_NAME_MAX + 64];
+  const char *n = name ? PyUnicode_AsUTF8(name) : NULL;
+  if (n) PyOS_snprintf(what, sizeof what, "%s '%s'", kind, n);
+  else PyOS_snprintf(what, sizeof what, "%s", kind);
+  return pdshmpy_raise(PDSHMPY_STATE(self), rc, what);
+}
+
+/* ---- paths --------------------------------------------------------------------------- */
+
+static PyObject *path_join(PyObject *parent, const char *name) {
+  if (!parent) Py_RETURN_NONE;
+  if (PyUnicode_GET_LENGTH(parent) == 0) return PyUnicode_FromString(name);
+  return PyUnicode_FromFormat("%U/%s", parent, name);
+}
+
+/* The path of the scope h refers to: a str, None when anonymous, NULL on error. */
+static PyObject *path_of(pdshmpy_state *st, pdshm_scope *h) {
+  char name[PDSHM_NAME_MAX + 1];
+  PyOS_snprintf(name, sizeof name, "%s", pdshm_scope_name(h));
+  pdshm_scope *p = NULL;
+  int rc = pdshm_scope_parent(h, &p);
+  if (rc == PDSHM_ENOENT) return PyUnicode_FromString("");
+  if (rc) return pdshmpy_raise(st, rc, "the parent scope");
+  PyObject *r;
+  if (!name[0]) {
+    r = Py_NewRef(Py_None);
+  } else {
+    PyObject *pp = path_of(st, p);
+    r = pp ? path_join(pp == Py_None ? NULL : pp, name) : NULL;
+    Py_XDECREF(pp);
+  }
+  pdshm_scope_release(p);
+  return r;
+}
+
+/* The path of the nearest scope at or above h that is named or the root. */
+static PyObject *base_of(pdshmpy_state *st, pdshm_scope *h) {
+  pdshm_scope *cur = NULL;
+  int rc = pdshm_scope_dup(h, &cur);
+  while (!rc) {
+    if (pdshm_scope_name(cur)[0]) break; /* named */
+    pdshm_scope *up = NULL;
+    rc = pdshm_scope_parent(cur, &up);
+    if (rc == PDSHM_ENOENT) { /* cur is the root */
+      pdshm_scope_release(cur);
+      return PyUnicode_FromString("");
+    }
+    pdshm_scope_release(cur);
+    cur = up;
+  }
+  if (rc) return pdshmpy_raise(st, rc, "the parent scope");
+  PyObject *r = path_of(st, cur);
+  pdshm_scope_release(cur);
+  return r;
+}
+
+/* sc's base (see pdshmpy_scope), computed once. */
+static PyObject *scope_base(pdshmpy_scope *sc, pdshm_scope *h) {
+  if (!sc->base) {
+    PyObject *b = base_of(PDSHMPY_STATE(sc), h);
+    if (!b || b == Py_None) return b;
+    sc->base = b;
+  }
+  return Py_NewRef(sc->base);
+}
+
+/* A Var owned by this scope. */
+static PyObject *var_result(PyObject *self, pdshm_var *v) {
+  return pdshmpy_var_wrap(SC(self)->seg, v, SC(self)->path, NULL);
+}
+
+/* ---- attributes ------------------------------------------------------------------------ */
+
+static PyObject *scope_get_name(PyObject *self, void *closure) {
+  pdshm_scope *h = scope_handle(SC(self));
+  if (!h) return NULL;
+  const char *n = pdshm_scope_name(h);
+  if (!*n) Py_RETURN_NONE; /* anonymous, or the root */
+  return PyUnicode_DecodeUTF8(n, (Py_ssize_t)strnlen(n, PDSHM_NAME_MAX), "replace");
+}
+
+static PyObject *scope_get_path(PyObject *self, void *closure) {
+  return Py_NewRef(SC(self)->path ? SC(self)->path : Py_None);
+}
+
+static PyObject *scope_get_parent(PyObject *self, void *closure) {
+  pdshmpy_scope *sc = SC(self);
+  pdshm_scope *h = scope_handle(sc), *p = NULL;
+  if (!h) return NULL;
+  int rc = pdshm_scope_parent(h, &p);
+  if (rc == PDSHM_ENOENT) Py_RETURN_NONE;
+  if (rc) return pdshmpy_raise(PDSHMPY_STATE(self), rc, "the parent scope");
+  PyObject *path;
+  if (sc->path) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(sc->path);
+    Py_ssize_t slash = PyUnicode_FindChar(sc->path, '/', 0, n, -1);
+    path = slash >= 0 ? PyUnicode_Substring(sc->path, 0, slash) : PyUnicode_FromString("");
+  } else {
+    path = path_of(PDSHMPY_STATE(self), p);
+  }
+  if (!path) {
+    pdshm_scope_release(p);
+    return NULL;
+  }
+  PyObject *r = pdshmpy_scope_wrap(sc->seg, p, path == Py_None ? NULL : path, NULL);
+  Py_DECREF(path);
+  return r;
+}
+
+static PyObject *scope_get_segment(PyObject *self, void *closure) {
+  return Py_NewRef((PyObject *)SC(self)->seg);
+}
+
+/* ---- kids ------------------------------------------------------------------------------- */
+
+static PyObject *scope_new_scope(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"name", NULL};
+  PyObject *name = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:new_scope", kwlist, &name)) return NULL;
+  const char *n = name == Py_None ? NULL : pdshmpy_utf8(name, "scope name");
+  if (!n && name != Py_None) return NULL;
+  pdshm_scope *h = scope_handle(SC(self)), *kid = NULL;
+  if (!h) return NULL;
+  int rc = pdshm_scope_new(h, n, &kid);
+  if (rc) return scope_fail(self, rc, "new scope", name == Py_None ? NULL : name);
+  PyObject *path = n ? path_join(SC(self)->path, n) : Py_NewRef(Py_None);
+  if (!path) {
+    pdshm_scope_release(kid);
+    return NULL;
+  }
+  PyObject *base = SC(self)->path ? SC(self)->path : SC(self)->base;
+  PyObject *r = pdshmpy_scope_wrap(SC(self)->seg, kid, path == Py_None ? NULL : path, base);
+  Py_DECREF(path);
+  return r;
+}
+
+static PyObject *scope_local(PyObject *self, PyObject *unused) {
+  PyObject *args = PyTuple_New(0);
+  if (!args) return NULL;
+  PyObject *r = scope_new_scope(self, args, NULL);
+  Py_DECREF(args);
+  return r;
+}
+
+static PyObject *scope_unlink(PyObject *self, PyObject *name) {
+  const char *n = pdshmpy_utf8(name, "scope name");
+  if (!n) return NULL;
+  pdshm_scope *h = scope_handle(SC(self));
+  if (!h) return NULL;
+  int rc = pdshm_scope_unlink(h, n);
+  if (rc) return scope_fail(self, rc, "scope", name);
+  Py_RETURN_NONE;
+}
+
+static PyObject *scope_drop_kids(PyObject *self, PyObject *unused) {
+  pdshm_scope *h = scope_handle(SC(self));
+  if (!h) return NULL;
+  int rc = pdshm_scope_drop_kids(h);
+  if (rc) return scope_fail(self, rc, "drop_kids", NULL);
+  Py_RETURN_NONE;
+}
+
+/* ---- variables ------------------------------------------------------------------------- */
+
+typedef int (*var_maker)(pdshm_scope *, const char *, pdshm_var **);
+
+static PyObject *scope_make_var(PyObject *self, PyObject *name, var_maker make) {
+  const char *n = pdshmpy_utf8(name, "variable name");
+  if (!n) return NULL;
+  pdshm_scope *h = scope_handle(SC(self));
+  if (!h) return NULL;
+  pdshm_var *v = NULL;
+  int rc = make(h, n, &v);
+  if (rc) return scope_fail(self, rc, "variable", name);
+  return var_result(self, v);
+}
+
+static PyObject *scope_var(PyObject *self, PyObject *name) {
+  return scope_make_var(self, name, pdshm_var_get);
+}
+
+static PyObject *scope_create_var(PyObject *self, PyObject *name) {
+  return scope_make_var(self, name, pdshm_var_create);
+}
+
+static PyObject *scope_new_var(PyObject *self, PyObject *unused) {
+  pdshm_scope *h = scope_handle(SC(self));
+  if (!h) return NULL;
+  pdshm_var *v = NULL;
+  int rc = pdshm_var_new(h, &v);
+  if (rc) return scope_fail(self, rc, "new variable", NULL);
+  return var_result(self, v);
+}
+
+/* find_var / find_local_var: a Var or None.  A variable found up the chain
+ * gets its owner's path lazily (pdshmpy_var.search_path): finding stays one
+ * lookup. */
+static PyObject *scope_lookup(PyObject *self, PyObject *name, int local) {
+  const char *n = pdshmpy_utf8(name, "variable name");
+  if (!n) return NULL;
+  pdshm_scope *h = scope_handle(SC(self));
+  if (!h) return NULL;
+  if (local) {
+    pdshm_var *v = pdshm_find_local_var(h, n);
+    return v ? var_result(self, v) : Py_NewRef(Py_None);
+  }
+  PyObject *base = scope_base(SC(self), h);
+  if (!base) return NULL;
+  pdshm_var *v = pdshm_find_var(h, n);
+  PyObject *r = v ? pdshmpy_var_wrap(SC(self)->seg, v, NULL, base == Py_None ? NULL : base)
+                  : Py_NewRef(Py_None);
+  Py_DECREF(base);
+  return r;
+}
+
+static PyObject *scope_find_var(PyObject *self, PyObject *name) {
+  return scope_lookup(self, name, 0);
+}
+
+static PyObject *scope_find_local_var(PyObject *self, PyObject *name) {
+  return scope_lookup(self, name, 1);
+}
+
+static PyObject *scope_getitem(PyObject *self, PyObject *name) {
+  PyObject *r = scope_lookup(self, name, 0);
+  if (r != Py_None) return r;
+  Py_DECREF(r);
+  return scope_fail(self, PDSHM_ENOENT, "variable", name);
+}
+
+static int scope_contains(PyObject *self, PyObject *name) {
+  if (!PyUnicode_Check(name)) return 0;
+  const char *n = pdshmpy_utf8(name, "variable name");
+  if (!n) return -1;
+  pdshm_scope *h = scope_handle(SC(self));
+  if (!h) return -1;
+  return pdshm_find_var(h, n) != NULL;
+}
+
+static PyObject *scope_erase(PyObject *self, PyObject *name) {
+  const char *n = pdshmpy_utf8(name, "variable name");
+  if (!n) return NULL;
+  pdshm_scope *h = scope_handle(SC(self));
+  if (!h) return NULL;
+  int rc = pdshm_var_erase(h, n);
+  if (rc) return scope_fail(self, rc, "variable", name);
+  Py_RETURN_NONE;
+}
+
+static PyObject *scope_rename(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "rename(old, new) takes 2 arguments");
+    return NULL;
+  }
+  const char *from = pdshmpy_utf8(args[0], "old name");
+  const char *to = from ? pdshmpy_utf8(args[1], "new name") : NULL;
+  if (!to) return NULL;
+  pdshm_scope *h = scope_handle(SC(self));
+  if (!h) return NULL;
+  int rc = pdshm_var_rename(h, from, to);
+  if (rc) return scope_fail(self, rc, "variable", rc == PDSHM_EEXIST ? args[1] : args[0]);
+  Py_RETURN_NONE;
+}
+
+typedef struct {
+  PyObject *self, *list;
+} collect_arg;
+
+static int collect_var(pdshm_var *v, void *arg) {
+  collect_arg *c = arg;
+  PyObject *o = var_result(c->self, v);
+  if (!o) return 1;
+  int rc = PyList_Append(c->list, o);
+  Py_DECREF(o);
+  return rc ? 1 : 0;
+}
+
+static PyObject *scope_vars(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"label", NULL};
+  PyObject *label = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:vars", kwlist, &label)) return NULL;
+  const char *l = label == Py_None ? NULL : pdshmpy_utf8(label, "label");
+  if (!l && label != Py_None) return NULL;
+  pdshm_scope *h = scope_handle(SC(self));
+  if (!h) return NULL;
+  collect_arg c = {self, PyList_New(0)};
+  if (!c.list) return NULL;
+  int rc = pdshm_scope_foreach_var(h, l, collect_var, &c);
+  if (rc == 1 && PyErr_Occurred()) {
+    Py_DECREF(c.list);
+    return NULL;
+  }
+  if (rc < 0) {
+    Py_DECREF(c.list);
+    return scope_fail(self, rc, "vars", NULL);
+  }
+  return c.list;
+}
+
+/* ---- lifetime ----------------------------------------------------------------------------- */
+
+static void scope_release_now(pdshmpy_scope *sc) {
+  sc->released = 1;
+  if (sc->h && sc->forkgen == pdshmpy_forkgen()) {
+    pdshm_scope *h = sc->h;
+    sc->h = NULL;
+    pdshmpy_seg_hold(sc->seg);
+    Py_BEGIN_ALLOW_THREADS
+    pdshm_scope_release(h);
+    Py_END_ALLOW_THREADS
+    pdshmpy_seg_unhold(sc->seg);
+  }
+  pdshmpy_scope_drop(sc);
+  pdshmpy_list_del(&sc->link);
+}
+
+static PyObject *scope_release(PyObject *self, PyObject *unused) {
+  scope_release_now(SC(self));
+  Py_RETURN_NONE;
+}
+
+static PyObject *scope_enter(PyObject *self, PyObject *unused) {
+  if (!scope_handle(SC(self))) return NULL;
+  return Py_NewRef(self);
+}
+
+static PyObject *scope_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  scope_release_now(SC(self));
+  Py_RETURN_FALSE;
+}
+
+static PyObject *scope_reduce(PyObject *self, PyObject *unused) {
+  pdshmpy_scope *sc = SC(self);
+  if (!sc->path) {
+    PyErr_SetString(PyExc_TypeError, "an anonymous scope cannot be pickled");
+    return NULL;
+  }
+  PyObject *mod = PyImport_ImportModule("pdshm._pickle");
+  if (!mod) return NULL;
+  PyObject *fn = PyObject_GetAttrString(mod, "scope");
+  Py_DECREF(mod);
+  if (!fn) return NULL;
+  return Py_BuildValue("N(OO)", fn, (PyObject *)sc->seg, sc->path);
+}
+
+static PyObject *scope_repr(PyObject *self) {
+  pdshmpy_scope *sc = SC(self);
+  const char *state = sc->released ? " released" : "";
+  if (!sc->path) return PyUnicode_FromFormat("<pdshm.Scope anonymous in %R%s>", sc->seg->name, state);
+  if (PyUnicode_GET_LENGTH(sc->path) == 0)
+    return PyUnicode_FromFormat("<pdshm.Scope root of %R%s>", sc->seg->name, state);
+  return PyUnicode_FromFormat("<pdshm.Scope %R in %R%s>", sc->path, sc->seg->name, state);
+}
+
+static void scope_dealloc(PyObject *self) {
+  pdshmpy_scope *sc = SC(self);
+  PyTypeObject *tp = Py_TYPE(self);
+  if (sc->weakrefs) PyObject_ClearWeakRefs(self);
+  pdshmpy_scope_drop(sc);
+  pdshmpy_list_del(&sc->link);
+  Py_CLEAR(sc->path);
+  Py_CLEAR(sc->base);
+  Py_CLEAR(sc->seg);
+  tp->tp_free(self);
+  Py_DECREF(tp);
+}
+
+static PyMethodDef scope_methods[] = {
+    {"new_scope", (PyCFunction)(void (*)(void))scope_new_scope, METH_VARARGS | METH_KEYWORDS,
+     "new_scope(name=None) -> Scope\n\nA child scope.  Anonymous (name None): reclaimed "
+     "when its last\nhandle is released.  Named: published under this (root or named) "
+     "scope,\nopenable by path until unlinked; Exists for a taken name."},
+    {"local", scope_local, METH_NOARGS,
+     "local() -> Scope\n\nAn anonymous child, for `with scope.local() as s:` (released at "
+     "exit)."},
+    {"var", scope_var, METH_O,
+     "var(name) -> Var\n\nThe local variable of that name, created when absent "
+     "(shadowing a parent's)."},
+    {"create_var", scope_create_var, METH_O,
+     "create_var(name) -> Var\n\nCreates the variable; Exists when the scope has one of "
+     "that name."},
+    {"new_var", scope_new_var, METH_NOARGS,
+     "new_var() -> Var\n\nA variable under a generated name, never reused."},
+    {"find_var", scope_find_var, METH_O,
+     "find_var(name) -> Var | None\n\nThe nearest variable of that name up the parent "
+     "chain."},
+    {"find_local_var", scope_find_local_var, METH_O,
+     "find_local_var(name) -> Var | None\n\nThis scope's own variable of that name."},
+    {"erase", scope_erase, METH_O,
+     "erase(name)\n\nErases this scope's own variable (NotFound when not local)."},
+    {"rename", (PyCFunction)(void (*)(void))scope_rename, METH_FASTCALL,
+     "rename(old, new)\n\nRenames this scope's own variable, keeping the object."},
+    {"vars", (PyCFunction)(void (*)(void))scope_vars, METH_VARARGS | METH_KEYWORDS,
+     "vars(label=None) -> list[Var]\n\nThis scope's own variables, only those with that "
+     "label unless None."},
+    {"unlink", scope_unlink, METH_O,
+     "unlink(name)\n\nUnlinks the named child scope (and its named subtree)."},
+    {"drop_kids", scope_drop_kids, METH_NOARGS,
+     "drop_kids()\n\nUnlinks every child; handles others hold stay usable until "
+     "released.\nThe scope's own variables stay."},
+    {"release", scope_release, METH_NOARGS,
+     "release()\n\nDrops this handle's reference (an anonymous scope without other "
+     "holders\ngoes with its variables).  Later calls raise pdshm.Error."},
+    {"__enter__", scope_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))scope_exit, METH_FASTCALL, NULL},
+    {"__reduce__", scope_reduce, METH_NOARGS, NULL},
+    {NULL}};
+
+static PyGetSetDef scope_getset[] = {
+    {"name", scope_get_name, NULL, "The scope's name; None if anonymous and for the root (path \"\").",
+     NULL},
+    {"path", scope_get_path, NULL,
+     "The path from the root (\"\" for the root, \"a/b\"); None if anonymous.", NULL},
+    {"parent", scope_get_parent, NULL, "A new handle on the parent; None at the root.", NULL},
+    {"segment", scope_get_segment, NULL, "The Segment this scope belongs to.", NULL},
+    {NULL}};
+
+static PyMemberDef scope_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pdshmpy_scope, weakrefs), READONLY},
+    {NULL}};
+
+static PyType_Slot scope_slots[] = {
+    {Py_tp_doc,
+     "A handle on a scope: one reference, released by release(), `with` exit or\n"
+     "garbage collection.  s[name] looks up the parent chain (KeyError when absent);\n"
+     "`name in s` likewise.  A named scope pickles by its path."},
+    {Py_tp_dealloc, scope_dealloc},
+    {Py_tp_repr, scope_repr},
+    {Py_tp_methods, scope_methods},
+    {Py_tp_getset, scope_getset},
+    {Py_tp_members, scope_members},
+    {Py_mp_subscript, scope_getitem},
+    {Py_sq_contains, scope_contains},
+    {0, NULL}};
+
+PyType_Spec pdshmpy_scope_spec = {
+    .name = "pdshm.Scope",
+    .basicsize = sizeof(pdshmpy_scope),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+             Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = scope_slots,
+};

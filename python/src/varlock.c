@@ -1,0 +1,122 @@
+/*
+ * varlock.c - VarLock: a variable's robust lock, held from Var.lock() until
+ * release() or `with` exit.
+ *
+ * States: HELD (made by Var.lock, which waits with the GIL released) ->
+ * RELEASED.  The library's lock belongs to the thread that took it, so
+ * release from another thread answers EPERM.  A VarLock collected while held
+ * (in the process that took it) releases its lock, errors ignored.
+ */
+#include "pdshmpy.h"
+
+typedef struct {
+  PyObject_HEAD
+  pdshmpy_var *var; /* strong */
+  int exclusive;
+  int held;
+  unsigned long forkgen; /* pdshmpy_forkgen() when taken */
+} varlock;
+
+#define VL(o) ((varlock *)(o))
+
+PyObject *pdshmpy_varlock_new(pdshmpy_var *var, int exclusive) {
+  pdshmpy_state *st = PDSHMPY_STATE(var);
+  pdshm_var *v = pdshmpy_var_get(var);
+  if (!v) return NULL;
+  int rc;
+  pdshmpy_seg_hold(var->seg);
+  Py_BEGIN_ALLOW_THREADS
+  rc = pdshm_var_lock(v, exclusive);
+  Py_END_ALLOW_THREADS
+  pdshmpy_seg_unhold(var->seg);
+  if (rc) return pdshmpy_raise(st, rc, exclusive ? "exclusive lock" : "shared lock");
+  varlock *lk = PyObject_New(varlock, st->varlock_type);
+  if (!lk) {
+    pdshm_var_unlock(v);
+    return NULL;
+  }
+  lk->var = (pdshmpy_var *)Py_NewRef(var);
+  lk->exclusive = exclusive;
+  lk->held = 1;
+  lk->forkgen = pdshmpy_forkgen();
+  return (PyObject *)lk;
+}
+
+static PyObject *varlock_release(PyObject *self, PyObject *unused) {
+  varlock *lk = VL(self);
+  if (!lk->held) {
+    pdshmpy_raise_msg(PDSHMPY_STATE(self), PDSHM_EPERM, "the lock was already released");
+    return NULL;
+  }
+  pdshm_var *v = pdshmpy_var_get(lk->var);
+  if (!v) {
+    lk->held = 0;
+    return NULL;
+  }
+  int rc = pdshm_var_unlock(v);
+  if (rc) return pdshmpy_raise(PDSHMPY_STATE(self), rc, "unlock");
+  lk->held = 0;
+  Py_RETURN_NONE;
+}
+
+static PyObject *varlock_enter(PyObject *self, PyObject *unused) { return Py_NewRef(self); }
+
+static PyObject *varlock_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  PyObject *r = varlock_release(self, NULL);
+  if (!r) return NULL;
+  Py_DECREF(r);
+  Py_RETURN_FALSE;
+}
+
+static PyObject *varlock_get_held(PyObject *self, void *closure) {
+  return PyBool_FromLong(VL(self)->held);
+}
+
+static PyObject *varlock_get_exclusive(PyObject *self, void *closure) {
+  return PyBool_FromLong(VL(self)->exclusive);
+}
+
+static void varlock_dealloc(PyObject *self) {
+  varlock *lk = VL(self);
+  PyTypeObject *tp = Py_TYPE(self);
+  if (lk->held && lk->forkgen == pdshmpy_forkgen() && lk->var->seg->seg) {
+    pdshm_var *v = pdshm_varref_get(lk->var->seg->seg, lk->var->ref);
+    if (v) pdshm_var_unlock(v);
+  }
+  Py_CLEAR(lk->var);
+  tp->tp_free(self);
+  Py_DECREF(tp);
+}
+
+static PyObject *varlock_repr(PyObject *self) {
+  return PyUnicode_FromFormat("<pdshm.VarLock %s %s>", VL(self)->exclusive ? "exclusive" : "shared",
+                              VL(self)->held ? "held" : "released");
+}
+
+static PyMethodDef varlock_methods[] = {
+    {"release", varlock_release, METH_NOARGS,
+     "release()\n\nReleases the lock (an exclusive release bumps the variable's version)."},
+    {"__enter__", varlock_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))varlock_exit, METH_FASTCALL, NULL},
+    {NULL}};
+
+static PyGetSetDef varlock_getset[] = {
+    {"held", varlock_get_held, NULL, "Not yet released.", NULL},
+    {"exclusive", varlock_get_exclusive, NULL, "Taken exclusive (else shared).", NULL},
+    {NULL}};
+
+static PyType_Slot varlock_slots[] = {
+    {Py_tp_doc, "A held variable lock (Var.lock()); a context manager."},
+    {Py_tp_dealloc, varlock_dealloc},
+    {Py_tp_repr, varlock_repr},
+    {Py_tp_methods, varlock_methods},
+    {Py_tp_getset, varlock_getset},
+    {0, NULL}};
+
+PyType_Spec pdshmpy_varlock_spec = {
+    .name = "pdshm.VarLock",
+    .basicsize = sizeof(varlock),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+             Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = varlock_slots,
+};

@@ -1,0 +1,105 @@
+"""Fixtures of the pdshm test suite.
+
+Each test gets its own segment name, "pyt<pid>-<n>-<test>", removed after the
+test even when it fails; at the end of the session no segment of this run may
+be left in /dev/shm.  Segments are small (SEG_SIZE) because CI machines may
+have a 64 MiB /dev/shm.
+"""
+import errno
+import glob
+import itertools
+import os
+import re
+import threading
+
+import pytest
+
+import pdshm
+from procutil import TIMEOUT, Child
+
+SEG_SIZE = 8 << 20
+PREFIX = f"pyt{os.getpid()}"
+_serial = itertools.count()
+
+
+def unlink_quietly(name):
+    """pdshm.unlink, where a segment already gone is not an error."""
+    try:
+        pdshm.unlink(name)
+    except pdshm.Error as e:
+        if e.errno != errno.ENOENT:
+            raise
+
+
+def _leftovers():
+    return sorted(glob.glob(f"/dev/shm/pdshm.{PREFIX}-*"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_segment_left_behind():
+    yield
+    left = _leftovers()
+    for path in left:
+        os.unlink(path)
+    assert not left, f"segments left in /dev/shm after the session: {left}"
+
+
+@pytest.fixture
+def seg_name(request):
+    """A segment name of this test alone, unlinked afterwards."""
+    test = re.sub(r"[^A-Za-z0-9._-]", "_", request.node.name)[:100]
+    name = f"{PREFIX}-{next(_serial)}-{test}"
+    yield name
+    unlink_quietly(name)
+
+
+@pytest.fixture
+def seg(seg_name):
+    """A fresh SEG_SIZE segment, created by this process and detached afterwards."""
+    s = pdshm.create(seg_name, size=SEG_SIZE)
+    yield s
+    try:
+        s.detach()
+    except pdshm.Error:
+        pass
+
+
+@pytest.fixture
+def lock_taker():
+    """take(var, exclusive, timeout): True when a thread took var's lock (and let
+    it go) within timeout.  A thread still waiting is joined when the test ends,
+    before its segment is detached."""
+    threads = []
+
+    def take(var, exclusive=True, timeout=10.0):
+        got = threading.Event()
+
+        def run():
+            with var.lock(exclusive=exclusive):
+                got.set()
+
+        t = threading.Thread(target=run, daemon=True)
+        threads.append(t)
+        t.start()
+        t.join(timeout)
+        return got.is_set()
+
+    yield take
+    for t in threads:
+        t.join(TIMEOUT)
+    assert not any(t.is_alive() for t in threads), "a lock taker is still waiting"
+
+
+@pytest.fixture
+def children():
+    """Starts Child processes; kills any still running when the test ends."""
+    started = []
+
+    def start(method, fn, *args):
+        c = Child(method, fn, *args)
+        started.append(c)
+        return c
+
+    yield start
+    for c in started:
+        c.kill()

@@ -1,0 +1,91 @@
+"""Trainer processes for test_torch_dp.py (module level, so spawn can pickle them)."""
+import pdshm
+
+
+def linear_model(torch):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+
+
+def problem(torch):
+    """A fixed regression batch of 24 rows."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(24, 5, generator=g)
+    return x, (x.sum(1, keepdim=True) * 0.5).sin()
+
+
+def make_optimizer(kind):
+    import pdshm.torch as pt
+    if kind == "sgd":
+        return pt.SGD(lr=0.1, momentum=0.9, weight_decay=0.01)
+    return pt.Adam(lr=0.01, weight_decay=0.01)
+
+
+def dp_trainer(conn, seg_name, scope_path, size, rank, steps, kind):
+    """Trains linear_model on rank's equal share of problem() for `steps` steps
+    through pdshm.torch.DataParallel; returns the steps it redid."""
+    import torch
+    import pdshm.torch as pt
+    torch.set_num_threads(1)
+    with pdshm.attach(seg_name) as seg:
+        with seg.group("dp", size, rank=rank) as group:
+            model = linear_model(torch)
+            dp = pt.DataParallel(model, seg.open(scope_path), group, make_optimizer(kind),
+                                 timeout=30.0)
+            conn.send(("joined", dp.steps_done))
+            x, y = problem(torch)
+            n = x.shape[0] // size
+            xs, ys = x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n]
+            redone = 0
+            while dp.steps_done < steps:
+                dp.zero_grad()
+                torch.nn.functional.mse_loss(model(xs), ys).backward()
+                if not dp.step():
+                    redone += 1
+            return redone
+
+
+def dying_trainer(conn, seg_name, scope_path, size, rank, steps, kind, die_step, phase):
+    """As dp_trainer, but SIGKILLs itself in step die_step: "reduce" before the
+    gradients are reduced, "update" after, "commit" half-way through writing
+    its shard into place, "barrier" after writing it, before the barrier."""
+    import os
+    import signal
+    import torch
+    import pdshm.torch as pt
+
+    def die():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    class Dying(pt.DataParallel):
+        def step(self):
+            if phase == "reduce" and self.steps_done + 1 == die_step:
+                die()
+            return super().step()
+
+        def _apply(self, t):
+            if phase == "update" and t == die_step:
+                die()
+            super()._apply(t)
+
+        def _commit(self, t):
+            if phase == "commit" and t == die_step:
+                p, _, _, lo, hi = self._slices[0]
+                p[lo:hi].copy_(self._stage[:hi - lo])  # the first tensor only
+                die()
+            super()._commit(t)
+            if phase == "barrier" and t == die_step:
+                die()
+
+    torch.set_num_threads(1)
+    with pdshm.attach(seg_name) as seg:
+        with seg.group("dp", size, rank=rank) as group:
+            model = linear_model(torch)
+            dp = Dying(model, seg.open(scope_path), group, make_optimizer(kind), timeout=30.0)
+            x, y = problem(torch)
+            n = x.shape[0] // size
+            xs, ys = x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n]
+            while dp.steps_done < steps:
+                dp.zero_grad()
+                torch.nn.functional.mse_loss(model(xs), ys).backward()
+                dp.step()

@@ -1,0 +1,213 @@
+"""Trainer groups (DESIGN sections 4 and 5): join, barrier, allreduce, the
+death of a member seen as pdshm.PeerDied by the survivors, a replacement
+taking over the dead member's rank, and the errors of joining."""
+import errno
+import time
+
+import numpy as np
+import pytest
+
+import pdshm
+import workers
+
+T = 20.0  # seconds: the timeout of every barrier and reduction that should succeed
+
+
+def member(children, seg, size, rank, *steps, group="g"):
+    kid = children("spawn", workers.group_member, seg.name, group, size, rank, list(steps))
+    return kid
+
+
+def joined(kid):
+    msg = kid.recv()
+    assert msg[0] == "joined", msg
+    return msg[1]
+
+
+def my_tensor(seg, g, values, group="g"):
+    v = seg.root.var(f"{group}.grad{g.rank}")
+    v.assign(np.array(values, dtype=np.float64))
+    return v
+
+
+def test_join_gives_the_rank_asked_for_and_the_size(seg):
+    with seg.group("g", 3, rank=2) as g:
+        assert (g.rank, g.size) == (2, 3)
+
+
+def test_join_without_a_rank_takes_the_lowest_free_one(seg, children):
+    with seg.group("g", 3, rank=0):
+        kid = member(children, seg, 3, None, ("await", "exit"))
+        assert joined(kid) == 1
+        kid.send("exit")
+        kid.result()
+
+
+def test_barrier_returns_once_every_member_arrived(seg, children):
+    with seg.group("g", 2, rank=0) as g:
+        kid = member(children, seg, 2, 1, ("barrier", T))
+        joined(kid)
+        g.barrier(timeout=T)
+        assert kid.result() == (1, [None])
+
+
+def test_barrier_without_the_other_members_times_out(seg):
+    with seg.group("g", 2, rank=0) as g:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError) as ei:
+            g.barrier(timeout=0.2)
+        assert isinstance(ei.value, pdshm.Error)
+        assert ei.value.code == -errno.ETIMEDOUT
+        assert time.monotonic() - start < 10
+
+
+def test_allreduce_sums_every_members_tensor(seg, children):
+    with seg.group("g", 3, rank=0) as g:
+        kids = [member(children, seg, 3, r, ("allreduce", [r + 1.0, 10.0 * (r + 1)], "sum", T))
+                for r in (1, 2)]
+        for k in kids:
+            joined(k)
+        v = my_tensor(seg, g, [1.0, 10.0])
+        g.allreduce(v, op="sum", timeout=T)
+        assert v.numpy().tolist() == [6.0, 60.0]
+        assert sorted(k.result() for k in kids) == [(1, [[6.0, 60.0]]), (2, [[6.0, 60.0]])]
+
+
+@pytest.mark.parametrize("op, expected", [("mean", [2.0, -1.0]), ("max", [3.0, 0.0]),
+                                          ("min", [1.0, -2.0])])
+def test_allreduce_ops(seg, children, op, expected):
+    with seg.group("g", 2, rank=0) as g:
+        kid = member(children, seg, 2, 1, ("allreduce", [3.0, -2.0], op, T))
+        joined(kid)
+        v = my_tensor(seg, g, [1.0, 0.0])
+        g.allreduce(v, op=op, timeout=T)
+        assert v.numpy().tolist() == expected
+        assert kid.result() == (1, [expected])
+
+
+def test_allreduce_of_tensors_of_different_sizes_is_value_error_at_every_member(seg, children):
+    with seg.group("g", 2, rank=0) as g:
+        kid = member(children, seg, 2, 1, ("allreduce", [1.0, 2.0, 3.0], "sum", T))
+        joined(kid)
+        v = my_tensor(seg, g, [1.0, 2.0])
+        with pytest.raises(ValueError):
+            g.allreduce(v, op="sum", timeout=T)
+        rank, (theirs,) = kid.result()
+        assert theirs[0] == "raised" and "ValueError" in theirs[1]
+
+
+def test_unknown_reduction_is_value_error(seg):
+    with seg.group("g", 1, rank=0) as g:
+        with pytest.raises(ValueError):
+            g.allreduce(my_tensor(seg, g, [1.0]), op="median", timeout=T)
+
+
+def test_death_of_a_member_is_peer_died_for_the_survivor(seg, children):
+    with seg.group("g", 2, rank=0) as g:
+        kid = member(children, seg, 2, 1, ("hang",))
+        joined(kid)
+        kid.kill()
+        start = time.monotonic()
+        with pytest.raises(pdshm.PeerDied):
+            g.barrier(timeout=T)
+        assert time.monotonic() - start < 5  # noticed at once, not at the timeout
+
+
+def test_death_during_a_barrier_wakes_the_waiting_member(seg, children):
+    with seg.group("g", 3, rank=0):
+        waiter = member(children, seg, 3, 1, ("tell", "waiting"), ("barrier", T))
+        victim = member(children, seg, 3, 2, ("hang",))
+        joined(waiter)
+        joined(victim)
+        assert waiter.recv() == "waiting"
+        victim.kill()
+        rank, (_, outcome) = waiter.result()
+        assert outcome[0] == "raised" and "PeerDied" in outcome[1]
+
+
+def test_replacement_takes_over_the_dead_members_rank(seg, children):
+    with seg.group("g", 2, rank=0) as g:
+        first = member(children, seg, 2, 1, ("hang",))
+        joined(first)
+        first.kill()
+        with pytest.raises(pdshm.PeerDied):
+            g.barrier(timeout=T)
+        second = member(children, seg, 2, 1, ("barrier", T))
+        assert joined(second) == 1
+        g.barrier(timeout=T)
+        assert second.result() == (1, [None])
+
+
+def test_rank_held_by_a_live_member_is_ebusy(seg, children):
+    with seg.group("g", 2, rank=0):
+        got = member(children, seg, 2, 0).result()
+        assert got[0] == "join raised" and got[2] == -errno.EBUSY
+
+
+def test_size_other_than_the_groups_is_value_error(seg, children):
+    with seg.group("g", 2, rank=0):
+        got = member(children, seg, 3, None).result()
+        assert got[0] == "join raised" and "ValueError" in got[1]
+        assert got[2] == -errno.EINVAL
+
+
+def test_joining_a_full_group_is_eusers(seg, children):
+    with seg.group("g", 1, rank=0):
+        got = member(children, seg, 1, None).result()
+        assert got[0] == "join raised" and got[2] == -errno.EUSERS
+
+
+def test_group_memory_goes_back_when_the_last_member_leaves(seg):
+    before = seg.stats().used
+    g = seg.group("g", 2, rank=0)
+    assert seg.stats().used > before
+    g.leave()
+    assert seg.stats().used == before
+
+
+def test_group_of_a_killed_last_member_goes_back_at_reap(seg, children):
+    before = seg.stats().used
+    kid = member(children, seg, 2, 0, ("hang",))
+    joined(kid)
+    kid.kill()
+    seg.reap()
+    assert seg.stats().used == before
+    assert seg.check() == []
+
+
+def test_allreduce_of_a_numpy_view_reduces_its_variable(seg, children):
+    with seg.group("g", 2, rank=0) as g:
+        kid = member(children, seg, 2, 1, ("allreduce", [3.0, -2.0], "sum", T))
+        joined(kid)
+        view = my_tensor(seg, g, [1.0, 5.0]).numpy()
+        g.allreduce(view, op="sum", timeout=T)
+        assert view.tolist() == [4.0, 3.0]
+        assert kid.result() == (1, [[4.0, 3.0]])
+
+
+def test_allreduce_of_a_torch_view_reduces_its_variable(seg, children):
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    with seg.group("g", 2, rank=0) as g:
+        kid = member(children, seg, 2, 1, ("allreduce", [3.0, -2.0], "mean", T))
+        joined(kid)
+        v = my_tensor(seg, g, [1.0, 0.0])
+        t = torch.from_dlpack(v)
+        g.allreduce(t, op="mean", timeout=T)
+        assert t.tolist() == [2.0, -1.0]
+        assert v.numpy().tolist() == [2.0, -1.0]
+        assert kid.result() == (1, [[2.0, -1.0]])
+
+
+def test_allreduce_refuses_what_is_no_whole_view_of_a_variable_and_changes_nothing(seg):
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    with seg.group("g", 1, rank=0) as g:
+        v = my_tensor(seg, g, [1.0, 2.0, 3.0, 4.0])
+        t = torch.from_dlpack(v)
+        for bad in (t[1:], t[::2], np.ones(4), t.clone(), "x", 3):
+            with pytest.raises(pdshm.InvalidArgument):
+                g.allreduce(bad, op="sum", timeout=T)
+        assert v.numpy().tolist() == [1.0, 2.0, 3.0, 4.0]
+        v.resize("float64", (8,))  # the view now shows bytes the variable no longer has
+        with pytest.raises(pdshm.InvalidArgument):
+            g.allreduce(t, op="sum", timeout=T)
+        g.allreduce(v.numpy(), op="sum", timeout=T)  # a fresh view is fine

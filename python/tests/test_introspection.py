@@ -1,0 +1,119 @@
+"""The introspection calls (what pdshm-attach shows) on a segment that several
+processes use: process slots, scopes with their creators and holders,
+variables, locks with their holders, the allocator, the header."""
+import os
+
+import pytest
+
+import pdshm
+import workers
+
+
+
+@pytest.fixture
+def busy(seg, children):
+    """seg, with a second process attached and holding things (see workers)."""
+    seg.root.new_scope("p").var("w").resize("int32", (4,))
+    kid = children("spawn", workers.introspection_subject, seg.name)
+    kid.expect("ready")
+    yield seg, kid
+    if kid.proc.is_alive():
+        kid.send("exit")
+        kid.result()
+
+
+def scope_named(seg, name):
+    found = [s for s in seg.scopes() if s.name == name]
+    assert len(found) == 1, [s.name for s in seg.scopes()]
+    return found[0]
+
+
+def test_procs_lists_every_attached_process(busy):
+    seg, kid = busy
+    live = {p.pid: p for p in seg.procs()}
+    assert set(live) == {os.getpid(), kid.pid}
+    assert all(p.state == "alive" for p in live.values())
+    assert live[kid.pid].handles >= 1  # its anonymous scope at least
+
+
+def test_procs_shows_a_killed_process_dead_until_reaped(busy):
+    seg, kid = busy
+    kid.kill()
+    states = {p.pid: p.state for p in seg.procs()}
+    assert states == {os.getpid(): "alive", kid.pid: "dead"}
+    seg.reap()
+    assert [p.pid for p in seg.procs()] == [os.getpid()]
+
+
+def test_scopes_lists_the_root_first_then_the_tree(busy):
+    seg, kid = busy
+    scopes = seg.scopes()
+    assert scopes[0].depth == 0 and scopes[0].parent_id == 0
+    names = {s.name for s in scopes if s.named}
+    assert names == {"p", "made_by_kid"}
+    ids = {s.id for s in scopes}
+    assert all(s.parent_id in ids for s in scopes[1:])
+
+
+def test_scopes_shows_who_made_a_named_scope(busy):
+    seg, kid = busy
+    made = scope_named(seg, "made_by_kid")
+    assert made.creator_pid == kid.pid
+    assert made.linked and made.named
+    assert made.vars == 1
+
+
+def test_scopes_shows_another_process_holding_its_anonymous_scope(busy):
+    seg, kid = busy
+    anon = [s for s in seg.scopes() if s.depth == 1 and not s.named]
+    assert len(anon) == 1
+    assert anon[0].creator_pid == kid.pid
+    assert kid.pid in list(anon[0].holders)[:anon[0].nholders]
+
+
+def test_vars_of_describes_another_process_variable(busy):
+    seg, kid = busy
+    made = scope_named(seg, "made_by_kid")
+    (kv,) = seg.vars_of(made.id)
+    assert (kv.name, kv.label) == ("kv", "input")
+    assert list(kv.readers) == ["op_r"] and list(kv.writers) == []
+    assert (kv.type, kv.dtype, tuple(kv.shape), kv.nbytes) == ("tensor", "float32", (2, 3), 24)
+
+
+def test_vars_of_shows_an_exclusive_lock_and_its_holder(busy):
+    seg, kid = busy
+    (w,) = seg.vars_of(scope_named(seg, "p").id)
+    assert w.lock_state == "exclusive"
+    assert w.lock_holder_pid == kid.pid
+
+
+def test_locks_shows_the_variable_lock_held_by_the_other_process(busy):
+    seg, kid = busy
+    held = [lk for lk in seg.locks() if lk.kind == "var" and lk.var == "w"]
+    assert len(held) == 1
+    assert held[0].held and held[0].holder_pid == kid.pid
+
+
+def test_alloc_agrees_with_stats(busy):
+    seg, kid = busy
+    a, st = seg.alloc(), seg.stats()
+    assert a.used == st.used
+    assert a.used + a.free == a.arena == st.size
+
+
+def test_info_describes_the_header(seg):
+    info = seg.info()
+    assert info.creator_pid == os.getpid()
+    assert info.creator_uid == os.getuid()
+    assert info.max_procs == 128
+    assert info.size == 8 << 20
+    assert not info.poisoned
+
+
+def test_read_only_attachment_sees_the_same_tree(busy):
+    seg, kid = busy
+    with pdshm.attach(seg.name, readonly=True) as ro:
+        assert [(s.id, s.name, s.creator_pid) for s in ro.scopes()] == \
+            [(s.id, s.name, s.creator_pid) for s in seg.scopes()]
+        assert {p.pid for p in ro.procs()} == {os.getpid(), kid.pid}
+        assert [v.name for v in ro.vars_of(0)] == [v.name for v in seg.vars_of(0)]

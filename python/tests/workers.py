@@ -1,0 +1,240 @@
+"""What child processes run: module-level functions fn(conn, *args), see procutil."""
+import gc
+import os
+
+import pdshm
+
+
+def unique_names(conn, seg_name, prefix, count):
+    with pdshm.attach(seg_name) as seg:
+        return [seg.unique_name(prefix) for _ in range(count)]
+
+
+def stats_used(conn, seg_name):
+    with pdshm.attach(seg_name) as seg:
+        return seg.stats().used
+
+
+def view_roundtrip(conn, seg_name, path, name):
+    """Reads through its own view what the test wrote, then writes for the test to read."""
+    with pdshm.attach(seg_name) as seg:
+        a = seg.open(path)[name].numpy()
+        conn.send("ready")
+        assert conn.recv() == "check"
+        seen = float(a[3])
+        a[4] = 2.5
+        conn.send(("saw", seen))
+        assert conn.recv() == "exit"
+        del a
+
+
+def erase_var(conn, seg_name, path, name):
+    with pdshm.attach(seg_name) as seg:
+        seg.open(path).erase(name)
+
+
+def resize_and_fill(conn, seg_name, path, name, dtype, shape, fill):
+    with pdshm.attach(seg_name) as seg:
+        v = seg.open(path)[name]
+        v.resize(dtype, shape)
+        v.numpy()[...] = fill
+
+
+def unlink_scope_then_detach(conn, seg_name, name):
+    """Holds the named scope's last handle, unlinks it, and lets detach release the handle."""
+    seg = pdshm.attach(seg_name)
+    kept = seg.open(name)
+    name_seen = kept.name
+    seg.root.unlink(name)
+    seg.detach()
+    return name_seen
+
+
+def hold_view_until_told(conn, seg_name, path, name):
+    """Takes a view, reports its sum, drops it when told, reports again."""
+    with pdshm.attach(seg_name) as seg:
+        a = seg.open(path)[name].numpy()
+        conn.send(("holding", float(a.sum())))
+        assert conn.recv() == "drop"
+        total = float(a.sum())
+        del a
+        gc.collect()
+        conn.send(("dropped", total))
+        assert conn.recv() == "exit"
+
+
+def trainer_until_killed(conn, seg_name):
+    """A trainer holding everything it can: a view of p/w, an anonymous local
+    scope with a tensor and a view of it, and w's exclusive lock.  Waits to be
+    killed."""
+    seg = pdshm.attach(seg_name)
+    w = seg.open("p")["w"]
+    view = w.numpy()
+    local = seg.root.new_scope()
+    x = local.var("x")
+    x.resize("float32", (16 << 10,))
+    xview = x.numpy()
+    xview[:] = 1.0
+    lock = w.lock()
+    lock.__enter__()
+    conn.send(("ready", float(view.sum())))
+    conn.recv()  # never answered: the test kills us
+    raise AssertionError("still alive", local, view, xview)
+
+
+def erase_in_other_process(conn, seg_name, path, name):
+    """Erases, then lets the test look at its stale Var before exiting."""
+    with pdshm.attach(seg_name) as seg:
+        seg.open(path).erase(name)
+        conn.send("erased")
+        assert conn.recv() == "exit"
+
+
+def use_inherited_segment(conn, seg):
+    """Works through a Segment inherited by fork, then detaches it."""
+    seg.root.var("from_child").label = "child"
+    alive = seg.stats().procs_alive
+    seg.detach()
+    return alive
+
+
+def use_inherited_anonymous_scope(conn, scope):
+    try:
+        scope.var("from_child")
+    except pdshm.Forked as e:
+        return ("Forked", e.code)
+    return ("no error", None)
+
+
+def read_inherited_view_when_told(conn, view):
+    conn.send("ready")
+    assert conn.recv() == "read"
+    return view.tolist()
+
+
+def write_through_handles(conn, seg, scope, var):
+    """Uses a Segment, a named Scope and a Var given as arguments (pickled or inherited)."""
+    var.numpy()[...] = 3
+    scope.var("made_by_child").label = "child"
+    return (seg.name, scope.name, var.name, seg.root.find_var("top") is not None)
+
+
+def var_via_unpickled_arguments(conn, var):
+    return (var.name, var.numpy().tolist())
+
+
+def unique_names_from_stack(conn, seg):
+    st = pdshm.ScopeStack(seg)
+    return [st.new_variable(prefix="t").name for _ in range(50)]
+
+
+def introspection_subject(conn, seg_name):
+    """Leaves marks for the introspection calls to find: a named scope it made
+    with a labelled tensor variable read by an operator, an anonymous scope it
+    holds, and p/w's exclusive lock; keeps them until told to exit."""
+    with pdshm.attach(seg_name) as seg:
+        made = seg.root.new_scope("made_by_kid")
+        kv = made.var("kv")
+        kv.label = "input"
+        kv.add_reader("op_r")
+        kv.resize("float32", (2, 3))
+        local = seg.root.new_scope()
+        local.var("lv")
+        w = seg.open("p")["w"]
+        with w.lock():
+            conn.send("ready")
+            assert conn.recv() == "exit"
+        local.release()
+        made.release()
+
+
+def _plain(value):
+    """A call's result in a form that pickles without the segment: names for handles."""
+    if hasattr(value, "name") and not isinstance(value, str):  # a Var or a Scope
+        return value.name
+    if isinstance(value, (list, tuple)):
+        return [_plain(x) for x in value]
+    return value
+
+
+def scope_calls(conn, seg_name, calls):
+    """Runs calls (path, var name or None, method, args) on a fresh attachment:
+    the method of the scope at path, or of its variable of that name (found up
+    the chain); a method "=attr" sets the attribute.  Returns each call's result
+    (handles as their names), or ("raised", [class names of the exception]).
+    """
+    out = []
+    with pdshm.attach(seg_name) as seg:
+        for path, var, method, args in calls:
+            try:
+                scope = seg.open(path)
+                target = scope if var is None else scope[var]
+                if method.startswith("="):
+                    setattr(target, method[1:], *args)
+                    out.append(None)
+                else:
+                    out.append(_plain(getattr(target, method)(*args)))
+            except Exception as e:
+                out.append(("raised", [c.__name__ for c in type(e).__mro__]))
+    return out
+
+
+def exit_holding_an_anonymous_scope(conn, seg_name):
+    """Makes an anonymous scope with a tensor and exits at once, releasing nothing."""
+    seg = pdshm.attach(seg_name)
+    local = seg.root.new_scope()
+    local.var("x").resize("float32", (4096,))
+    conn.send(("made", seg.stats().scopes))
+    conn.close()
+    os._exit(0)
+
+
+def hold_lock_until_told(conn, seg_name, path, name, exclusive):
+    """Takes the variable's lock (exclusive or shared) and keeps it until told."""
+    with pdshm.attach(seg_name) as seg:
+        v = seg.open(path)[name]
+        with v.lock(exclusive=exclusive):
+            conn.send("locked")
+            assert conn.recv() == "unlock"
+        conn.send("unlocked")
+        assert conn.recv() == "exit"
+
+
+def group_member(conn, seg_name, group, size, rank, steps):
+    """Joins the group and runs steps, each one of
+         ("barrier", timeout)
+         ("allreduce", values, op, timeout)   on its own float64 variable
+         ("tell", msg)  /  ("await", msg)      talk to the test
+         ("hang",)                             wait to be killed
+    and returns (rank, [each step's result]); a step that raised gives
+    ("raised", [class names of the exception]) and the next steps still run.
+    A join that raised is ("join raised", [class names], code)."""
+    import numpy as np
+    with pdshm.attach(seg_name) as seg:
+        try:
+            g = seg.group(group, size, rank=rank)
+        except pdshm.Error as e:
+            return ("join raised", [c.__name__ for c in type(e).__mro__], e.code)
+        conn.send(("joined", g.rank))
+        out = []
+        for step in steps:
+            try:
+                if step[0] == "barrier":
+                    out.append(g.barrier(timeout=step[1]))
+                elif step[0] == "allreduce":
+                    v = seg.root.var(f"{group}.grad{g.rank}")
+                    v.assign(np.array(step[1], dtype=np.float64))
+                    g.allreduce(v, op=step[2], timeout=step[3])
+                    out.append(v.numpy().tolist())
+                elif step[0] == "tell":
+                    conn.send(step[1])
+                    out.append(None)
+                elif step[0] == "await":
+                    assert conn.recv() == step[1]
+                    out.append(None)
+                elif step[0] == "hang":
+                    conn.recv()
+            except pdshm.Error as e:
+                out.append(("raised", [c.__name__ for c in type(e).__mro__]))
+        g.leave()
+        return (g.rank, out)

@@ -1,0 +1,563 @@
+/* test_group.c - trainer groups (DESIGN §4): pdshm_var_wait woken by another
+ * process's exclusive unlock and resize, without spinning; join's errors;
+ * a group's memory back after its last member leaves or is reaped; barriers
+ * over thousands of rounds among 4 processes; allreduce of every dtype and op
+ * against a reference computed here, odd sizes, buffers anywhere; a mismatch
+ * is EINVAL at every member; timeouts; members SIGKILLed inside barriers and
+ * allreduces: every survivor gets EOWNERDEAD for the same round, soon, a
+ * replacement takes the rank over and the next rounds are right. */
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define SEC 1000000000ll
+
+static char seg_name[PDSHM_SEG_NAME_MAX + 1];
+static pdshm_seg *seg;
+static pdshm_scope *root;
+
+static void setup(void) {
+  snprintf(seg_name, sizeof seg_name, "%s", tu_name("group"));
+  seg = tu_create_as(seg_name, 64u << 20, 32);
+  ck_assert_int_eq(pdshm_root(seg, &root), 0);
+}
+
+static void teardown(void) {
+  if (root) pdshm_scope_release(root);
+  if (seg) pdshm_detach(seg);
+  root = NULL;
+  seg = NULL;
+  tu_cleanup();
+}
+
+/* Shared between the test and its children (mapped before the forks). */
+struct board {
+  _Atomic int64_t progress[8];   /* last round each rank passed           */
+  _Atomic int dead_round[8];     /* round of a member's EOWNERDEAD        */
+  _Atomic uint64_t dead_ns[8];   /* when it got it                        */
+  _Atomic uint64_t kill_ns;      /* when the victim was killed            */
+  _Atomic int go;                /* children proceed (barrier tests)      */
+  _Atomic int fails;
+  char why[256];
+};
+static struct board *board_new(void) {
+  struct board *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert_ptr_ne(b, MAP_FAILED);
+  memset(b, 0, sizeof *b);
+  return b;
+}
+#define KID_FAIL(b, ...)                                     \
+  do {                                                       \
+    snprintf((b)->why, sizeof (b)->why, __VA_ARGS__);        \
+    atomic_fetch_add(&(b)->fails, 1);                        \
+    return 1;                                                \
+  } while (0)
+
+static void wait_ok(pid_t pid, struct board *b) {
+  int st = tu_wait(pid);
+  ck_assert_msg(st == 0, "child exited %d: %s", st, b ? b->why : "");
+}
+
+/* ---- var_wait ------------------------------------------------------------------ */
+
+static uint64_t cpu_ns(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * SEC +
+         (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
+}
+
+START_TEST(var_wait_times_out) {
+  pdshm_var *v;
+  ck_assert_int_eq(pdshm_var_create(root, "w", &v), 0);
+  uint64_t t0 = tu_now_ns(), c0 = cpu_ns();
+  ck_assert_int_eq(pdshm_var_wait(v, pdshm_var_version(v), 200000000), PDSHM_ETIMEDOUT);
+  uint64_t dt = tu_now_ns() - t0, dc = cpu_ns() - c0;
+  ck_assert_uint_ge(dt, 200000000);
+  ck_assert_msg(dc < 20000000, "waiting 200 ms took %llu ns of CPU", (unsigned long long)dc);
+  /* a version that already differs returns at once */
+  ck_assert_int_eq(pdshm_var_wait(v, pdshm_var_version(v) + 1, 0), 0);
+  ck_assert_int_eq(pdshm_var_wait(NULL, 0, 0), PDSHM_EINVAL);
+}
+END_TEST
+
+static int kid_bump(void *arg) {
+  int how = *(int *)arg;
+  pdshm_seg *s;
+  pdshm_scope *r;
+  pdshm_var *v;
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r)) return 2;
+  if (!(v = pdshm_find_var(r, "w"))) return 3;
+  usleep(100000);
+  if (how == 0) {
+    if (pdshm_var_lock(v, 1) || pdshm_var_unlock(v)) return 4;
+  } else {
+    int64_t d = 1000;
+    if (pdshm_tensor_resize(v, PDSHM_F32, 1, &d)) return 5;
+  }
+  pdshm_scope_release(r);
+  pdshm_detach(s);
+  return 0;
+}
+
+static void var_wait_woken(int how) {
+  pdshm_var *v;
+  ck_assert_int_eq(pdshm_var_create(root, "w", &v), 0);
+  uint64_t seen = pdshm_var_version(v);
+  pid_t pid = tu_spawn(kid_bump, &how);
+  uint64_t t0 = tu_now_ns(), c0 = cpu_ns();
+  ck_assert_int_eq(pdshm_var_wait(v, seen, 10 * SEC), 0);
+  uint64_t dt = tu_now_ns() - t0, dc = cpu_ns() - c0;
+  ck_assert_uint_ne(pdshm_var_version(v), seen);
+  ck_assert_msg(dt < 5 * SEC, "woken after %llu ns", (unsigned long long)dt);
+  ck_assert_msg(dc < 20000000, "waiting took %llu ns of CPU", (unsigned long long)dc);
+  wait_ok(pid, NULL);
+}
+START_TEST(var_wait_woken_by_exclusive_unlock) { var_wait_woken(0); }
+END_TEST
+START_TEST(var_wait_woken_by_resize) { var_wait_woken(1); }
+END_TEST
+
+/* ---- join, leave --------------------------------------------------------------- */
+
+START_TEST(join_errors) {
+  pdshm_group *a, *b, *x;
+  ck_assert_int_eq(pdshm_group_join(seg, "g", 0, -1, &x), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_join(seg, "g", 2, 2, &x), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_join(seg, "", 2, -1, &x), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_join(seg, "g", PDSHM_GROUP_MAX + 1, -1, &x), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_join(seg, "g", 2, 1, &a), 0);
+  ck_assert_int_eq(pdshm_group_rank(a), 1);
+  ck_assert_int_eq(pdshm_group_size(a), 2);
+  ck_assert_int_eq(pdshm_group_join(seg, "g", 3, -1, &x), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_join(seg, "g", 2, 1, &x), PDSHM_EBUSY);
+  ck_assert_int_eq(pdshm_group_join(seg, "g", 2, -1, &b), 0);
+  ck_assert_int_eq(pdshm_group_rank(b), 0);
+  ck_assert_int_eq(pdshm_group_join(seg, "g", 2, -1, &x), PDSHM_EUSERS);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_int_eq(pdshm_group_leave(b), 0);
+  ck_assert_int_eq(pdshm_group_join(seg, "g", 2, 0, &b), 0);
+  ck_assert_int_eq(pdshm_group_leave(a), 0);
+  ck_assert_int_eq(pdshm_group_leave(b), 0);
+  ck_assert_int_eq(pdshm_group_rank(NULL), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_barrier(NULL, 0), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_leave(NULL), PDSHM_EINVAL);
+}
+END_TEST
+
+static uint64_t used(void) {
+  pdshm_stats st;
+  ck_assert_int_eq(pdshm_seg_stats(seg, &st), 0);
+  return st.used;
+}
+
+START_TEST(memory_back_after_last_leave) {
+  uint64_t u0 = used();
+  pdshm_group *a, *b;
+  ck_assert_int_eq(pdshm_group_join(seg, "mem", 4, -1, &a), 0);
+  ck_assert_int_eq(pdshm_group_join(seg, "mem", 4, -1, &b), 0);
+  ck_assert_uint_gt(used(), u0);
+  ck_assert_int_eq(pdshm_group_leave(a), 0);
+  ck_assert_uint_gt(used(), u0);
+  ck_assert_int_eq(pdshm_group_leave(b), 0);
+  ck_assert_uint_eq(used(), u0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+}
+END_TEST
+
+static int kid_join_and_die(void *arg) {
+  pdshm_seg *s;
+  pdshm_group *g;
+  if (pdshm_attach(seg_name, NULL, &s)) return 2;
+  if (pdshm_group_join(s, "mem", 3, -1, &g)) return 3;
+  *(volatile int *)arg = 1;
+  pause();
+  return 0;
+}
+
+START_TEST(memory_back_after_last_member_reaped) {
+  uint64_t u0 = used();
+  int *flag = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  *flag = 0;
+  pid_t pid = tu_spawn(kid_join_and_die, flag);
+  while (!*(volatile int *)flag) usleep(1000);
+  ck_assert_uint_gt(used(), u0);
+  kill(pid, SIGKILL);
+  tu_wait(pid);
+  tu_await_dead(seg, 1);
+  unsigned n;
+  ck_assert_int_eq(pdshm_reap(seg, &n), 0);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_uint_eq(used(), u0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+}
+END_TEST
+
+START_TEST(detach_leaves_every_group) {
+  pdshm_seg *s2 = tu_attach(seg_name);
+  pdshm_group *a, *b, *x;
+  ck_assert_int_eq(pdshm_group_join(s2, "d1", 1, -1, &a), 0);
+  ck_assert_int_eq(pdshm_group_join(s2, "d2", 2, 0, &b), 0);
+  ck_assert_int_eq(pdshm_group_join(seg, "d1", 1, -1, &x), PDSHM_EUSERS);
+  ck_assert_int_eq(pdshm_detach(s2), 0);
+  ck_assert_int_eq(pdshm_group_join(seg, "d1", 1, -1, &x), 0);
+  ck_assert_int_eq(pdshm_group_barrier(x, 0), 0); /* a group of one */
+  ck_assert_int_eq(pdshm_group_leave(x), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+}
+END_TEST
+
+/* ---- barriers ------------------------------------------------------------------- */
+
+struct bar_arg {
+  struct board *b;
+  int rank, size, rounds;
+  const char *group;
+};
+
+static int kid_barriers(void *argp) {
+  struct bar_arg *a = argp;
+  pdshm_seg *s;
+  pdshm_group *g;
+  if (pdshm_attach(seg_name, NULL, &s)) KID_FAIL(a->b, "attach");
+  if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g)) KID_FAIL(a->b, "join");
+  for (int i = 1; i <= a->rounds; i++) {
+    atomic_store(&a->b->progress[a->rank], i);
+    int rc = pdshm_group_barrier(g, 20 * SEC);
+    if (rc) KID_FAIL(a->b, "rank %d round %d: %s", a->rank, i, pdshm_err_name(rc));
+    for (int r = 0; r < a->size; r++)
+      if (atomic_load(&a->b->progress[r]) < i)
+        KID_FAIL(a->b, "rank %d passed round %d before rank %d reached it", a->rank, i, r);
+    rc = pdshm_group_barrier(g, 20 * SEC); /* nobody writes round i+1 before all read */
+    if (rc) KID_FAIL(a->b, "rank %d round %d': %s", a->rank, i, pdshm_err_name(rc));
+  }
+  pdshm_group_leave(g);
+  pdshm_detach(s);
+  return 0;
+}
+
+START_TEST(barriers_among_four_processes) {
+  struct board *b = board_new();
+  struct bar_arg a[4];
+  pid_t pid[4];
+  for (int r = 0; r < 4; r++) {
+    a[r] = (struct bar_arg){.b = b, .rank = r, .size = 4, .rounds = 2000, .group = "bar4"};
+    pid[r] = tu_spawn(kid_barriers, &a[r]);
+  }
+  for (int r = 0; r < 4; r++) wait_ok(pid[r], b);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+}
+END_TEST
+
+START_TEST(barrier_times_out_and_resumes) {
+  pdshm_group *g;
+  ck_assert_int_eq(pdshm_group_join(seg, "tmo", 2, 0, &g), 0);
+  uint64_t t0 = tu_now_ns();
+  ck_assert_int_eq(pdshm_group_barrier(g, 100000000), PDSHM_ETIMEDOUT);
+  ck_assert_uint_ge(tu_now_ns() - t0, 100000000);
+  ck_assert_int_eq(pdshm_group_barrier(g, 0), PDSHM_ETIMEDOUT);
+  struct board *b = board_new();
+  struct bar_arg a = {.b = b, .rank = 1, .size = 2, .rounds = 1, .group = "tmo"};
+  pid_t pid = tu_spawn(kid_barriers, &a);
+  atomic_store(&b->progress[0], 1);
+  ck_assert_int_eq(pdshm_group_barrier(g, 20 * SEC), 0);
+  ck_assert_int_eq(pdshm_group_barrier(g, 20 * SEC), 0);
+  wait_ok(pid, b);
+  ck_assert_int_eq(pdshm_group_leave(g), 0);
+}
+END_TEST
+
+/* ---- allreduce ------------------------------------------------------------------ */
+
+static const int dtypes[] = {PDSHM_F32, PDSHM_F64, PDSHM_F16, PDSHM_BF16, PDSHM_I32, PDSHM_I64};
+#define NDT 6
+static const size_t counts[] = {1, 7, 1001, 40000 + 3};
+#define NCOUNT 4
+
+/* The value rank r holds at element i: small integers, exact in every dtype. */
+static double val(int r, size_t i, int dt) {
+  int64_t x = (int64_t)((i * 7 + (size_t)r * 13) % 29) - 14 + r;
+  if (dt == PDSHM_I64) x *= 1000000007ll;
+  return (double)x;
+}
+
+static double reference(int op, int size, size_t i, int dt) {
+  double acc = val(0, i, dt);
+  for (int r = 1; r < size; r++) {
+    double x = val(r, i, dt);
+    acc = op == PDSHM_MAX ? fmax(acc, x) : op == PDSHM_MIN ? fmin(acc, x) : acc + x;
+  }
+  if (op == PDSHM_MEAN) {
+    acc /= size;
+    if (dt == PDSHM_I32 || dt == PDSHM_I64) acc = trunc(acc);
+  }
+  return acc;
+}
+
+static void put(void *p, int dt, size_t i, double x) {
+  switch (dt) {
+  case PDSHM_F32: ((float *)p)[i] = (float)x; break;
+  case PDSHM_F64: ((double *)p)[i] = x; break;
+  case PDSHM_F16: ((_Float16 *)p)[i] = (_Float16)x; break;
+  case PDSHM_BF16: {
+    float f = (float)x;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    ((uint16_t *)p)[i] = (uint16_t)(u >> 16); /* exact: small integers */
+    break;
+  }
+  case PDSHM_I32: ((int32_t *)p)[i] = (int32_t)x; break;
+  case PDSHM_I64: ((int64_t *)p)[i] = (int64_t)x; break;
+  }
+}
+static double get(const void *p, int dt, size_t i) {
+  switch (dt) {
+  case PDSHM_F32: return ((const float *)p)[i];
+  case PDSHM_F64: return ((const double *)p)[i];
+  case PDSHM_F16: return (double)((const _Float16 *)p)[i];
+  case PDSHM_BF16: {
+    uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+  }
+  case PDSHM_I32: return ((const int32_t *)p)[i];
+  default: return (double)((const int64_t *)p)[i];
+  }
+}
+static double tolerance(int dt, double ref) {
+  double rel = dt == PDSHM_F16 ? 1e-3 : dt == PDSHM_BF16 ? 8e-3 : dt == PDSHM_F32 ? 1e-6 : 0;
+  return fabs(ref) * rel;
+}
+
+struct ar_arg {
+  struct board *b;
+  int rank, size;
+  const char *group;
+  int mismatch;    /* this rank passes one element more                  */
+};
+
+/* A tensor in a scope of its own, after a pad so buffers land anywhere. */
+static int kid_allreduce(void *argp) {
+  struct ar_arg *a = argp;
+  pdshm_seg *s;
+  pdshm_scope *r, *mine;
+  pdshm_group *g;
+  pdshm_var *pad, *v;
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r)) KID_FAIL(a->b, "attach");
+  if (pdshm_scope_new(r, NULL, &mine) || pdshm_var_new(mine, &pad) || pdshm_var_new(mine, &v))
+    KID_FAIL(a->b, "vars");
+  int64_t padn = 1 + a->rank * 333;
+  pdshm_tensor_resize(pad, PDSHM_U8, 1, &padn);
+  if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g)) KID_FAIL(a->b, "join");
+  for (int d = 0; d < NDT; d++)
+    for (int c = 0; c < NCOUNT; c++)
+      for (int op = PDSHM_SUM; op <= PDSHM_MIN; op++) {
+        int dt = dtypes[d];
+        int64_t n = (int64_t)counts[c] + (a->mismatch && c == 1);
+        if (pdshm_tensor_resize(v, dt, 1, &n)) KID_FAIL(a->b, "resize");
+        void *p = pdshm_tensor_data(v);
+        for (int64_t i = 0; i < n; i++) put(p, dt, (size_t)i, val(a->rank, (size_t)i, dt));
+        int rc = pdshm_group_allreduce(g, v, op, 30 * SEC);
+        if (c == 1 && a->mismatch >= 0) { /* one rank passed an element more */
+          if (rc != PDSHM_EINVAL)
+            KID_FAIL(a->b, "mismatch: rank %d got %s", a->rank, pdshm_err_name(rc));
+          for (int64_t i = 0; i < n; i++)
+            if (get(p, dt, (size_t)i) != val(a->rank, (size_t)i, dt))
+              KID_FAIL(a->b, "a refused allreduce changed element %lld", (long long)i);
+          continue;
+        }
+        if (rc) KID_FAIL(a->b, "rank %d dt %d n %lld op %d: %s", a->rank, dt, (long long)n, op,
+                         pdshm_err_name(rc));
+        for (int64_t i = 0; i < n; i++) {
+          double got = get(p, dt, (size_t)i), ref = reference(op, a->size, (size_t)i, dt);
+          if (fabs(got - ref) > tolerance(dt, ref))
+            KID_FAIL(a->b, "rank %d dt %d n %lld op %d: [%lld] = %g, want %g", a->rank, dt,
+                     (long long)n, op, (long long)i, got, ref);
+        }
+      }
+  pdshm_group_leave(g);
+  pdshm_scope_release(mine);
+  pdshm_scope_release(r);
+  pdshm_detach(s);
+  return 0;
+}
+
+static void allreduce_among(int size, const char *group, int mismatch_rank) {
+  struct board *b = board_new();
+  struct ar_arg a[8];
+  pid_t pid[8];
+  for (int r = 0; r < size; r++) {
+    a[r] = (struct ar_arg){.b = b, .rank = r, .size = size, .group = group,
+                           .mismatch = mismatch_rank < 0 ? -1 : r == mismatch_rank};
+    pid[r] = tu_spawn(kid_allreduce, &a[r]);
+  }
+  for (int r = 0; r < size; r++) wait_ok(pid[r], b);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+}
+
+START_TEST(allreduce_every_dtype_and_op_three_members) { allreduce_among(3, "ar3", -1); }
+END_TEST
+START_TEST(allreduce_one_member) { allreduce_among(1, "ar1", -1); }
+END_TEST
+START_TEST(allreduce_mismatch_is_einval_everywhere) { allreduce_among(3, "mis", 2); }
+END_TEST
+
+START_TEST(allreduce_errors) {
+  pdshm_group *g;
+  pdshm_var *v, *t;
+  ck_assert_int_eq(pdshm_group_join(seg, "are", 1, -1, &g), 0);
+  ck_assert_int_eq(pdshm_var_create(root, "notensor", &v), 0);
+  ck_assert_int_eq(pdshm_group_allreduce(g, v, PDSHM_SUM, 0), PDSHM_ETYPE);
+  ck_assert_int_eq(pdshm_var_create(root, "t", &t), 0);
+  int64_t n = 5;
+  ck_assert_int_eq(pdshm_tensor_resize(t, PDSHM_U8, 1, &n), 0);
+  ck_assert_int_eq(pdshm_group_allreduce(g, t, PDSHM_SUM, SEC), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_tensor_resize(t, PDSHM_F32, 1, &n), 0);
+  ck_assert_int_eq(pdshm_group_allreduce(g, t, (pdshm_reduce_op)9, SEC), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_allreduce(g, NULL, PDSHM_SUM, SEC), PDSHM_EINVAL);
+  float *p = pdshm_tensor_data(t);
+  for (int i = 0; i < 5; i++) p[i] = (float)i;
+  ck_assert_int_eq(pdshm_group_allreduce(g, t, PDSHM_MEAN, SEC), 0);
+  for (int i = 0; i < 5; i++) ck_assert_float_eq(p[i], (float)i);
+  ck_assert_int_eq(pdshm_group_leave(g), 0);
+}
+END_TEST
+
+/* ---- deaths ----------------------------------------------------------------------- */
+
+struct die_arg {
+  struct board *b;
+  int rank, size, rounds, allreduce;
+  const char *group;
+};
+
+/* Rounds of barriers (or allreduces of 100000 floats) until `rounds` passed
+ * after the first EOWNERDEAD, which is recorded. */
+static int kid_rounds(void *argp) {
+  struct die_arg *a = argp;
+  pdshm_seg *s;
+  pdshm_scope *r;
+  pdshm_group *g;
+  pdshm_var *v;
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r)) KID_FAIL(a->b, "attach");
+  if (pdshm_var_new(r, &v)) KID_FAIL(a->b, "var");
+  int64_t n = 100000;
+  if (pdshm_tensor_resize(v, PDSHM_F32, 1, &n)) KID_FAIL(a->b, "resize");
+  float *p = pdshm_tensor_data(v);
+  if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g)) KID_FAIL(a->b, "join");
+  int after = -1;
+  for (int i = 1; after < a->rounds; i++) {
+    for (int64_t k = 0; k < n; k++) p[k] = (float)(k % 5);
+    int rc = a->allreduce ? pdshm_group_allreduce(g, v, PDSHM_SUM, 30 * SEC)
+                          : pdshm_group_barrier(g, 30 * SEC);
+    if (rc == PDSHM_EOWNERDEAD && after < 0) {
+      atomic_store(&a->b->dead_ns[a->rank], tu_now_ns());
+      atomic_store(&a->b->dead_round[a->rank], i);
+      after = 0;
+      continue;
+    }
+    if (rc) KID_FAIL(a->b, "rank %d round %d: %s", a->rank, i, pdshm_err_name(rc));
+    if (after >= 0) after++;
+    if (a->allreduce && after > 0)
+      for (int64_t k = 0; k < n; k++)
+        if (p[k] != (float)(k % 5) * (float)a->size)
+          KID_FAIL(a->b, "rank %d round %d: [%lld] = %g", a->rank, i, (long long)k, p[k]);
+  }
+  pdshm_group_leave(g);
+  pdshm_scope_release(r);
+  pdshm_detach(s);
+  return 0;
+}
+
+/* The victim: joins `rank`, does rounds until it is killed. */
+static int kid_victim(void *argp) {
+  struct die_arg *a = argp;
+  a->rounds = 1 << 30;
+  return kid_rounds(a);
+}
+
+static void death_test(int allreduce, unsigned seed) {
+  struct board *b = board_new();
+  const int size = 4, victim = 2;
+  struct die_arg a[4];
+  pid_t pid[4];
+  srand(seed);
+  for (int r = 0; r < size; r++) {
+    a[r] = (struct die_arg){.b = b, .rank = r, .size = size, .rounds = 20,
+                            .allreduce = allreduce, .group = allreduce ? "dar" : "dbar"};
+    pid[r] = tu_spawn(r == victim ? kid_victim : kid_rounds, &a[r]);
+  }
+  usleep(50000 + (unsigned)(rand() % 150000));
+  atomic_store(&b->kill_ns, tu_now_ns());
+  kill(pid[victim], SIGKILL);
+  tu_wait(pid[victim]);
+  /* survivors get EOWNERDEAD for the same round, soon */
+  for (uint64_t t0 = tu_now_ns(); tu_now_ns() - t0 < 10 * SEC;) {
+    int seen = 0;
+    for (int r = 0; r < size; r++) seen += r != victim && atomic_load(&b->dead_round[r]);
+    if (seen == size - 1) break;
+    usleep(1000);
+  }
+  int round = 0;
+  for (int r = 0; r < size; r++) {
+    if (r == victim) continue;
+    ck_assert_msg(atomic_load(&b->dead_round[r]), "rank %d never got EOWNERDEAD: %s", r, b->why);
+    if (!round) round = b->dead_round[r];
+    ck_assert_int_eq(b->dead_round[r], round);
+    uint64_t lag = b->dead_ns[r] - b->kill_ns;
+    ck_assert_msg(lag < 150000000, "rank %d learnt of the death after %llu ms", r,
+                  (unsigned long long)(lag / 1000000));
+  }
+  /* a replacement takes the rank over and the rounds go on */
+  a[victim].rounds = 20;
+  a[victim].b = b;
+  pid[victim] = tu_spawn(kid_rounds, &a[victim]);
+  for (int r = 0; r < size; r++) {
+    if (r == victim) continue;
+    wait_ok(pid[r], b);
+  }
+  kill(pid[victim], SIGKILL); /* it counts its rounds from a death it never saw */
+  tu_wait(pid[victim]);
+  tu_await_dead(seg, 1);
+  ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+}
+
+START_TEST(member_killed_in_barriers) { death_test(0, (unsigned)_i + 1); }
+END_TEST
+START_TEST(member_killed_in_allreduces) { death_test(1, (unsigned)_i + 7); }
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("group");
+  TCase *tc = tu_tcase(s, "wait", 30, setup, teardown);
+  tcase_add_test(tc, var_wait_times_out);
+  tcase_add_test(tc, var_wait_woken_by_exclusive_unlock);
+  tcase_add_test(tc, var_wait_woken_by_resize);
+  tc = tu_tcase(s, "join", 30, setup, teardown);
+  tcase_add_test(tc, join_errors);
+  tcase_add_test(tc, memory_back_after_last_leave);
+  tcase_add_test(tc, memory_back_after_last_member_reaped);
+  tcase_add_test(tc, detach_leaves_every_group);
+  tc = tu_tcase(s, "barrier", 60, setup, teardown);
+  tcase_add_test(tc, barriers_among_four_processes);
+  tcase_add_test(tc, barrier_times_out_and_resumes);
+  tc = tu_tcase(s, "allreduce", 60, setup, teardown);
+  tcase_add_test(tc, allreduce_every_dtype_and_op_three_members);
+  tcase_add_test(tc, allreduce_one_member);
+  tcase_add_test(tc, allreduce_mismatch_is_einval_everywhere);
+  tcase_add_test(tc, allreduce_errors);
+  tc = tu_tcase(s, "death", 60, setup, teardown);
+  tcase_add_loop_test(tc, member_killed_in_barriers, 0, 3);
+  tcase_add_loop_test(tc, member_killed_in_allreduces, 0, 3);
+  return tu_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,235 @@
+/* test_group_crash.c - trainer groups killed at every crash window.
+ *
+ * For each operation on a group -- creating join, join of an existing group,
+ * takeover of a dead member's rank, leave, last leave, barriers, allreduces,
+ * and the reaper of a dead member -- a child attaches, prepares (not
+ * counted), runs the operation with the crash points counting, and dies.  A
+ * first run counts the windows the operation passes (N); then for every k in
+ * 1..N a child dies at window k.  This process takes part where the
+ * operation needs a partner (a barrier or allreduce of its own, which must
+ * end, 0 or EOWNERDEAD, never hang); then it reaps, requires pdshm_check to
+ * pass, a replacement to take the child's rank over and a barrier and a
+ * correct allreduce with it, and every byte back once all have left.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define SEC 1000000000ll
+#define FLOATS 50000
+
+static char g_name[PDSHM_SEG_NAME_MAX + 1];
+static pdshm_seg *seg;
+static pdshm_scope *root;
+static uint64_t base_used;
+
+struct shared {
+  _Atomic uint64_t hits;   /* windows the last child passed                */
+  _Atomic int ready;       /* the child prepared                            */
+  char why[200];
+};
+static struct shared *sh;
+
+static uint64_t used(pdshm_seg *s) {
+  pdshm_stats st;
+  ck_assert_int_eq(pdshm_seg_stats(s, &st), 0);
+  return st.used;
+}
+
+static void setup(void) {
+  snprintf(g_name, sizeof g_name, "%s", tu_name("gcrash"));
+  seg = tu_create_as(g_name, 8u << 20, 16);
+  ck_assert_int_eq(pdshm_root(seg, &root), 0);
+  pdshm_var *v;
+  int64_t n = FLOATS;
+  ck_assert_int_eq(pdshm_var_create(root, "mine", &v), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &n), 0);
+  sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert_ptr_ne(sh, MAP_FAILED);
+  base_used = used(seg);
+}
+
+static void teardown(void) {
+  if (root) pdshm_scope_release(root);
+  if (seg) pdshm_detach(seg);
+  root = NULL;
+  seg = NULL;
+  tu_cleanup();
+}
+
+/* ---- the operations ------------------------------------------------------------- */
+
+enum op { OP_JOIN_NEW, OP_JOIN, OP_TAKEOVER, OP_LEAVE, OP_LEAVE_LAST, OP_BARRIER, OP_ALLREDUCE,
+          OP_REAP, NOPS };
+static const char *const op_names[NOPS] = {"join-new", "join", "takeover", "leave", "leave-last",
+                                           "barrier", "allreduce", "reap"};
+/* Whether this process holds rank 0 of "cg" (size 2) while the child runs. */
+static bool op_partnered(enum op op) { return op != OP_JOIN_NEW && op != OP_LEAVE_LAST; }
+
+struct plan {
+  enum op op;
+  uint64_t k;              /* die at hit k; 0: count                        */
+};
+
+static int child_fill_var(pdshm_seg *s, pdshm_var **out) {
+  pdshm_scope *r, *local; /* anonymous: it goes with the child */
+  if (pdshm_root(s, &r) || pdshm_scope_new(r, NULL, &local)) return 1;
+  if (pdshm_var_new(local, out)) return 1;
+  int64_t n = FLOATS;
+  if (pdshm_tensor_resize(*out, PDSHM_F32, 1, &n)) return 1;
+  float *p = pdshm_tensor_data(*out);
+  for (int i = 0; i < FLOATS; i++) p[i] = (float)(i % 7);
+  return 0;
+}
+
+static int child_main(void *arg) {
+  const struct plan *pl = arg;
+  pdshm_seg *s;
+  pdshm_group *g = NULL;
+  pdshm_var *v = NULL;
+  /* The attach of OP_REAP reaps the dead member: the windows start there. */
+  if (pl->op == OP_REAP) pdshm__crash_arm(pl->k, NULL);
+  if (pdshm_attach(g_name, NULL, &s)) return 10;
+  unsigned size = op_partnered(pl->op) ? 2 : 1;
+  if (pl->op != OP_JOIN_NEW && pl->op != OP_JOIN && pl->op != OP_TAKEOVER && pl->op != OP_REAP &&
+      pdshm_group_join(s, "cg", size, -1, &g))
+    return 11;
+  if (pl->op == OP_ALLREDUCE && child_fill_var(s, &v)) return 12;
+  atomic_store(&sh->ready, 1);
+  if (pl->op != OP_REAP) pdshm__crash_arm(pl->k, NULL);
+  int rc = 0;
+  switch (pl->op) {
+  case OP_JOIN_NEW: rc = pdshm_group_join(s, "cg", 1, -1, &g); break;
+  case OP_JOIN: rc = pdshm_group_join(s, "cg", 2, -1, &g); break;
+  case OP_TAKEOVER: rc = pdshm_group_join(s, "cg", 2, 1, &g); break;
+  case OP_LEAVE: case OP_LEAVE_LAST: rc = pdshm_group_leave(g); break;
+  case OP_BARRIER:
+    for (int i = 0; i < 3 && !rc; i++) rc = pdshm_group_barrier(g, 10 * SEC);
+    break;
+  case OP_ALLREDUCE:
+    for (int i = 0; i < 2 && !rc; i++) rc = pdshm_group_allreduce(g, v, PDSHM_SUM, 10 * SEC);
+    break;
+  case OP_REAP: rc = pdshm_reap(s, NULL); break;
+  default: break;
+  }
+  atomic_store(&sh->hits, pdshm__crash_hits());
+  if (rc) {
+    snprintf(sh->why, sizeof sh->why, "%s: %s", op_names[pl->op], pdshm_err_name(rc));
+    return 13;
+  }
+  raise(SIGKILL);
+  return 14;
+}
+
+/* A member that joins "cg" of 2 and dies: the dead rank of OP_TAKEOVER and
+ * OP_REAP. */
+static int child_join_die(void *arg) {
+  pdshm_seg *s;
+  pdshm_group *g;
+  (void)arg;
+  if (pdshm_attach(g_name, NULL, &s) || pdshm_group_join(s, "cg", 2, 1, &g)) return 10;
+  raise(SIGKILL);
+  return 11;
+}
+
+/* The replacement: takes rank 1 over, one barrier and one allreduce. */
+static int child_replacement(void *arg) {
+  pdshm_seg *s;
+  pdshm_group *g;
+  pdshm_var *v;
+  (void)arg;
+  if (pdshm_attach(g_name, NULL, &s) || child_fill_var(s, &v)) return 10;
+  if (pdshm_group_join(s, "cg", 2, 1, &g)) return 11;
+  if (pdshm_group_barrier(g, 10 * SEC)) return 12;
+  if (pdshm_group_allreduce(g, v, PDSHM_SUM, 10 * SEC)) return 13;
+  const float *p = pdshm_tensor_data(v);
+  for (int i = 0; i < FLOATS; i++)
+    if (p[i] != (float)(i % 7) * 2) return 14;
+  if (pdshm_group_leave(g)) return 15;
+  return pdshm_detach(s) ? 16 : 0;
+}
+
+
+/* Our side of a partnered operation while the child runs. */
+static void partner(enum op op, pdshm_group *g, pdshm_var *v) {
+  int rc = 0;
+  if (op == OP_BARRIER)
+    for (int i = 0; i < 3 && !rc; i++) rc = pdshm_group_barrier(g, 10 * SEC);
+  if (op == OP_ALLREDUCE)
+    for (int i = 0; i < 2 && !rc; i++) rc = pdshm_group_allreduce(g, v, PDSHM_SUM, 10 * SEC);
+  ck_assert_msg(rc == 0 || rc == PDSHM_EOWNERDEAD, "%s beside a dying member: %s",
+                op_names[op], pdshm_err_name(rc));
+}
+
+/* After the death: reaped, checked, the rank taken over, every byte back. */
+static void verify(enum op op, pdshm_group *g, pdshm_var *v) {
+  unsigned n;
+  int rrc = pdshm_reap(seg, &n);
+  ck_assert_msg(rrc == 0, "%s: reap: %s (%s)", op_names[op], pdshm_err_name(rrc),
+                pdshm_last_error());
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  if (g) {
+    pid_t pid = tu_spawn(child_replacement, NULL);
+    /* told of each death once: the child's, and the one a takeover replaced */
+    int rc = pdshm_group_barrier(g, 10 * SEC), told = 0;
+    while (rc == PDSHM_EOWNERDEAD && ++told <= 2) rc = pdshm_group_barrier(g, 10 * SEC);
+    ck_assert_msg(rc == 0, "%s: barrier with the replacement: %s", op_names[op],
+                  pdshm_err_name(rc));
+    float *p = pdshm_tensor_data(v);
+    for (int i = 0; i < FLOATS; i++) p[i] = (float)(i % 7);
+    ck_assert_int_eq(pdshm_group_allreduce(g, v, PDSHM_SUM, 10 * SEC), 0);
+    for (int i = 0; i < FLOATS; i++) ck_assert_float_eq(p[i], (float)(i % 7) * 2);
+    ck_assert_int_eq(tu_wait(pid), 0);
+    ck_assert_int_eq(pdshm_group_leave(g), 0);
+  }
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_uint_eq(used(seg), base_used);
+}
+
+static uint64_t run_once(enum op op, uint64_t k) {
+  pdshm_group *g = NULL;
+  pdshm_var *v = pdshm_find_var(root, "mine");
+  if (op_partnered(op)) ck_assert_int_eq(pdshm_group_join(seg, "cg", 2, 0, &g), 0);
+  if (op == OP_TAKEOVER || op == OP_REAP) {
+    tu_wait(tu_spawn(child_join_die, NULL));
+    tu_await_dead(seg, 1);
+  }
+  float *p = pdshm_tensor_data(v);
+  for (int i = 0; i < FLOATS; i++) p[i] = (float)(i % 7);
+  atomic_store(&sh->hits, 0);
+  atomic_store(&sh->ready, 0);
+  struct plan pl = {.op = op, .k = k};
+  pid_t pid = tu_spawn(child_main, &pl);
+  if (g && (op == OP_BARRIER || op == OP_ALLREDUCE)) partner(op, g, v);
+  int st = tu_wait(pid);
+  ck_assert_msg(st == 128 + SIGKILL, "%s k=%llu: child exited %d (%s)", op_names[op],
+                (unsigned long long)k, st, sh->why);
+  /* A reaper killed before it took a slot of its own leaves no dead slot but
+   * the half-reaped one; give the kernel a moment to drop its OFD locks. */
+  if (op == OP_REAP) usleep(20000);
+  else tu_await_dead(seg, 1);
+  verify(op, g, v);
+  return atomic_load(&sh->hits);
+}
+
+START_TEST(every_window_of_every_group_op) {
+  enum op op = (enum op)_i;
+  uint64_t n = run_once(op, 0);
+  ck_assert_uint_gt(n, 0);
+  for (uint64_t k = 1; k <= n; k++) run_once(op, k);
+  fprintf(stderr, "test_group_crash: %s killed at each of %llu windows\n", op_names[op],
+          (unsigned long long)n);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("group_crash");
+  TCase *tc = tu_tcase(s, "windows", 240, setup, teardown);
+  tcase_add_loop_test(tc, every_window_of_every_group_op, 0, NOPS);
+  return tu_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;
+}
