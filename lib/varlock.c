@@ -96,7 +96,7 @@ static int vl_entry(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t *out) {
   if (rc) return rc;
   PDSHM_CRASHPOINT("varlock.entry.claimed");
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  rc = pdshm__j_begin(seg, ln, pdshm__scope_at(seg, r->scope)->lock, PDSHM_OP_VARLOCK);
+  rc = pdshm__var_j_begin(seg, ln, r, PDSHM_OP_VARLOCK);
   bool first = !rc && !r->lock;
   if (first) {
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lock), lk);
