@@ -63,6 +63,10 @@ struct pdshm_held_lock {
                         was, and must not take the parent's holds for its own */
   pdshm_off_t hold;  /* our HOLD block when shared                          */
   uint32_t count;    /* shared re-entries                                   */
+  uint32_t lock;     /* the lock-table entry taken: unlock lets go of this
+                        one, whatever the record says by then (an erase
+                        gives the entry back, and it may guard another
+                        variable since)                                    */
   bool excl;
 };
 

@@ -23,7 +23,17 @@
  *  4. pthread mutexes are per thread: a thread unlocks what it locked.  This
  *     thread's holds are kept in a table in its block (thread.c), which
  *     answers EDEADLK and EPERM; a fork child inherits the table but none of
- *     the holds.
+ *     the holds.  An entry remembers the lock-table entry it took, and
+ *     unlock lets go of that one.
+ *  5. The variable may be erased by another process while a thread holds or
+ *     waits for its lock (erase takes the scope's lock, not this one), and
+ *     the lock-table entry given back and claimed for another variable.  So
+ *     each time the mutex is taken the record is checked to be a live
+ *     variable still bound to that entry (vl_bound); one that is not gets
+ *     ESTALE, and its fields (readers, waiting writer, version) are written
+ *     only while it is.  A thread that holds an entry through an erased
+ *     variable gets EDEADLK for another variable the entry now guards,
+ *     rather than waiting for itself.
  */
 #include "config.h"
 
@@ -72,6 +82,29 @@ static void vl_release(struct pdshm_held_lock *h) {
 
 static struct pdshm_var_rec *R(const pdshm_var *v) {
   return (struct pdshm_var_rec *)(uintptr_t)(const void *)v;
+}
+
+/* Invariant 5, with lk held: r is a live variable and lk is its entry. */
+static bool vl_bound(pdshm_seg *seg, const struct pdshm_var_rec *r, uint32_t lk) {
+  const struct pdshm_lock *l = pdshm__lockent(seg, lk);
+  return pdshm__var_scope_lock(seg, r) && __atomic_load_n(&r->lock, __ATOMIC_ACQUIRE) == lk &&
+         l->guards == r->self &&
+         atomic_load_explicit(&((struct pdshm_lock *)l)->alloc, memory_order_acquire) ==
+             PDSHM_LOCK_PUBLISHED;
+}
+
+/* This thread's hold on entry lk, through whatever variable. */
+static bool vl_holds_entry(uint32_t lk) {
+  uint64_t gen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
+  const struct pdshm_held_lock *held = vl_top ? pdshm__self->held : NULL;
+  for (unsigned i = 0; i < vl_top; i++)
+    if (held[i].var && held[i].forkgen == gen && held[i].lock == lk) return true;
+  return false;
+}
+
+static int vl_stale(pdshm_seg *seg, uint32_t lk) {
+  pdshm__unlock(seg, lk);
+  return pdshm__fail(PDSHM_ESTALE, "variable was erased");
 }
 
 static void vl_pause(unsigned round) {
@@ -153,19 +186,23 @@ static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk,
   for (unsigned round = 0;; round++) {
     int rc = pdshm__lock(seg, lk);
     if (rc) return rc;
+    if (!vl_bound(seg, r, lk)) return vl_stale(seg, lk);
     if (round >= VL_READER_BACKOFF || !vl_writer_waits(seg, r)) return vl_share(seg, r, lk, hold);
     pdshm__unlock(seg, lk);
     vl_pause(round);
   }
 }
 
-/* Drops the share HOLD block h gives (ln's slot owns h). */
+/* Drops the share HOLD block h gives (ln's slot owns h); the count is the
+ * variable's only while h's variable is still r, bound to lk (invariant 5). */
 static int vl_unshare(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_var_rec *r,
                       uint32_t lk, pdshm_off_t h) {
   int rc = pdshm__j_begin(seg, ln, lk, PDSHM_OP_VARLOCK);
   if (rc) return rc;
+  const struct pdshm_handle_rec *hr = PDSHM_AT(seg->base, h, struct pdshm_handle_rec);
+  bool ours = vl_bound(seg, r, lk) && hr->scope == r->self && hr->epoch == r->gen;
   pdshm__j_retire_kept(seg, ln, h);
-  if (r->lk_readers) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lk_readers), r->lk_readers - 1);
+  if (ours && r->lk_readers) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lk_readers), r->lk_readers - 1);
   pdshm__j_commit(seg, ln);
   return 0;
 }
@@ -177,6 +214,7 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk) {
   for (unsigned round = 0;; round++) {
     int rc = pdshm__lock(seg, lk);
     if (rc) return rc;
+    if (!vl_bound(seg, r, lk)) return vl_stale(seg, lk);
     if (!r->lk_readers) {
       if (r->lk_wwait) r->lk_wwait = 0; /* no store (no dirty line) when clear */
       PDSHM_CRASHPOINT("varlock.excl.held");
@@ -213,13 +251,17 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   }
   if ((rc = vl_slot_free(&held))) return rc;
   pdshm_off_t hold = 0;
-  if (!(rc = vl_entry(seg, r, &lk)))
+  if (!(rc = vl_entry(seg, r, &lk)) && vl_holds_entry(lk))
+    rc = pdshm__fail(PDSHM_EDEADLK, "this thread holds lock entry %u through an erased variable",
+                     lk);
+  if (!rc)
     rc = exclusive ? vl_lock_excl(seg, r, lk) : vl_lock_shared(seg, r, lk, &hold);
   if (rc) {
     vl_release(held); /* the entry stays free */
     return rc;
   }
-  *held = (struct pdshm_held_lock){.var = r, .hold = hold, .count = 1, .excl = exclusive != 0,
+  *held = (struct pdshm_held_lock){.var = r, .hold = hold, .count = 1, .lock = lk,
+                                   .excl = exclusive != 0,
                                    .forkgen = atomic_load(&pdshm__forkgen)};
   return 0;
 }
@@ -233,9 +275,9 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
   struct pdshm_held_lock *held = vl_find(r);
   if (!held) return pdshm__fail(PDSHM_EPERM, "this thread does not hold that variable's lock");
   if (!held->excl && --held->count) return 0;
-  uint32_t lk = (uint32_t)r->lock;
+  uint32_t lk = held->lock; /* invariant 4 */
   if (held->excl) {
-    atomic_fetch_add_explicit(&r->version, 1, memory_order_release);
+    if (vl_bound(seg, r, lk)) atomic_fetch_add_explicit(&r->version, 1, memory_order_release);
     PDSHM_CRASHPOINT("varlock.excl.bumped");
     pdshm__unlock(seg, lk);
   } else {

@@ -389,6 +389,43 @@ START_TEST(tensor_enomem) {
 }
 END_TEST
 
+/* A pdshm_var * kept past the erase of its variable: every edit checks the
+ * record under the scope's lock and answers ESTALE, writing nothing (a
+ * resize used to journal into the freed record and publish a buffer no
+ * variable reached).  The record reused for a new variable is that one. */
+START_TEST(edits_of_an_erased_variable_are_estale) {
+  pdshm_var *v, *w;
+  pdshm_pin *pin = NULL;
+  int64_t small = 16, big = 100000;
+  ck_assert_int_eq(pdshm_var_get(root, "gone", &v), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &small), 0);
+  const uint64_t before = used();
+  ck_assert_int_eq(pdshm_var_erase(root, "gone"), 0);
+  const uint64_t after = used();
+  ck_assert_uint_lt(after, before);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &big), PDSHM_ESTALE);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &small), PDSHM_ESTALE);
+  ck_assert_int_eq(pdshm_var_set_label(v, "lbl"), PDSHM_ESTALE);
+  ck_assert_int_eq(pdshm_var_add_reader(v, "op"), PDSHM_ESTALE);
+  ck_assert_int_eq(pdshm_var_add_writer(v, "op"), PDSHM_ESTALE);
+  ck_assert_int_eq(pdshm_var_lock(v, 1), PDSHM_ESTALE);
+  ck_assert_int_eq(pdshm_var_lock(v, 0), PDSHM_ESTALE);
+  ck_assert_int_eq(pdshm_tensor_pin(v, &pin, NULL), PDSHM_ESTALE);
+  ck_assert_ptr_null(pin);
+  ck_assert_uint_eq(used(), after);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  /* The same record handed out again (this lane's cache gives back what it
+   * just took) is the new variable: the stale pointer now edits it. */
+  ck_assert_int_eq(pdshm_var_get(root, "next", &w), 0);
+  if (w == v) {
+    ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &big), 0);
+    ck_assert_uint_eq(pdshm_tensor_nbytes(w), 400000);
+  }
+  ck_assert_int_eq(pdshm_var_erase(root, "next"), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+}
+END_TEST
+
 /* Rename keeps the object; errors leave the scope unchanged. */
 START_TEST(var_rename) {
   pdshm_var *a, *b;
@@ -532,6 +569,7 @@ static Suite *model_suite(void) {
   tcase_add_test(tc, tensors);
   tcase_add_test(tc, tensor_enomem);
   tcase_add_test(tc, var_rename);
+  tcase_add_test(tc, edits_of_an_erased_variable_are_estale);
   tcase_add_test(tc, many_vars);
   tcase_add_test(tc, var_lock_rules);
   tcase_add_test(tc, handles);
