@@ -261,7 +261,8 @@ PDSHM_API int pdshm_var_writers(const pdshm_var *v, const char **ops, int cap);
  * releases it.  EDEADLK when this thread already holds it; ENOMEM when a
  * shared hold finds no block for its record in the segment, or (a thread's
  * first lock) no private memory for the thread's table of held locks; ENOLCK
- * when this thread holds 256 variable locks already. */
+ * when this thread holds 256 variable locks already; ESTALE when v was
+ * erased (unlock then lets go of what lock took, whatever v has become). */
 PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive);
 PDSHM_API int pdshm_var_unlock(pdshm_var *v); /* EPERM when not held */
 /* Bumped by resize and by each unlock of an exclusive lock. */
