@@ -58,6 +58,9 @@ struct pdshm_lane_ctx {
 /* One variable lock this thread holds (varlock.c). */
 struct pdshm_held_lock {
   const void *var;   /* the record (its address in this mapping)            */
+  uint64_t gen;      /* its generation when locked: an erased variable's
+                        record may come back as a new variable at the same
+                        address, which this hold is not on                 */
   uint64_t forkgen;  /* pdshm__forkgen when taken: a fork child's new
                         attachment may map the segment where its parent's
                         was, and must not take the parent's holds for its own */

@@ -23,6 +23,10 @@
  *     possibly much later: had it stored AVAILABLE itself, a re-application
  *     could take back an entry a new object had claimed since.  A reaper
  *     returns the slot+1 entries of a dead slot after settling its journals.
+ *  5. An AVAILABLE entry whose mutex is held is not claimed: its holder took
+ *     it through a variable erased since (varlock.c invariant 5) and lets go
+ *     of it at unlock or death; lent meanwhile, the new object's takers
+ *     would wait for that holder.
  */
 #include "config.h"
 
@@ -153,6 +157,16 @@ int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_
     if (atomic_load_explicit(&l->alloc, memory_order_relaxed) != expected) continue;
     if (!atomic_compare_exchange_strong(&l->alloc, &expected, seg->owner_tag)) continue;
     PDSHM_CRASHPOINT("lock.claimed");
+    int rc = pdshm__trylock(seg, i); /* invariant 5 */
+    if (rc == PDSHM_EBUSY || rc == -EDEADLK) {
+      pdshm__lock_return(seg, i, seg->owner_tag);
+      continue;
+    }
+    if (rc) {
+      pdshm__lock_return(seg, i, seg->owner_tag);
+      return rc;
+    }
+    pdshm__unlock(seg, i);
     l->kind = kind;
     l->guards = guards;
     atomic_store_explicit(&lock_hint, i, memory_order_relaxed);

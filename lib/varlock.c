@@ -24,7 +24,10 @@
  *     thread's holds are kept in a table in its block (thread.c), which
  *     answers EDEADLK and EPERM; a fork child inherits the table but none of
  *     the holds.  An entry remembers the lock-table entry it took, and
- *     unlock lets go of that one.
+ *     unlock lets go of that one.  Entries are found by the record's address
+ *     and generation, since a new variable may get an erased one's record:
+ *     lock finds only a hold on the variable there now; unlock lets go of
+ *     that one, else of a hold on an erased variable that was there.
  *  5. The variable may be erased by another process while a thread holds or
  *     waits for its lock (erase takes the scope's lock, not this one), and
  *     the lock-table entry given back and claimed for another variable.  So
@@ -51,17 +54,20 @@
  * made at the thread's first lock; while vl_top is 0 it is not looked at. */
 static PDSHM_TLS_HOT unsigned vl_top;
 
-/* This thread's entry for var, or (var NULL) a free one; entries made
- * before a fork are free in the child. */
-static struct pdshm_held_lock *vl_find(const void *var) {
+/* This thread's entry for var of generation vgen (any generation when
+ * any_gen), or (var NULL) a free one; entries made before a fork are free
+ * in the child. */
+static struct pdshm_held_lock *vl_find_gen(const void *var, uint64_t vgen, bool any_gen) {
   uint64_t gen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
   struct pdshm_held_lock *held = vl_top ? pdshm__self->held : NULL;
   for (unsigned i = 0; i < vl_top; i++) {
     bool live = held[i].var && held[i].forkgen == gen;
-    if (live ? held[i].var == var : !var) return &held[i];
+    if (live ? held[i].var == var && (any_gen || held[i].gen == vgen) : !var) return &held[i];
   }
   return NULL;
 }
+
+static struct pdshm_held_lock *vl_find(const void *var) { return vl_find_gen(var, 0, true); }
 
 /* A free entry: a hole below vl_top, else the one at vl_top.  ENOLCK when
  * the table is full, ENOMEM when the thread's block cannot be made. */
@@ -241,7 +247,7 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   pdshm_seg *seg = pdshm__var_seg(v, &rc);
   if (!seg) return rc;
   struct pdshm_var_rec *r = R(v);
-  struct pdshm_held_lock *held = vl_find(r);
+  struct pdshm_held_lock *held = vl_find_gen(r, r->gen, false);
   if (held && (held->excl || exclusive))
     return pdshm__fail(PDSHM_EDEADLK, "this thread already holds the lock of \"%s\"",
                        pdshm_var_name(v));
@@ -260,7 +266,7 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
     vl_release(held); /* the entry stays free */
     return rc;
   }
-  *held = (struct pdshm_held_lock){.var = r, .hold = hold, .count = 1, .lock = lk,
+  *held = (struct pdshm_held_lock){.var = r, .gen = r->gen, .hold = hold, .count = 1, .lock = lk,
                                    .excl = exclusive != 0,
                                    .forkgen = atomic_load(&pdshm__forkgen)};
   return 0;
@@ -272,7 +278,10 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
   pdshm_seg *seg = pdshm__var_seg(v, &rc);
   if (!seg) return rc;
   struct pdshm_var_rec *r = R(v);
-  struct pdshm_held_lock *held = vl_find(r);
+  /* The hold on the variable at r now, else one on an erased one that was
+   * there (invariant 5). */
+  struct pdshm_held_lock *held = vl_find_gen(r, r->gen, false);
+  if (!held) held = vl_find(r);
   if (!held) return pdshm__fail(PDSHM_EPERM, "this thread does not hold that variable's lock");
   if (!held->excl && --held->count) return 0;
   uint32_t lk = held->lock; /* invariant 4 */
