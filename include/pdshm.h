@@ -249,6 +249,12 @@ PDSHM_API const char *pdshm_scope_name(const pdshm_scope *s);
  * A pdshm_var * stays valid until that variable is erased or its scope dies;
  * don't keep it.  Lookups take no lock and write nothing shared: they return
  * a variable that was, at some instant during the call, the one of that name.
+ * Using a pdshm_var * that another process or thread erased meanwhile is the
+ * caller's race; the edits (set_label, add_reader/writer, the first
+ * pdshm_var_lock, pdshm_tensor_resize, pdshm_tensor_pin) check the record
+ * under the scope's lock and return ESTALE, changing nothing, when it is no
+ * longer a variable; a record already reused for a new variable is that new
+ * variable (pdshm_var_ref's generation tells them apart).
  */
 /* Gets the local variable of that name, or creates it (shadowing a parent's).
  * EINVAL for a NULL or empty name; ENAMETOOLONG. */
@@ -296,7 +302,8 @@ PDSHM_API int pdshm_var_writers(const pdshm_var *v, const char **ops, int cap);
  * releases it.  EDEADLK when this thread already holds it; ENOMEM when a
  * shared hold finds no block for its record in the segment, or (a thread's
  * first lock) no private memory for the thread's table of held locks; ENOLCK
- * when this thread holds 256 variable locks already. */
+ * when this thread holds 256 variable locks already; ESTALE when v was
+ * erased (unlock then lets go of what lock took, whatever v has become). */
 PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive);
 PDSHM_API int pdshm_var_unlock(pdshm_var *v); /* EPERM when not held */
 /* Bumped by resize and by each unlock of an exclusive lock. */
@@ -379,7 +386,8 @@ typedef enum { PDSHM_BOOL, PDSHM_U8, PDSHM_I8, PDSHM_I16, PDSHM_I32, PDSHM_I64,
 
 /* Makes v a tensor of that dtype and shape (ndim 0..PDSHM_NDIM_MAX, each dim
  * >= 0; a zero dim gives 0 bytes); data contents are unspecified afterwards.
- * EINVAL, EOVERFLOW, ENOMEM; a failure changes nothing. */
+ * EINVAL, EOVERFLOW, ENOMEM, ESTALE (v was erased); a failure changes
+ * nothing. */
 PDSHM_API int pdshm_tensor_resize(pdshm_var *v, pdshm_dtype dt, int ndim, const int64_t *dims);
 PDSHM_API void *pdshm_tensor_data(const pdshm_var *v);     /* NULL unless a tensor */
 PDSHM_API int pdshm_tensor_dtype(const pdshm_var *v);      /* or PDSHM_ETYPE */

@@ -59,11 +59,18 @@ struct pdshm_lane_ctx {
 /* One variable lock this thread holds (varlock.c). */
 struct pdshm_held_lock {
   const void *var;   /* the record (its address in this mapping)            */
+  uint64_t gen;      /* its generation when locked: an erased variable's
+                        record may come back as a new variable at the same
+                        address, which this hold is not on                 */
   uint64_t forkgen;  /* pdshm__forkgen when taken: a fork child's new
                         attachment may map the segment where its parent's
                         was, and must not take the parent's holds for its own */
   pdshm_off_t hold;  /* our HOLD block when shared                          */
   uint32_t count;    /* shared re-entries                                   */
+  uint32_t lock;     /* the lock-table entry taken: unlock lets go of this
+                        one, whatever the record says by then (an erase
+                        gives the entry back, and it may guard another
+                        variable since)                                    */
   bool excl;
 };
 

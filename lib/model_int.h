@@ -123,6 +123,17 @@ pdshm_seg *pdshm__var_attached(const pdshm_var *v, int *rc);
 /* The same, writable: also EROFS, ENOTRECOVERABLE. */
 pdshm_seg *pdshm__var_seg(const pdshm_var *v, int *rc);
 
+/* ---- var_live.c ---- */
+/* The lock of r's scope when r is a live variable of a live scope, else 0;
+ * read without the lock: a hint. */
+uint32_t pdshm__var_scope_lock(const pdshm_seg *seg, const struct pdshm_var_rec *r);
+/* With lk held: r is still a live variable of the scope lk guards. */
+bool pdshm__var_live_locked(const pdshm_seg *seg, const struct pdshm_var_rec *r, uint32_t lk);
+/* pdshm__j_begin under r's scope lock, refusing (ESTALE, nothing written, the
+ * lock released) a record that is no longer a variable. */
+int pdshm__var_j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_var_rec *r,
+                       uint32_t op);
+
 /* ---- varlock.c ---- */
 /* Reaper: gives back the shared hold HOLD block h records. */
 int pdshm__varlock_drop_hold(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h);

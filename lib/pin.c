@@ -98,15 +98,6 @@ static struct pdshm_var_rec *pin_var(const pdshm_var *v) {
   return (struct pdshm_var_rec *)(uintptr_t)(const void *)v;
 }
 
-/* Under the scope lock: r is still a live variable record. */
-static bool pin_var_live(const pdshm_seg *seg, const struct pdshm_var_rec *r) {
-  const struct pdshm_blk *b = pdshm__blk(seg, r->self);
-  return r->self == pdshm__off(seg, r) && b->type == PDSHM_T_VAR &&
-         pdshm__blk_state(atomic_load_explicit(&b->word, memory_order_acquire)) ==
-             PDSHM_BLK_USED &&
-         r->magic == PDSHM_VAR_MAGIC;
-}
-
 static void pin_describe(const pdshm_seg *seg, const struct pdshm_var_rec *r, pdshm_pin *p) {
   pdshm_tensor_view *w = &p->view;
   w->data = seg->base + r->data;
@@ -120,16 +111,12 @@ static void pin_describe(const pdshm_seg *seg, const struct pdshm_var_rec *r, pd
 
 /* Invariant 2, once the record exists: scope lock, then heap lock. */
 static int pin_hooked(pdshm_seg *seg, struct pdshm_var_rec *r, pdshm_pin *p) {
-  const pdshm_off_t x = r->scope;
-  if (x < seg->hdr->arena_off || x >= seg->hdr->arena_end)
-    return pdshm__fail(PDSHM_ESTALE, "variable was erased");
-  const uint32_t lk = pdshm__scope_at(seg, x)->lock;
-  if (lk < PDSHM_LOCK_FIXED || lk >= seg->hdr->max_locks)
-    return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  const uint32_t lk = pdshm__var_scope_lock(seg, r);
+  if (!lk) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
   int rc = pdshm__lock(seg, lk);
   if (rc) return rc;
   PDSHM_CRASHPOINT("pin.scope.locked");
-  if (!pin_var_live(seg, r)) rc = pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  if (!pdshm__var_live_locked(seg, r, lk)) rc = pdshm__fail(PDSHM_ESTALE, "variable was erased");
   else if (r->vtype != PDSHM_V_TENSOR) rc = pdshm__fail(PDSHM_ETYPE, "not a tensor");
   else if (!(rc = pdshm__lock(seg, PDSHM_LOCK_HEAP))) {
     rc = pdshm__pin_take_locked(seg, p->rec, r->buf);

@@ -115,7 +115,7 @@ PDSHM_API int pdshm_tensor_resize(pdshm_var *v, pdshm_dtype dt, int ndim, const 
   if ((rc = tensor_size(dt, ndim, dims, &a.nbytes))) return rc;
   struct pdshm_var_rec *r = pdshm__var_rec(v);
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  rc = pdshm__j_begin(seg, ln, pdshm__scope_at(seg, r->scope)->lock, PDSHM_OP_RESIZE);
+  rc = pdshm__var_j_begin(seg, ln, r, PDSHM_OP_RESIZE);
   if (!rc) {
     rc = resize_locked(seg, ln, r, &a);
     if (rc) pdshm__j_abort(seg, ln);

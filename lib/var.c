@@ -44,10 +44,6 @@ pdshm_seg *pdshm__var_seg(const pdshm_var *v, int *rc) {
   return var_lookup(v, rc, pdshm__seg_writable);
 }
 
-static struct pdshm_scope_rec *var_scope(pdshm_seg *seg, const struct pdshm_var_rec *r) {
-  return pdshm__scope_at(seg, r->scope);
-}
-
 /* ---- creation ------------------------------------------------------------------- */
 
 /* Under x's journal: a new variable named (name, len) in x. */
@@ -307,7 +303,7 @@ static int var_edit(pdshm_var *v, unsigned op,
   if (!seg) return rc;
   struct pdshm_var_rec *r = pdshm__var_rec(v);
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  rc = pdshm__j_begin(seg, ln, var_scope(seg, r)->lock, op);
+  rc = pdshm__var_j_begin(seg, ln, r, op);
   if (!rc) {
     rc = edit(seg, ln, r, arg);
     if (rc) pdshm__j_abort(seg, ln);

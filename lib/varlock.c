@@ -23,7 +23,20 @@
  *  4. pthread mutexes are per thread: a thread unlocks what it locked.  This
  *     thread's holds are kept in a table in its block (thread.c), which
  *     answers EDEADLK and EPERM; a fork child inherits the table but none of
- *     the holds.
+ *     the holds.  An entry remembers the lock-table entry it took, and
+ *     unlock lets go of that one.  Entries are found by the record's address
+ *     and generation, since a new variable may get an erased one's record:
+ *     lock finds only a hold on the variable there now; unlock lets go of
+ *     that one, else of a hold on an erased variable that was there.
+ *  5. The variable may be erased by another process while a thread holds or
+ *     waits for its lock (erase takes the scope's lock, not this one), and
+ *     the lock-table entry given back and claimed for another variable.  So
+ *     each time the mutex is taken the record is checked to be a live
+ *     variable still bound to that entry (vl_bound); one that is not gets
+ *     ESTALE, and its fields (readers, waiting writer, version) are written
+ *     only while it is.  A thread that holds an entry through an erased
+ *     variable gets EDEADLK for another variable the entry now guards,
+ *     rather than waiting for itself.
  */
 #include "config.h"
 
@@ -41,17 +54,20 @@
  * made at the thread's first lock; while vl_top is 0 it is not looked at. */
 static PDSHM_TLS_HOT unsigned vl_top;
 
-/* This thread's entry for var, or (var NULL) a free one; entries made
- * before a fork are free in the child. */
-static struct pdshm_held_lock *vl_find(const void *var) {
+/* This thread's entry for var of generation vgen (any generation when
+ * any_gen), or (var NULL) a free one; entries made before a fork are free
+ * in the child. */
+static struct pdshm_held_lock *vl_find_gen(const void *var, uint64_t vgen, bool any_gen) {
   uint64_t gen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
   struct pdshm_held_lock *held = vl_top ? pdshm__self->held : NULL;
   for (unsigned i = 0; i < vl_top; i++) {
     bool live = held[i].var && held[i].forkgen == gen;
-    if (live ? held[i].var == var : !var) return &held[i];
+    if (live ? held[i].var == var && (any_gen || held[i].gen == vgen) : !var) return &held[i];
   }
   return NULL;
 }
+
+static struct pdshm_held_lock *vl_find(const void *var) { return vl_find_gen(var, 0, true); }
 
 /* A free entry: a hole below vl_top, else the one at vl_top.  ENOLCK when
  * the table is full, ENOMEM when the thread's block cannot be made. */
@@ -68,6 +84,29 @@ static int vl_slot_free(struct pdshm_held_lock **out) {
 static void vl_release(struct pdshm_held_lock *h) {
   memset(h, 0, sizeof *h);
   while (vl_top && !pdshm__self->held[vl_top - 1].var) vl_top--;
+}
+
+/* Invariant 5, with lk held: r is a live variable and lk is its entry. */
+static bool vl_bound(pdshm_seg *seg, const struct pdshm_var_rec *r, uint32_t lk) {
+  const struct pdshm_lock *l = pdshm__lockent(seg, lk);
+  return pdshm__var_scope_lock(seg, r) && __atomic_load_n(&r->lock, __ATOMIC_ACQUIRE) == lk &&
+         l->guards == r->self &&
+         atomic_load_explicit(&((struct pdshm_lock *)l)->alloc, memory_order_acquire) ==
+             PDSHM_LOCK_PUBLISHED;
+}
+
+/* This thread's hold on entry lk, through whatever variable. */
+static bool vl_holds_entry(uint32_t lk) {
+  uint64_t gen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
+  const struct pdshm_held_lock *held = vl_top ? pdshm__self->held : NULL;
+  for (unsigned i = 0; i < vl_top; i++)
+    if (held[i].var && held[i].forkgen == gen && held[i].lock == lk) return true;
+  return false;
+}
+
+static int vl_stale(pdshm_seg *seg, uint32_t lk) {
+  pdshm__unlock(seg, lk);
+  return pdshm__fail(PDSHM_ESTALE, "variable was erased");
 }
 
 static void vl_pause(unsigned round) {
@@ -92,7 +131,7 @@ static int vl_entry(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t *out) {
   if (rc) return rc;
   PDSHM_CRASHPOINT("varlock.entry.claimed");
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  rc = pdshm__j_begin(seg, ln, pdshm__scope_at(seg, r->scope)->lock, PDSHM_OP_VARLOCK);
+  rc = pdshm__var_j_begin(seg, ln, r, PDSHM_OP_VARLOCK);
   bool first = !rc && !r->lock;
   if (first) {
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lock), lk);
@@ -149,19 +188,23 @@ static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk,
   for (unsigned round = 0;; round++) {
     int rc = pdshm__lock(seg, lk);
     if (rc) return rc;
+    if (!vl_bound(seg, r, lk)) return vl_stale(seg, lk);
     if (round >= VL_READER_BACKOFF || !vl_writer_waits(seg, r)) return vl_share(seg, r, lk, hold);
     pdshm__unlock(seg, lk);
     vl_pause(round);
   }
 }
 
-/* Drops the share HOLD block h gives (ln's slot owns h). */
+/* Drops the share HOLD block h gives (ln's slot owns h); the count is the
+ * variable's only while h's variable is still r, bound to lk (invariant 5). */
 static int vl_unshare(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_var_rec *r,
                       uint32_t lk, pdshm_off_t h) {
   int rc = pdshm__j_begin(seg, ln, lk, PDSHM_OP_VARLOCK);
   if (rc) return rc;
+  const struct pdshm_handle_rec *hr = PDSHM_AT(seg->base, h, struct pdshm_handle_rec);
+  bool ours = vl_bound(seg, r, lk) && hr->scope == r->self && hr->epoch == r->gen;
   pdshm__j_retire_kept(seg, ln, h);
-  if (r->lk_readers) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lk_readers), r->lk_readers - 1);
+  if (ours && r->lk_readers) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lk_readers), r->lk_readers - 1);
   pdshm__j_commit(seg, ln);
   return 0;
 }
@@ -173,6 +216,7 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk) {
   for (unsigned round = 0;; round++) {
     int rc = pdshm__lock(seg, lk);
     if (rc) return rc;
+    if (!vl_bound(seg, r, lk)) return vl_stale(seg, lk);
     if (!r->lk_readers) {
       if (r->lk_wwait) r->lk_wwait = 0; /* no store (no dirty line) when clear */
       PDSHM_CRASHPOINT("varlock.excl.held");
@@ -199,7 +243,7 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   pdshm_seg *seg = pdshm__var_seg(v, &rc);
   if (!seg) return rc;
   struct pdshm_var_rec *r = pdshm__var_rec(v);
-  struct pdshm_held_lock *held = vl_find(r);
+  struct pdshm_held_lock *held = vl_find_gen(r, r->gen, false);
   if (held && (held->excl || exclusive))
     return pdshm__fail(PDSHM_EDEADLK, "this thread already holds the lock of \"%s\"",
                        pdshm_var_name(v));
@@ -209,13 +253,17 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   }
   if ((rc = vl_slot_free(&held))) return rc;
   pdshm_off_t hold = 0;
-  if (!(rc = vl_entry(seg, r, &lk)))
+  if (!(rc = vl_entry(seg, r, &lk)) && vl_holds_entry(lk))
+    rc = pdshm__fail(PDSHM_EDEADLK, "this thread holds lock entry %u through an erased variable",
+                     lk);
+  if (!rc)
     rc = exclusive ? vl_lock_excl(seg, r, lk) : vl_lock_shared(seg, r, lk, &hold);
   if (rc) {
     vl_release(held); /* the entry stays free */
     return rc;
   }
-  *held = (struct pdshm_held_lock){.var = r, .hold = hold, .count = 1, .excl = exclusive != 0,
+  *held = (struct pdshm_held_lock){.var = r, .gen = r->gen, .hold = hold, .count = 1, .lock = lk,
+                                   .excl = exclusive != 0,
                                    .forkgen = atomic_load(&pdshm__forkgen)};
   return 0;
 }
@@ -226,15 +274,19 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
   pdshm_seg *seg = pdshm__var_seg(v, &rc);
   if (!seg) return rc;
   struct pdshm_var_rec *r = pdshm__var_rec(v);
-  struct pdshm_held_lock *held = vl_find(r);
+  /* The hold on the variable at r now, else one on an erased one that was
+   * there (invariant 5). */
+  struct pdshm_held_lock *held = vl_find_gen(r, r->gen, false);
+  if (!held) held = vl_find(r);
   if (!held) return pdshm__fail(PDSHM_EPERM, "this thread does not hold that variable's lock");
   if (!held->excl && --held->count) return 0;
-  uint32_t lk = (uint32_t)r->lock;
+  uint32_t lk = held->lock; /* invariant 4 */
   if (held->excl) {
-    atomic_fetch_add_explicit(&r->version, 1, memory_order_release);
+    bool bound = vl_bound(seg, r, lk); /* else the variable was erased: only unlock */
+    if (bound) atomic_fetch_add_explicit(&r->version, 1, memory_order_release);
     PDSHM_CRASHPOINT("varlock.excl.bumped");
     pdshm__unlock(seg, lk);
-    pdshm__futex_wake(pdshm__futex_low(&r->version), &r->vwaiters);
+    if (bound) pdshm__futex_wake(pdshm__futex_low(&r->version), &r->vwaiters);
   } else {
     struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
     rc = vl_unshare(seg, ln, r, lk, held->hold);

@@ -14,6 +14,11 @@
  * states the operation may leave: before it, after it, or, for operations
  * made of several atomic steps, between two of them (the steps' boundary
  * crash point names them).  Reapers are killed at each of their windows too.
+ * Pairs: a second process finds a variable, then the first dies at each
+ * window of its journal under the same scope lock, then the second (whose
+ * take of the lock repairs that journal, possibly erasing its variable)
+ * dies at each of its windows; the result is the first death's state with
+ * the second operation done or not.
  * Pins: the child pins, unpins, and erases, resizes or releases what it
  * pinned; or this process pins a variable the child erases, resizes or
  * unlinks, and the segment must check clean with the orphan and again
@@ -337,6 +342,9 @@ struct plan {
   uint64_t k;            /* die at this hit (0: run to the end)           */
   const char *point;     /* count only this point's hits                  */
   int fd;                /* the child reports its hit count here          */
+  int ready, go;         /* a child that starts before another one dies:
+                            prepared, it writes a byte on ready and waits
+                            for one on go before it runs (0: not used)    */
 };
 
 /* In the child: attach, prepare, run armed; a finished run reports its hits
@@ -347,6 +355,8 @@ static int child_main(void *arg) {
   if (pl->op->arm_first || pl->point == PREPARED) pdshm__crash_arm(pl->k, pl->point);
   if (pdshm_attach(g_name, NULL, &c.seg)) return 10;
   if (pl->op->prep && pl->op->prep(&c)) return 11;
+  char byte = 1;
+  if (pl->ready && (write(pl->ready, &byte, 1) != 1 || read(pl->go, &byte, 1) != 1)) return 16;
   pdshm__crashpoint(PREPARED);
   if (!pl->op->arm_first) pdshm__crash_arm(pl->k, pl->point);
   if (pl->op->run(&c)) return 12;
@@ -807,6 +817,124 @@ START_TEST(lock_entry_given_back_by_a_killed_process) {
 }
 END_TEST
 
+/* ---- two processes dying on one scope ------------------------------------------------ */
+
+/* The second process's operations: on a variable it found before the first
+ * one died under the scope's lock, so that its own take of the lock repairs
+ * the dead journal (the variable may be erased by that repair). */
+static int prep_w_seen(struct cx *c) { return prep_w(c); }
+static int prep_b_seen(struct cx *c) { return prep_b(c); }
+static int may_be_stale(int rc) { return rc && rc != PDSHM_ESTALE; }
+static int run_resize_seen(struct cx *c) {
+  return may_be_stale(pdshm_tensor_resize(c->v, PDSHM_F32, 1, (int64_t[]){3000}));
+}
+static int run_reader_seen(struct cx *c) { return may_be_stale(pdshm_var_add_reader(c->v, "late")); }
+static int run_erase_b(struct cx *c) { return pdshm_var_erase(c->params, "b"); }
+
+static const struct {
+  const char *first;       /* ops[]: dies at each of its journal's windows  */
+  struct op second;        /* prepared before, dies at each of its windows  */
+} pairs[] = {
+    {"var_erase", {"resize_erased_w", prep_w_seen, run_resize_seen, NULL, false, NULL, NULL}},
+    {"var_erase", {"reader_erased_w", prep_w_seen, run_reader_seen, NULL, false, NULL, NULL}},
+    {"resize_grow", {"erase_resized_b", prep_b_seen, run_erase_b, NULL, false, NULL, NULL}},
+};
+
+/* A fresh world; the child of plan b attaches and prepares; the child of
+ * plan a runs and dies; then b runs and dies; then the bystander, the reap
+ * and the check.  Returns b's outcome, `after` being the reaped model. */
+static struct outcome run_pair(const struct plan *a, const struct plan *b) {
+  struct outcome o = {0}, ignored = {0};
+  int rep[2], ready[2], go[2];
+  char byte = 0;
+  pdshm_seg *seg = world();
+  o.before = snap_model(seg, 0, true);
+  ck_assert_int_eq(pipe(rep), 0);
+  ck_assert_int_eq(pipe(ready), 0);
+  ck_assert_int_eq(pipe(go), 0);
+  struct plan pb = *b;
+  pb.fd = rep[1];
+  pb.ready = ready[1];
+  pb.go = go[0];
+  pid_t pid = tu_spawn(child_main, &pb);
+  close(rep[1]);
+  close(ready[1]);
+  close(go[0]);
+  ck_assert_msg(read(ready[0], &byte, 1) == 1, "%s: the second child did not get ready",
+                b->op->name);
+  close(ready[0]);
+  child_run(*a, &ignored);
+  outcome_free(&ignored);
+  ck_assert_int_eq(write(go[1], &byte, 1), 1);
+  close(go[1]);
+  read_report(rep[0], &o);
+  close(rep[0]);
+  int st = tu_wait(pid);
+  ck_assert_msg(st == 128 + SIGKILL, "%s after %s k=%llu, k=%llu: the child ended with %d",
+                b->op->name, a->op->name, (unsigned long long)a->k, (unsigned long long)b->k, st);
+  bystander(seg, b->op->name, b->k);
+  reap_verify(seg, b->op->name, b->k);
+  o.after = snap_model(seg, 0, true);
+  ck_assert_int_eq(pdshm_detach(seg), 0);
+  ck_assert_int_eq(pdshm_unlink(g_name), 0);
+  return o;
+}
+
+/* The first process dies at each window of its journal, holding the scope's
+ * lock; the second, which found its variable before that death, takes the
+ * lock (repairing the dead journal) and dies at each of its own windows,
+ * the repair's included.  After the reap the segment checks clean and the
+ * model is what the first death leaves with the second operation either
+ * not done or done: never a buffer or a lock entry lost between the two. */
+START_TEST(two_deaths_on_one_scope) {
+  const struct op *first = op_named(pairs[_i].first), *second = &pairs[_i].second;
+  struct outcome o = run_child(first, 0, NULL);
+  uint64_t na = o.hits, tried = 0, passed = 0;
+  char(*anames)[64] = o.names;
+  o.names = NULL;
+  outcome_free(&o);
+  for (uint64_t ka = 1; ka <= na; ka++) {
+    if (strncmp(anames[ka - 1], "j.", 2) || window_seen(anames, na, ka)) continue;
+    struct plan a = {.op = first, .k = ka}, b = {.op = second, .k = 1, .point = PREPARED};
+    o = run_pair(&a, &b);
+    char *undone = o.after, *done, d[400];
+    o.after = NULL;
+    outcome_free(&o);
+    b = (struct plan){.op = second};
+    o = run_pair(&a, &b);
+    ck_assert_msg(o.finished, "%s after %s k=%llu did not finish", second->name, first->name,
+                  (unsigned long long)ka);
+    done = o.after;
+    o.after = NULL;
+    uint64_t nb = o.hits;
+    char(*bnames)[64] = o.names;
+    o.names = NULL;
+    outcome_free(&o);
+    for (b.k = 1; b.k <= nb; b.k++) {
+      if (window_seen(bnames, nb, b.k)) continue;
+      o = run_pair(&a, &b);
+      ck_assert_msg(!o.finished, "%s k=%llu finished", second->name, (unsigned long long)b.k);
+      ck_assert_msg(!strcmp(o.after, undone) || !strcmp(o.after, done),
+                    "%s killed at %llu (%s), then %s killed at %llu (%s): %s", first->name,
+                    (unsigned long long)ka, anames[ka - 1], second->name,
+                    (unsigned long long)b.k, bnames[b.k - 1],
+                    first_diff(o.after, undone, d, sizeof d));
+      outcome_free(&o);
+      tried++;
+    }
+    passed += nb;
+    free(bnames);
+    free(undone);
+    free(done);
+  }
+  g_totals->passed += passed;
+  g_totals->tried += tried;
+  printf("crash: %s after %-16s %4llu windows passed, %4llu tried\n", second->name,
+         first->name, (unsigned long long)passed, (unsigned long long)tried);
+  free(anames);
+}
+END_TEST
+
 /* Check runs each loop iteration as a test of its own. */
 START_TEST(every_window_of_every_op) {
   op_all_windows(&ops[_i]);
@@ -820,6 +948,8 @@ Suite *crash_suite(void) {
   tcase_add_loop_test(tc, every_window_of_every_op, 0, NOPS);
   tc = tu_tcase(s, "reapers", 120, setup, teardown);
   tcase_add_loop_test(tc, reaper_killed_at_every_window, 0, sizeof dead / sizeof dead[0]);
+  tc = tu_tcase(s, "pairs", 300, setup, teardown);
+  tcase_add_loop_test(tc, two_deaths_on_one_scope, 0, sizeof pairs / sizeof pairs[0]);
   tc = tu_tcase(s, "locks", 30, setup, teardown);
   tcase_add_test(tc, heap_lock_holder_killed);
   tcase_add_test(tc, scope_lock_holder_killed);

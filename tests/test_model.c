@@ -389,6 +389,75 @@ START_TEST(tensor_enomem) {
 }
 END_TEST
 
+/* A pdshm_var * kept past the erase of its variable: every edit checks the
+ * record under the scope's lock and answers ESTALE, writing nothing (a
+ * resize used to journal into the freed record and publish a buffer no
+ * variable reached).  The record reused for a new variable is that one. */
+START_TEST(edits_of_an_erased_variable_are_estale) {
+  pdshm_var *v, *w;
+  pdshm_pin *pin = NULL;
+  int64_t small = 16, big = 100000;
+  ck_assert_int_eq(pdshm_var_get(root, "gone", &v), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &small), 0);
+  const uint64_t before = used();
+  ck_assert_int_eq(pdshm_var_erase(root, "gone"), 0);
+  const uint64_t after = used();
+  ck_assert_uint_lt(after, before);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &big), PDSHM_ESTALE);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &small), PDSHM_ESTALE);
+  ck_assert_int_eq(pdshm_var_set_label(v, "lbl"), PDSHM_ESTALE);
+  ck_assert_int_eq(pdshm_var_add_reader(v, "op"), PDSHM_ESTALE);
+  ck_assert_int_eq(pdshm_var_add_writer(v, "op"), PDSHM_ESTALE);
+  ck_assert_int_eq(pdshm_var_lock(v, 1), PDSHM_ESTALE);
+  ck_assert_int_eq(pdshm_var_lock(v, 0), PDSHM_ESTALE);
+  ck_assert_int_eq(pdshm_tensor_pin(v, &pin, NULL), PDSHM_ESTALE);
+  ck_assert_ptr_null(pin);
+  ck_assert_uint_eq(used(), after);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  /* The same record handed out again (this lane's cache gives back what it
+   * just took) is the new variable: the stale pointer now edits it. */
+  ck_assert_int_eq(pdshm_var_get(root, "next", &w), 0);
+  if (w == v) {
+    ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &big), 0);
+    ck_assert_uint_eq(pdshm_tensor_nbytes(w), 400000);
+  }
+  ck_assert_int_eq(pdshm_var_erase(root, "next"), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+}
+END_TEST
+
+/* A variable erased while this thread holds its lock: the entry is not lent
+ * to a new variable meanwhile (locking that one would wait for ourselves),
+ * a new variable whose record is the erased one's is not taken for held,
+ * and the unlock through the erased pdshm_var * lets go of the entry. */
+START_TEST(var_lock_held_across_its_erase) {
+  pdshm_options o = {.size = 4u << 20, .max_locks = PDSHM_LOCKS_MIN};
+  pdshm_seg *few = tu_create_opts(tu_name("fewlocks"), &o);
+  pdshm_scope *top;
+  pdshm_var *w, *n;
+  char nm[16];
+  ck_assert_int_eq(pdshm_root(few, &top), 0);
+  ck_assert_int_eq(pdshm_var_get(top, "held", &w), 0);
+  ck_assert_int_eq(pdshm_var_lock(w, 1), 0);
+  ck_assert_int_eq(pdshm_var_erase(top, "held"), 0);
+  int made = 0, rc;
+  for (;; made++) { /* every free entry but the held one */
+    snprintf(nm, sizeof nm, "new%d", made);
+    ck_assert_int_eq(pdshm_var_get(top, nm, &n), 0);
+    if ((rc = pdshm_var_lock(n, made % 2)) == PDSHM_ENOLCK) break;
+    ck_assert_msg(rc == 0, "made %d: %d %s", made, rc, pdshm_last_error());
+    ck_assert_int_eq(pdshm_var_unlock(n), 0);
+  }
+  ck_assert_int_eq(pdshm_var_unlock(w), 0); /* new0 may sit where w was: not its hold */
+  ck_assert_int_eq(pdshm_var_unlock(w), PDSHM_EPERM);
+  ck_assert_int_eq(pdshm_var_lock(n, 1), 0); /* the entry let go of is free again */
+  ck_assert_int_eq(pdshm_var_unlock(n), 0);
+  ck_assert_int_eq(pdshm_check(few, stderr), 0);
+  ck_assert_int_eq(pdshm_scope_release(top), 0);
+  ck_assert_int_eq(pdshm_detach(few), 0);
+}
+END_TEST
+
 /* Rename keeps the object; errors leave the scope unchanged. */
 START_TEST(var_rename) {
   pdshm_var *a, *b;
@@ -532,6 +601,8 @@ static Suite *model_suite(void) {
   tcase_add_test(tc, tensors);
   tcase_add_test(tc, tensor_enomem);
   tcase_add_test(tc, var_rename);
+  tcase_add_test(tc, edits_of_an_erased_variable_are_estale);
+  tcase_add_test(tc, var_lock_held_across_its_erase);
   tcase_add_test(tc, many_vars);
   tcase_add_test(tc, var_lock_rules);
   tcase_add_test(tc, handles);

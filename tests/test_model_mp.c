@@ -492,6 +492,66 @@ START_TEST(threads_take_variable_locks) {
 }
 END_TEST
 
+/* ---- processes editing variables that others erase -------------------------------- */
+
+#define EDITORS 3
+#define EDIT_NS 300000000ull /* each editor's run */
+
+/* Gets, edits and erases the variables v0..v15 of "p" at random, as two
+ * trainers sharing a scope would: the pdshm_var * of a get is often erased
+ * by another editor before the edit.  Any answer but success, ESTALE (the
+ * variable went meanwhile) and ENOENT (erasing what is gone) fails. */
+static int editor(void *arg) {
+  const unsigned *seed = arg;
+  pdshm_seg *s;
+  pdshm_scope *p;
+  if (pdshm_attach(our_name(), NULL, &s)) return 10;
+  if (pdshm_scope_open(s, "p", &p)) return 11;
+  unsigned r = *seed;
+  const uint64_t end = tu_now_ns() + EDIT_NS;
+  while (tu_now_ns() < end) {
+    char nm[8];
+    pdshm_var *v;
+    r = r * 1103515245u + 12345u;
+    snprintf(nm, sizeof nm, "v%u", (r >> 8) % 16);
+    unsigned what = (r >> 16) % 6;
+    int rc = what == 5 ? pdshm_var_erase(p, nm) : pdshm_var_get(p, nm, &v);
+    if (what == 5) {
+      if (rc && rc != PDSHM_ENOENT) return 20;
+      continue;
+    }
+    if (rc) return 21;
+    int64_t d = 1 + (int64_t)((r >> 4) % 4096);
+    if (what <= 1) rc = pdshm_tensor_resize(v, PDSHM_F32, 1, &d);
+    else if (what == 2) rc = pdshm_var_set_label(v, (r & 1) ? "a" : "bb");
+    else if (what == 3) rc = pdshm_var_add_reader(v, (r & 1) ? "op1" : "op2");
+    else if (!(rc = pdshm_var_lock(v, (int)(r & 1)))) rc = pdshm_var_unlock(v);
+    if (rc && rc != PDSHM_ESTALE) return 22;
+  }
+  pdshm_scope_release(p);
+  return pdshm_detach(s) ? 15 : 0;
+}
+
+START_TEST(processes_edit_variables_others_erase) {
+  pdshm_scope *p;
+  const uint64_t base = used_now();
+  ck_assert_int_eq(pdshm_scope_new(root, "p", &p), 0);
+  pid_t pid[EDITORS];
+  unsigned seed[EDITORS];
+  for (int k = 0; k < EDITORS; k++) {
+    seed[k] = 1234567u * (unsigned)(k + 1);
+    pid[k] = tu_fork(editor, &seed[k]);
+  }
+  for (int k = 0; k < EDITORS; k++) ck_assert_int_eq(tu_wait(pid[k]), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  /* Everything the editors left is reachable from "p": it all goes with it. */
+  ck_assert_int_eq(pdshm_scope_unlink(root, "p"), 0);
+  ck_assert_int_eq(pdshm_scope_release(p), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_uint_eq(used_now(), base);
+}
+END_TEST
+
 static Suite *mp_suite(void) {
   Suite *s = suite_create("model across processes");
   TCase *tc = tcase_create("processes");
@@ -505,6 +565,7 @@ static Suite *mp_suite(void) {
   tcase_add_test(tc, var_lock_holders_die);
   tcase_add_test(tc, var_lock_excludes);
   tcase_add_test(tc, threads_take_variable_locks);
+  tcase_add_test(tc, processes_edit_variables_others_erase);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -5,9 +5,13 @@
  * operator lists, shared and exclusive variable locks, unique names and pins
  * of their local tensors (whose bytes must survive an erase, a resize or the
  * scope's release until the unpin); under a variable lock they verify the
- * committed parameters' bytes.  A third thread of each worker is a member of
- * the workers' group: allreduces (checked) and barriers, EOWNERDEAD when a
- * worker is killed, the replacement taking its rank over.  The driver kills a random
+ * committed parameters' bytes.  They also share one named scope,
+ * work/shared, whose variables v0..v15 any of them gets, resizes, labels,
+ * locks and erases: an edit through a pdshm_var * another worker erased
+ * meanwhile must answer ESTALE and change nothing.  A third thread of each
+ * worker is a member of the workers' group: allreduces (checked) and
+ * barriers, EOWNERDEAD when a worker is killed, the replacement taking its
+ * rank over.  The driver kills a random
  * worker at a random instant and starts another (whose attach reaps the
  * dead: a reaper that may be killed in turn), and now and then kills a
  * process in the middle of pdshm_reap.  After each round every process is
@@ -78,7 +82,7 @@ static const char *param_name(int i) {
 
 struct worker {
   pdshm_seg *seg;
-  pdshm_scope *root, *params, *work;
+  pdshm_scope *root, *params, *work, *shared;
   pdshm_scope *local[4];    /* anonymous scopes it holds                   */
   pdshm_scope *mine;        /* its current named scope under work/         */
   pdshm_pin *pin[WPINS];    /* buffers of its local scopes it pins          */
@@ -225,11 +229,38 @@ static int w_pin(struct worker *w) {
   return 0;
 }
 
+/* One edit of a variable of the scope every worker shares; an edit may find
+ * the variable erased since the get (ESTALE), an erase may find it gone.
+ * The bytes are not touched: another worker may free them at any moment. */
+static int w_shared(struct worker *w) {
+  char name[16];
+  pdshm_var *v;
+  snprintf(name, sizeof name, "v%u", (unsigned)(rnd(w) % 16));
+  uint64_t what = rnd(w) % 6;
+  if (what == 0) {
+    int rc = pdshm_var_erase(w->shared, name);
+    return rc == PDSHM_ENOENT ? 0 : w_ok("shared erase", rc);
+  }
+  int rc = pdshm_var_get(w->shared, name, &v);
+  if (rc) return w_ok("shared var_get", rc);
+  int64_t d = tensor_bytes(w) / 4;
+  if (what <= 2) rc = pdshm_tensor_resize(v, PDSHM_F32, 1, &d);
+  else if (what == 3) rc = pdshm_var_set_label(v, rnd(w) % 2 ? "input" : "grad");
+  else if (what == 4) rc = pdshm_var_add_reader(v, rnd(w) % 2 ? "mul" : "add");
+  else if (!(rc = pdshm_var_lock(v, (int)(rnd(w) % 2))) && (rc = pdshm_var_unlock(v)))
+    return w_fail("shared var_unlock", rc);
+  return rc == PDSHM_ESTALE ? 0 : w_ok("shared edit", rc);
+}
+
 static void *worker_loop(void *arg) {
   struct worker *w = arg;
   for (;;) {
-    uint64_t r = rnd(w) % 12;
-    int rc = r < 5 ? w_local(w) : r < 8 ? w_named(w) : r < 10 ? w_params(w) : w_pin(w);
+    uint64_t r = rnd(w) % 15;
+    int rc = r < 5    ? w_local(w)
+             : r < 8  ? w_named(w)
+             : r < 10 ? w_params(w)
+             : r < 12 ? w_pin(w)
+                      : w_shared(w);
     if (rc) _exit(1);
     g_board->ops++;
   }
@@ -294,6 +325,7 @@ static int worker_main(void *arg) {
   if (!rc) rc = pdshm_root(w.seg, &w.root);
   if (!rc) rc = pdshm_scope_open(w.seg, "params", &w.params);
   if (!rc) rc = pdshm_scope_open(w.seg, "work", &w.work);
+  if (!rc) rc = pdshm_scope_open(w.seg, "work/shared", &w.shared);
   if (rc) return w_fail("attach", rc);
   w2 = w;
   w2.rng = ~w.rng | 1;
@@ -390,6 +422,9 @@ static void round_end(struct driver *d) {
 }
 
 static void round_run(struct driver *d) {
+  pdshm_scope *shared; /* dropped with work's other kids at the round's end */
+  ck_assert_int_eq(pdshm_scope_new(d->work, "shared", &shared), 0);
+  ck_assert_int_eq(pdshm_scope_release(shared), 0);
   for (int i = 0; i < WORKERS; i++) d->pid[i] = tu_spawn(worker_main, (void *)(intptr_t)i);
   for (int n = 0; n < KILLS_PER_ROUND; n++) {
     pause_us(d, 20000);

@@ -1,0 +1,78 @@
+/*
+ * var_live.c - is a pdshm_var * still a variable?  Edits of a variable
+ * check it under its scope's lock before they touch the record.
+ *
+ * A pdshm_var * is the address of a record; another process or thread may
+ * erase the variable while a caller still holds that address (pdshm.h calls
+ * it the caller's race).  The record's block then goes back to the heap, or
+ * is retired and left to a dead slot's reaper, or is handed out again as
+ * something else.  Journaling an edit of such a record would write into a
+ * block that is no variable, retire blocks it no longer owns (marking a
+ * cached or free block with our tag) and publish a new buffer no variable
+ * reaches: a leak pdshm_check reports and nothing ever frees.
+ *
+ * Invariants:
+ *  1. Only a published (owner 0), USED block of type VAR with the variable
+ *     magic and its own offset in `self` is a live variable.  Erase retires
+ *     the record (owner := the eraser's tag) in the journal that unhooks it,
+ *     under the scope lock; so, under that lock, a record that passes is
+ *     reachable from its scope's table, and one that fails never is again.
+ *  2. The lock to take is read from the record's scope without any lock: a
+ *     hint, validated first (a SCOPE block with the scope magic and a lock
+ *     index in the table), and checked again once held: the record must
+ *     still name that scope and the scope that lock.  A record that fails
+ *     is refused with ESTALE and nothing is written.
+ *  3. A record erased and reused as a new variable of a scope passes: it is
+ *     a variable, though not the one the caller looked up (its generation,
+ *     pdshm_var_ref, tells them apart).
+ */
+#include "config.h"
+
+#include "model_int.h"
+
+static bool block_is(const pdshm_seg *seg, pdshm_off_t payload, unsigned type, size_t bytes) {
+  const struct pdshm_hdr *h = seg->hdr;
+  if (payload % PDSHM_ALIGN || payload < h->arena_off + PDSHM_BLK_HDR ||
+      payload > h->arena_end || h->arena_end - payload < bytes)
+    return false;
+  const struct pdshm_blk *b = pdshm__blk(seg, payload);
+  uint64_t w = atomic_load_explicit(&((struct pdshm_blk *)b)->word, memory_order_acquire);
+  return pdshm__blk_state(w) == PDSHM_BLK_USED && b->type == type && b->owner == 0;
+}
+
+/* The lock of x when x is a live scope record, else 0 (never a lendable
+ * entry: entries below PDSHM_LOCK_FIXED are not scopes'). */
+static uint32_t scope_lock_of(const pdshm_seg *seg, pdshm_off_t x) {
+  if (!block_is(seg, x, PDSHM_T_SCOPE, sizeof(struct pdshm_scope_rec))) return 0;
+  const struct pdshm_scope_rec *s = pdshm__scope_at(seg, x);
+  uint32_t lk = s->lock;
+  if (s->magic != PDSHM_SCOPE_MAGIC || lk < PDSHM_LOCK_FIXED || lk >= seg->hdr->max_locks)
+    return 0;
+  return lk;
+}
+
+static bool var_rec_live(const pdshm_seg *seg, const struct pdshm_var_rec *r) {
+  pdshm_off_t self = pdshm__off(seg, r);
+  return block_is(seg, self, PDSHM_T_VAR, sizeof *r) && r->magic == PDSHM_VAR_MAGIC &&
+         r->self == self;
+}
+
+uint32_t pdshm__var_scope_lock(const pdshm_seg *seg, const struct pdshm_var_rec *r) {
+  if (!var_rec_live(seg, r)) return 0;
+  return scope_lock_of(seg, r->scope);
+}
+
+bool pdshm__var_live_locked(const pdshm_seg *seg, const struct pdshm_var_rec *r, uint32_t lk) {
+  return lk && pdshm__var_scope_lock(seg, r) == lk;
+}
+
+int pdshm__var_j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_var_rec *r,
+                       uint32_t op) {
+  uint32_t lk = pdshm__var_scope_lock(seg, r);
+  if (!lk) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  int rc = pdshm__j_begin(seg, ln, lk, op);
+  if (rc) return rc;
+  if (pdshm__var_live_locked(seg, r, lk)) return 0;
+  pdshm__j_abort(seg, ln);
+  return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+}
