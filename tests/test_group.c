@@ -26,7 +26,7 @@ static pdshm_scope *root;
 
 static void setup(void) {
   snprintf(seg_name, sizeof seg_name, "%s", tu_name("group"));
-  seg = tu_create_as(seg_name, 64u << 20, 32);
+  seg = tu_create_as(seg_name, 16u << 20, 32);
   ck_assert_int_eq(pdshm_root(seg, &root), 0);
 }
 
