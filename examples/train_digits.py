@@ -85,7 +85,7 @@ def trainer(seg_name, rank, args):
     x_train, y_train, x_test, y_test = load_data()
     per = steps_per_epoch(len(x_train), args.batch)
     total = per * args.epochs
-    with pdshm.attach(seg_name) as seg, seg.group(GROUP, args.trainers, rank=rank) as group:
+    with pdshm.attach(seg_name) as seg, pt.join_group(seg, GROUP, args.trainers, rank) as group:
         scope = seg.open(SCOPE)
         model = make_model(torch, args.hidden)
         dp = pt.DataParallel(model, scope, group, make_optimizer(args), timeout=120.0)

@@ -35,22 +35,24 @@ Deaths.  When a member dies, the survivors get pdshm.PeerDied from the round
 in progress; step() catches it, waits (two barriers) for a replacement to
 take the rank over and repair, and returns False when the step must be
 redone (the death came before the gradients were reduced) or True when it
-was applied.  A replacement (a new process that joins the dead member's rank
-and builds a DataParallel over the same scope) takes the parameters from the
-segment, finishes the dead member's shard of the last step if its peers had
-applied theirs, and continues from steps_done.  One death at a time is
-handled; a second death during that repair is not.
+was applied.  A replacement (a new process that joins the dead member's
+rank with join_group and builds a DataParallel over the same scope) takes
+the parameters from the segment, finishes the dead member's shard of the
+last step if its peers had applied theirs, and continues from steps_done.
+One death at a time is handled; a second death during that repair is not.
 
 Lifetime: the variables live in `scope` (name it to make it persist); a new
 training run wants a new scope.  The views keep their bytes (pins) as views
 do; after fork() a DataParallel is the parent's: build a new one (and join
 the group again) in the child.
 """
+import time as _time
+
 import numpy as _np
 
 from . import _pdshm
 
-__all__ = ["share_parameters", "SGD", "Adam", "DataParallel"]
+__all__ = ["join_group", "share_parameters", "SGD", "Adam", "DataParallel"]
 
 DONE, STAGED, HOLDERS = 0, 1, 2  # the columns of the progress variable
 
@@ -67,6 +69,21 @@ def _init_var(var, make, label):
         if var.dtype is None:
             var.assign(make())
             var.label = label
+
+
+def join_group(seg, name, size, rank, patience=5.0):
+    """seg.group(name, size, rank), retrying for up to `patience` seconds while
+    it says EBUSY: a replacement that joins a dead member's rank right after
+    the death may find the rank still held for a few milliseconds (the dead
+    process's files are not closed yet)."""
+    deadline = _time.monotonic() + patience
+    while True:
+        try:
+            return seg.group(name, size, rank=rank)
+        except _pdshm.Error as e:
+            if e.code != _pdshm.EBUSY or _time.monotonic() >= deadline:
+                raise
+        _time.sleep(0.005)
 
 
 def share_parameters(module, scope, label="parameter"):

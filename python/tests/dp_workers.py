@@ -28,7 +28,7 @@ def dp_trainer(conn, seg_name, scope_path, size, rank, steps, kind):
     import pdshm.torch as pt
     torch.set_num_threads(1)
     with pdshm.attach(seg_name) as seg:
-        with seg.group("dp", size, rank=rank) as group:
+        with pt.join_group(seg, "dp", size, rank) as group:
             model = linear_model(torch)
             dp = pt.DataParallel(model, seg.open(scope_path), group, make_optimizer(kind),
                                  timeout=30.0)
@@ -79,7 +79,7 @@ def dying_trainer(conn, seg_name, scope_path, size, rank, steps, kind, die_step,
 
     torch.set_num_threads(1)
     with pdshm.attach(seg_name) as seg:
-        with seg.group("dp", size, rank=rank) as group:
+        with pt.join_group(seg, "dp", size, rank) as group:
             model = linear_model(torch)
             dp = Dying(model, seg.open(scope_path), group, make_optimizer(kind), timeout=30.0)
             x, y = problem(torch)
