@@ -81,6 +81,10 @@ static void seg_retire_inherited(pdshmpy_seg *s) {
 
 pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s) {
   pdshmpy_state *st = PDSHMPY_STATE(s);
+  if (!st->Error) { /* the module's state was cleared (interpreter shutdown) */
+    PyErr_SetString(PyExc_RuntimeError, "the pdshm module was finalized");
+    return NULL;
+  }
   if (s->closed) {
     pdshmpy_raise_msg(st, PDSHM_EINVAL, "segment %R was detached", s->name);
     return NULL;
