@@ -238,3 +238,36 @@ def group_member(conn, seg_name, group, size, rank, steps):
                 out.append(("raised", [c.__name__ for c in type(e).__mro__]))
         g.leave()
         return (g.rank, out)
+
+
+def churn_until_killed(conn, seg_name, seed):
+    """Creates, resizes, views, locks and erases variables of p, and makes and
+    drops anonymous scopes, in a loop, until killed at some instruction."""
+    import random
+    rnd = random.Random(seed)
+    seg = pdshm.attach(seg_name)
+    p = seg.open("p")
+    conn.send("started")
+    keep = []
+    while True:
+        name = f"v{rnd.randrange(16)}"
+        action = rnd.randrange(6)
+        try:
+            if action == 0:
+                p.var(name).resize("float32", (rnd.randrange(1, 4096),))
+            elif action == 1:
+                p.erase(name)
+            elif action == 2:
+                keep.append(p.var(name).numpy())
+                if len(keep) > 4:
+                    keep.pop(0)
+            elif action == 3:
+                with p.var(name).lock(exclusive=rnd.randrange(2) == 0):
+                    pass
+            elif action == 4:
+                with p.local() as s:
+                    s.var("x").resize("int8", (rnd.randrange(1, 10000),))
+            else:
+                p.rename(name, f"v{rnd.randrange(16)}")
+        except (KeyError, FileExistsError, pdshm.Error):
+            pass
