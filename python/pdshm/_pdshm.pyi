@@ -1,5 +1,7 @@
 """Type stubs of the C extension pdshm._pdshm (see pdshm/__init__.py)."""
-from typing import Any, List, NamedTuple, Optional, Tuple, Union
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple, Union
 
 NAME_MAX: int
 NDIM_MAX: int

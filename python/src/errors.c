@@ -106,6 +106,7 @@ static PyObject *err_class_for(pdshmpy_state *st, int rc) {
 /* Raises cls(errno, message) (or cls(message) without an errno) with .code. */
 static PyObject *err_raise(pdshmpy_state *st, int rc, PyObject *msg) {
   PyObject *cls = err_class_for(st, rc);
+  if (!cls) cls = PyExc_OSError; /* the state was cleared (interpreter shutdown) */
   PyObject *exc = rc < 0 && rc > -4096 ? PyObject_CallFunction(cls, "iO", -rc, msg)
                                        : PyObject_CallFunctionObjArgs(cls, msg, NULL);
   Py_DECREF(msg);

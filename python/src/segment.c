@@ -56,9 +56,9 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
 }
 
 /* In a fork child, before s->seg (inherited) is replaced: every inherited
- * scope handle and group membership goes first, then the handle itself -- detached at once (which
- * unmaps its range) unless views still point into it; then it waits in
- * s->old for the last of them. */
+ * scope handle and group membership goes first, then the handle itself --
+ * detached at once (which unmaps its range) unless views still point into
+ * it; then it waits in s->old for the last of them. */
 static void seg_retire_inherited(pdshmpy_seg *s) {
   for (pdshmpy_link *l = s->scopes.next; l != &s->scopes; l = l->next)
     pdshmpy_scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link));
@@ -81,6 +81,10 @@ static void seg_retire_inherited(pdshmpy_seg *s) {
 
 pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s) {
   pdshmpy_state *st = PDSHMPY_STATE(s);
+  if (!st->Error) { /* the module's state was cleared (interpreter shutdown) */
+    PyErr_SetString(PyExc_RuntimeError, "the pdshm module was finalized");
+    return NULL;
+  }
   if (s->closed) {
     pdshmpy_raise_msg(st, PDSHM_EINVAL, "segment %R was detached", s->name);
     return NULL;

@@ -148,3 +148,83 @@ def test_dlpack_takes_newer_consumers_keywords(smoke_seg):
         v.__dlpack__(copy=True)
     with pytest.raises(BufferError):
         v.__dlpack__(dl_device=(2, 0))
+
+
+needs_groups = pytest.mark.skipif(not hasattr(pdshm, "Group"),
+                                  reason="libpdshm without the trainer-groups API")
+
+
+@needs_groups
+def test_wait_is_woken_by_another_process_unlocking(smoke_seg):
+    v = smoke_seg.root.var("w")
+    seen = v.version
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            time.sleep(0.2)
+            child_seg = pdshm.attach(smoke_seg.name)
+            with child_seg.root["w"].lock():
+                pass
+            status = 0
+        finally:
+            os._exit(status)
+    assert v.wait(seen, timeout=20) > seen
+    assert os.waitstatus_to_exitcode(wait_child(pid)) == 0
+    with pytest.raises(TimeoutError):
+        v.wait(v.version, timeout=0.05)
+
+
+@needs_groups
+def test_barrier_survivor_gets_peer_died_when_a_member_is_killed(smoke_seg):
+    g = smoke_seg.group("pair", 2, rank=0)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child_seg = pdshm.attach(smoke_seg.name)
+            member = child_seg.group("pair", 2, rank=1)  # kept: dying, not leaving
+            member.barrier(timeout=20)
+        finally:
+            os.kill(os.getpid(), signal.SIGKILL)
+    g.barrier(timeout=20)  # both arrive: the round passes
+    with pytest.raises(pdshm.PeerDied):
+        g.barrier(timeout=20)  # the other member died meanwhile
+    wait_child(pid)
+    g.leave()
+    assert g.left
+
+
+@needs_groups
+def test_detach_while_another_thread_waits_in_a_barrier(smoke_seg):
+    g = smoke_seg.group("two", 2)
+    answers = []
+
+    def waiter():
+        try:
+            g.barrier(timeout=1)
+            answers.append("passed")
+        except pdshm.Error as e:
+            answers.append(type(e))
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.3)
+    with pytest.raises(pdshm.Error):
+        g.barrier()  # one thread at a time
+    smoke_seg.detach()
+    assert g.left
+    t.join(30)
+    assert answers == [pdshm.TimedOut]
+
+
+def test_assign_of_the_same_layout_writes_in_place_under_live_views(smoke_seg):
+    v = smoke_seg.root.var("w")
+    v.assign(np.zeros(4))
+    view = v.numpy()
+    v.assign(np.arange(4.0))
+    assert view.tolist() == [0.0, 1.0, 2.0, 3.0]
+    v.assign(view[::-1])  # overlapping source and destination
+    assert v.numpy().tolist() == [3.0, 2.0, 1.0, 0.0]
+    v.assign(np.ones(5))  # another shape: a new buffer, the view keeps the old one
+    assert view.tolist() == [3.0, 2.0, 1.0, 0.0]
+    assert v.numpy().tolist() == [1.0] * 5
