@@ -93,3 +93,24 @@ def test_second_lock_by_the_same_thread_is_refused_not_a_hang(w):
     t.start()
     t.join(10)
     assert outcome == [-errno.EDEADLK]
+
+
+def release_quietly(lock):
+    """Leaves a with-block of lock; the variable may be gone (Stale is allowed)."""
+    try:
+        lock.__exit__(None, None, None)
+    except pdshm.Error as e:
+        assert e.code == -errno.ESTALE, e
+
+
+def test_lock_held_while_another_process_erases_the_variable_blocks_no_new_variable(
+        seg, w, lock_taker, children):
+    lock = w.lock()
+    lock.__enter__()
+    children("spawn", workers.erase_var, seg.name, "p", "w").result()
+    release_quietly(lock)
+    p = seg.open("p")
+    assert children("spawn", workers.lock_new_variables, seg.name, "p", 20).result() == []
+    for i in range(20):
+        assert lock_taker(p.var(f"mine{i}"), timeout=5), f"mine{i}"
+    assert seg.check() == []

@@ -1,4 +1,5 @@
 """What child processes run: module-level functions fn(conn, *args), see procutil."""
+import errno
 import gc
 import os
 
@@ -240,16 +241,20 @@ def group_member(conn, seg_name, group, size, rank, steps):
         return (g.rank, out)
 
 
-def churn_until_killed(conn, seg_name, seed):
-    """Creates, resizes, views, locks and erases variables of p, and makes and
-    drops anonymous scopes, in a loop, until killed at some instruction."""
+def churn(conn, seg_name, seed, ops=None):
+    """Creates, resizes, views, locks, renames and erases variables v0..v15 of
+    p, and makes and drops anonymous scopes: ops operations, then detaches and
+    returns how many raised an error other than absence or existence, or,
+    with ops None, until killed at some instruction."""
+    import itertools
     import random
     rnd = random.Random(seed)
     seg = pdshm.attach(seg_name)
     p = seg.open("p")
     conn.send("started")
     keep = []
-    while True:
+    other_errors = {}
+    for _ in (itertools.count() if ops is None else range(ops)):
         name = f"v{rnd.randrange(16)}"
         action = rnd.randrange(6)
         try:
@@ -269,5 +274,38 @@ def churn_until_killed(conn, seg_name, seed):
                     s.var("x").resize("int8", (rnd.randrange(1, 10000),))
             else:
                 p.rename(name, f"v{rnd.randrange(16)}")
-        except (KeyError, FileExistsError, pdshm.Error):
+        except (KeyError, FileExistsError):
             pass
+        except pdshm.Error as e:
+            if e.code not in (-errno.ESTALE, -10002):  # stale, PDSHM_ETYPE
+                key = f"{type(e).__name__}: {e}"
+                other_errors[key] = other_errors.get(key, 0) + 1
+    del keep
+    p.release()
+    seg.detach()
+    return other_errors
+
+
+def lock_new_variables(conn, seg_name, path, count):
+    """Makes count new variables in path and takes each one's exclusive lock
+    (in a thread, 5 s at most); returns the names it could not lock."""
+    import threading
+    failed = []
+    with pdshm.attach(seg_name) as seg:
+        p = seg.open(path)
+        for i in range(count):
+            v = p.var(f"new{i}")
+            got = threading.Event()
+
+            def take():
+                with v.lock():
+                    got.set()
+
+            t = threading.Thread(target=take, daemon=True)
+            t.start()
+            t.join(5)
+            if not got.is_set():
+                failed.append(v.name)
+                break  # its thread still waits: stop here
+        p.release()
+        return failed
