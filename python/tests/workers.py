@@ -309,3 +309,20 @@ def lock_new_variables(conn, seg_name, path, count):
                 break  # its thread still waits: stop here
         p.release()
         return failed
+
+
+def hold_lock_across_an_erase(conn, seg_name, path, name):
+    """Takes the variable's exclusive lock; when told, lets go of it (the test
+    erased the variable meanwhile) and reports how; stays alive until told to
+    exit, so that a lock it failed to release stays held meanwhile."""
+    with pdshm.attach(seg_name) as seg:
+        lock = seg.open(path)[name].lock()
+        lock.__enter__()
+        conn.send("locked")
+        assert conn.recv() == "release"
+        try:
+            lock.__exit__(None, None, None)
+            conn.send(("released", 0))
+        except pdshm.Error as e:
+            conn.send(("released", e.code))
+        assert conn.recv() == "exit"
