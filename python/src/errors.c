@@ -144,6 +144,18 @@ PyObject *pdshmpy_raise_fmt(pdshmpy_state *st, int rc, const char *fmt, ...) {
   return pdshmpy_raise(st, rc, what);
 }
 
+PyObject *pdshmpy_raise_forked(pdshmpy_state *st, int rc, const char *fmt, ...) {
+  const char *detail = pdshm_last_error();
+  char what[PDSHM_NAME_MAX * 2 + 128];
+  va_list ap;
+  va_start(ap, fmt);
+  PyOS_vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  PyObject *msg = PyUnicode_FromFormat("%s: %s: %s%s%s", pdshm_strerror(PDSHM_EFORKED), what,
+                                       pdshm_strerror(rc), *detail ? " -- " : "", detail);
+  return msg ? err_raise(st, PDSHM_EFORKED, msg) : NULL;
+}
+
 PyObject *pdshmpy_raise_msg(pdshmpy_state *st, int rc, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -94,7 +94,8 @@ pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s) {
   int rc = seg_attach_now(s->name, s->flags, NULL, 0, &s->seg);
   if (rc) {
     s->seg = NULL;
-    pdshmpy_raise_fmt(st, rc, "re-attaching segment '%s' after fork()", PyUnicode_AsUTF8(s->name));
+    pdshmpy_raise_forked(st, rc, "segment '%s' cannot be attached again after fork()",
+                         PyUnicode_AsUTF8(s->name));
     return NULL;
   }
   s->forkgen = pdshmpy_forkgen();
