@@ -16,9 +16,10 @@ Segments: create(), attach(), unlink(); Segment (.root .open .stats .check
 .reap .unique_name .detach, introspection: .info .scopes .vars_of .procs
 .locks .alloc).  Scopes: Scope (a handle).  Variables: Var (a weak handle:
 pdshm.Stale once erased), Var.lock() -> VarLock, Var.ref() -> VarRef.
-Seed 003: ScopeStack.  Trainer groups (when libpdshm has them): Segment.group()
--> Group (.barrier .allreduce .leave), Var.wait().  Errors: Error (an OSError) and its subclasses that are
-also builtins (NotFound is a KeyError, Exists a FileExistsError, ...).
+Seed 003: ScopeStack.  Trainer groups (when libpdshm has them):
+Segment.group() -> Group (.barrier .allreduce .leave), Var.wait().
+Errors: Error (an OSError) and its subclasses that are also builtins
+(NotFound is a KeyError, Exists a FileExistsError, ...).
 
 Views (numpy(), np.asarray, memoryview, torch.from_dlpack) pin the tensor's
 bytes: they stay valid after an erase, a resize or a detach, in any process.

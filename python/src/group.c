@@ -9,7 +9,9 @@
  * Invariants:
  *  1. A Group holds its Segment; Segment.detach() (and a fork child's
  *     re-attach) leaves every Group of it first (pdshmpy_groups_drop), as
- *     pdshm_detach would free the handles under them.
+ *     pdshm_detach would free the handles under them; a Group that another
+ *     thread is using without the GIL leaves when that call ends (the call
+ *     holds the Segment, so pdshm_detach waits for it too).
  *  2. One thread at a time uses a pdshm_group: a call that finds the Group
  *     busy (another thread inside barrier/allreduce) raises pdshm.Error
  *     (EBUSY) instead of entering.
@@ -35,6 +37,7 @@ typedef struct pdshmpy_group {
   int rank, size;
   unsigned long forkgen;/* pdshmpy_forkgen() when joined                   */
   int busy;             /* a call runs on g without the GIL                */
+  int doomed;           /* dropped while busy: leave when that call ends   */
   pdshmpy_link link;    /* in seg->groups                                  */
 } pdshmpy_group;
 
@@ -97,11 +100,24 @@ PyObject *pdshmpy_var_wait(PyObject *self, PyObject *args, PyObject *kw) {
 
 /* ---- joining, leaving ------------------------------------------------------------------------ */
 
+/* Leaves (in a fork child: frees the copy only).  A membership another
+ * thread is using without the GIL is left when that call ends. */
 static void group_drop(pdshmpy_group *gr) {
-  if (!gr->g) return;
-  pdshm_group_leave(gr->g); /* in a fork child: frees the copy only */
-  gr->g = NULL;
   pdshmpy_list_del(&gr->link);
+  if (gr->busy) {
+    gr->doomed = 1;
+    return;
+  }
+  if (gr->g) pdshm_group_leave(gr->g);
+  gr->g = NULL;
+}
+
+/* After a call that ran without the GIL: a doomed membership is left before
+ * the Segment is let go (its pdshm_detach would free the handle). */
+static void group_call_done(pdshmpy_group *gr) {
+  gr->busy = 0;
+  if (gr->doomed) group_drop(gr);
+  pdshmpy_seg_unhold(gr->seg);
 }
 
 void pdshmpy_groups_drop(pdshmpy_seg *s) {
@@ -121,9 +137,12 @@ PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw) {
   if (!n) return NULL;
   int rank = -1;
   if (ranko != Py_None) {
-    rank = _PyLong_AsInt(ranko);
-    if (rank == -1 && PyErr_Occurred()) return NULL;
-    if (rank < 0) return pdshmpy_raise_msg(st, PDSHM_EINVAL, "rank %d is negative", rank);
+    long r = PyLong_AsLong(ranko);
+    if (r == -1 && PyErr_Occurred()) return NULL;
+    if (r < 0 || r >= (long)PDSHM_GROUP_MAX)
+      return pdshmpy_raise_msg(st, PDSHM_EINVAL, "rank %ld is outside [0, %u)", r,
+                               PDSHM_GROUP_MAX);
+    rank = (int)r;
   }
   pdshm_seg *seg = pdshmpy_seg_get(s);
   if (!seg) return NULL;
@@ -147,6 +166,7 @@ PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw) {
   gr->size = pdshm_group_size(g);
   gr->forkgen = pdshmpy_forkgen();
   gr->busy = 0;
+  gr->doomed = 0;
   pdshmpy_list_add(&s->groups, &gr->link);
   return (PyObject *)gr;
 }
@@ -161,7 +181,7 @@ static pdshm_group *group_handle(pdshmpy_group *gr) {
                                          "used after fork(): join again");
     return NULL;
   }
-  if (!gr->g) {
+  if (!gr->g || gr->doomed) {
     pdshmpy_raise_msg(st, PDSHM_EINVAL, "this member left the group");
     return NULL;
   }
@@ -207,8 +227,7 @@ static PyObject *group_barrier(PyObject *self, PyObject *args, PyObject *kw) {
       break;
     }
   }
-  pdshmpy_seg_unhold(gr->seg);
-  gr->busy = 0;
+  group_call_done(gr);
   if (rc == 1) return NULL;
   if (rc == -EOWNERDEAD)
     return pdshmpy_raise_msg(st, rc, "a member of group %R died: the round was abandoned",
@@ -262,8 +281,7 @@ static PyObject *group_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
   Py_BEGIN_ALLOW_THREADS
   rc = pdshm_group_allreduce(g, v, op, ns);
   Py_END_ALLOW_THREADS
-  pdshmpy_seg_unhold(gr->seg);
-  gr->busy = 0;
+  group_call_done(gr);
   if (rc == -EOWNERDEAD)
     return pdshmpy_raise_msg(st, rc, "a member of group %R died: the tensors are unspecified",
                              gr->name);
@@ -286,7 +304,7 @@ static PyObject *group_get_name(PyObject *self, void *closure) {
 }
 
 static PyObject *group_get_left(PyObject *self, void *closure) {
-  return PyBool_FromLong(GR(self)->g == NULL);
+  return PyBool_FromLong(GR(self)->g == NULL || GR(self)->doomed);
 }
 
 static PyObject *group_enter(PyObject *self, PyObject *unused) {

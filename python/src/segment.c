@@ -56,9 +56,9 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
 }
 
 /* In a fork child, before s->seg (inherited) is replaced: every inherited
- * scope handle and group membership goes first, then the handle itself -- detached at once (which
- * unmaps its range) unless views still point into it; then it waits in
- * s->old for the last of them. */
+ * scope handle and group membership goes first, then the handle itself --
+ * detached at once (which unmaps its range) unless views still point into
+ * it; then it waits in s->old for the last of them. */
 static void seg_retire_inherited(pdshmpy_seg *s) {
   for (pdshmpy_link *l = s->scopes.next; l != &s->scopes; l = l->next)
     pdshmpy_scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link));

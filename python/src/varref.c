@@ -20,7 +20,10 @@ PyObject *pdshmpy_varref_new(pdshmpy_var *var) {
 }
 
 static PyObject *varref_call(PyObject *self, PyObject *args, PyObject *kw) {
-  if (!_PyArg_NoKeywords("VarRef", kw) || !PyArg_ParseTuple(args, ":VarRef")) return NULL;
+  if ((kw && PyDict_GET_SIZE(kw)) || PyTuple_GET_SIZE(args)) {
+    PyErr_SetString(PyExc_TypeError, "a VarRef is called without arguments");
+    return NULL;
+  }
   pdshmpy_var *var = RF(self)->var;
   if (var->seg->closed) Py_RETURN_NONE;
   if (!pdshmpy_var_get(var)) {
