@@ -64,6 +64,33 @@ seg.detach()
 """
 
 
+BARRIER_WAITER = r"""
+import sys, threading, time
+import pdshm
+
+seg = pdshm.attach(sys.argv[1])
+g = seg.group("g", 2, rank=0)
+started, passed = threading.Event(), threading.Event()
+
+def meet():
+    started.set()
+    g.barrier(timeout=20)
+    passed.set()
+
+t = threading.Thread(target=meet, daemon=True)
+t.start()
+started.wait(10)
+n, end = 0, time.monotonic() + 0.3
+while time.monotonic() < end:
+    n += 1
+print("spun", n, passed.is_set(), flush=True)
+t.join(20)
+print("passed", passed.is_set(), flush=True)
+g.leave()
+seg.detach()
+"""
+
+
 def readline_within(proc, timeout):
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     if not ready:
@@ -73,12 +100,16 @@ def readline_within(proc, timeout):
     return proc.stdout.readline().split()
 
 
+def start_waiter(code, seg):
+    return subprocess.Popen([sys.executable, "-c", code, seg.name], env=procutil.child_env(),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
 def test_a_thread_waiting_for_a_lock_lets_other_threads_run(seg):
     v = seg.root.new_scope("p").var("w")
     with v.lock():
-        proc = subprocess.Popen([sys.executable, "-c", WAITER, seg.name], env=procutil.child_env(),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = start_waiter(WAITER, seg)
         try:
             word, spins, got = readline_within(proc, 20)
             assert word == "spun" and int(spins) > 0
@@ -99,3 +130,19 @@ def test_a_thread_waiting_for_a_version_lets_other_threads_run(seg):
     spun, woke = (line.split() for line in out.splitlines())
     assert spun[0] == "spun" and int(spun[1]) > 0 and spun[2] == "False"
     assert woke == ["woke", "True"]
+
+
+def test_a_thread_waiting_at_a_barrier_lets_other_threads_run(seg):
+    with seg.group("g", 2, rank=1) as g:
+        proc = start_waiter(BARRIER_WAITER, seg)
+        try:
+            word, spins, passed = readline_within(proc, 20)
+            assert word == "spun" and int(spins) > 0
+            assert passed == "False"  # it was really waiting for us
+            g.barrier(timeout=20)
+            assert readline_within(proc, 20) == ["passed", "True"]
+            assert proc.wait(procutil.TIMEOUT) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=procutil.TIMEOUT)
