@@ -55,7 +55,8 @@ static pdshm_scope *scope_handle(pdshmpy_scope *sc) {
   int rc = pdshm_scope_open(seg, PyUnicode_AsUTF8(sc->path), &sc->h);
   if (rc) {
     sc->h = NULL;
-    pdshmpy_raise_fmt(st, rc, "reopening scope '%s' after fork()", PyUnicode_AsUTF8(sc->path));
+    pdshmpy_raise_forked(st, rc, "scope '%s' cannot be opened again after fork()",
+                         PyUnicode_AsUTF8(sc->path));
     return NULL;
   }
   sc->forkgen = pdshmpy_forkgen();
