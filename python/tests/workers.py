@@ -11,11 +11,6 @@ def unique_names(conn, seg_name, prefix, count):
         return [seg.unique_name(prefix) for _ in range(count)]
 
 
-def stats_used(conn, seg_name):
-    with pdshm.attach(seg_name) as seg:
-        return seg.stats().used
-
-
 def view_roundtrip(conn, seg_name, path, name):
     """Reads through its own view what the test wrote, then writes for the test to read."""
     with pdshm.attach(seg_name) as seg:
@@ -80,7 +75,8 @@ def trainer_until_killed(conn, seg_name):
     lock.__enter__()
     conn.send(("ready", float(view.sum())))
     conn.recv()  # never answered: the test kills us
-    raise AssertionError("still alive", local, view, xview)
+    # (naming them here keeps every hold alive up to the kill)
+    raise AssertionError("still alive", local, view, xview, lock)
 
 
 def erase_in_other_process(conn, seg_name, path, name):
@@ -100,6 +96,7 @@ def use_inherited_segment(conn, seg):
 
 
 def use_inherited_anonymous_scope(conn, scope):
+    """Uses an anonymous scope inherited by fork: what it raised, and the code."""
     try:
         scope.var("from_child")
     except pdshm.Forked as e:
@@ -108,6 +105,7 @@ def use_inherited_anonymous_scope(conn, scope):
 
 
 def read_inherited_view_when_told(conn, view):
+    """Reads a numpy view inherited by fork, once the test has done its part."""
     conn.send("ready")
     assert conn.recv() == "read"
     return view.tolist()
@@ -121,10 +119,12 @@ def write_through_handles(conn, seg, scope, var):
 
 
 def var_via_unpickled_arguments(conn, var):
+    """Reads a Var given as an argument (pickled or inherited)."""
     return (var.name, var.numpy().tolist())
 
 
 def unique_names_from_stack(conn, seg):
+    """50 generated names of new variables made through a ScopeStack of seg."""
     st = pdshm.ScopeStack(seg)
     return [st.new_variable(prefix="t").name for _ in range(50)]
 
