@@ -299,8 +299,9 @@ PDSHM_API int pdshm_group_barrier(pdshm_group *g, int64_t timeout_ns);
  * segment (the buffers are pinned meanwhile).  F16 and BF16 are reduced in
  * f32; MEAN divides the sum once, at the end: integer MEAN truncates towards
  * zero, as C's division does.  Integer sums wrap around.  Dtypes: F16,
- * BF16, F32, F64, I32, I64 (others: EINVAL at the caller alone, before it
- * takes part).  Errors as for the barrier: after PDSHM_EOWNERDEAD or a
+ * BF16, F32, F64, I32, I64 (another dtype is EINVAL at every member, as is a
+ * round where some members call pdshm_group_barrier instead).  Errors as for
+ * the barrier: after PDSHM_EOWNERDEAD or a
  * timeout while the members were writing (PDSHM_ETIMEDOUT at every member of
  * that round) the tensors' contents are unspecified; a timeout before any
  * member wrote leaves them unchanged and a later call takes part in the same

@@ -13,6 +13,9 @@
  *      first and looks at the round between chunks, stopping when P+1 ended
  *      (broken by a death or a timeout);
  *   4. it arrives at P+1; once P+1 completes every share is written.
+ * A barrier, and an allreduce that withdrew from P, describe "no tensor" for
+ * their round instead: a member that meets it answers EINVAL (a mix of
+ * barriers and allreduces in one round writes nothing).
  * A member that gets an error after step 2 returns only once every live
  * member stopped writing P+1 (group_round.c, invariant 4), so that no member
  * writes the caller's tensor after it returned.  The descriptions of P stay
@@ -104,13 +107,16 @@ PDSHM_API int pdshm_group_allreduce(pdshm_group *gr, pdshm_var *v, pdshm_reduce_
   pdshm_seg *seg = gr->seg;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
   size_t es = pdshm__reduce_elem(view.dtype);
-  g->rank[gr->rank].ar[gr->round & 1] = (struct pdshm_group_desc){
+  uint32_t round = gr->round;
+  g->rank[gr->rank].ar[round & 1] = (struct pdshm_group_desc){
       .data = (pdshm_off_t)((uint8_t *)view.data - seg->base),
       .count = es ? view.nbytes / es : 0, .dtype = es ? (uint32_t)view.dtype : UINT32_MAX,
       .op = (uint32_t)op};
   uint64_t deadline = pdshm__round_deadline(timeout_ns);
   rc = pdshm__round_pass(gr, deadline, true);
   if (!rc) rc = ar_reduce(gr, deadline);
+  else if (rc == PDSHM_ETIMEDOUT && gr->round == round) /* withdrawn: unpinned below */
+    pdshm__round_no_tensor(gr);
   int urc = pdshm_tensor_unpin(pin);
   return rc ? rc : urc;
 }

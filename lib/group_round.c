@@ -135,6 +135,12 @@ int pdshm__round_pass(struct pdshm_group *gr, uint64_t deadline, bool withdraw) 
   return gs_outcome(s, round);
 }
 
+void pdshm__round_no_tensor(struct pdshm_group *gr) {
+  struct pdshm_group_rec *g = pdshm__group_rec(gr->seg, gr->rec);
+  g->rank[gr->rank].ar[gr->round & 1] =
+      (struct pdshm_group_desc){.dtype = UINT32_MAX, .op = UINT32_MAX};
+}
+
 void pdshm__round_wait_writers(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round,
                                int skip_rank) {
   const struct timespec pause = {.tv_nsec = 20000};
@@ -151,5 +157,6 @@ PDSHM_API int pdshm_group_barrier(pdshm_group *gr, int64_t timeout_ns) {
   if (!gr) return pdshm__fail(PDSHM_EINVAL, "NULL group");
   int rc = pdshm__seg_writable(gr->seg);
   if (rc) return rc;
+  pdshm__round_no_tensor(gr);
   return pdshm__round_pass(gr, pdshm__round_deadline(timeout_ns), true);
 }

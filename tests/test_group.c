@@ -432,6 +432,62 @@ START_TEST(allreduce_errors) {
 }
 END_TEST
 
+/* A member of "art" (2): waits for the go, then one allreduce of 1000 floats
+ * (its rank + 1 each), or a barrier when b->go is 2. */
+static int kid_one_allreduce(void *argp) {
+  struct board *b = argp;
+  pdshm_seg *s;
+  pdshm_scope *r, *mine;
+  pdshm_group *g;
+  pdshm_var *v;
+  int64_t n = 1000;
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r) || pdshm_scope_new(r, NULL, &mine) ||
+      pdshm_var_new(mine, &v) || pdshm_tensor_resize(v, PDSHM_F32, 1, &n))
+    KID_FAIL(b, "setup");
+  float *p = pdshm_tensor_data(v);
+  for (int i = 0; i < n; i++) p[i] = 2;
+  if (pdshm_group_join(s, "art", 2, 1, &g)) KID_FAIL(b, "join");
+  int rc = atomic_load(&b->go) == 2 ? pdshm_group_barrier(g, 20 * SEC)
+                                    : pdshm_group_allreduce(g, v, PDSHM_SUM, 20 * SEC);
+  if (rc) KID_FAIL(b, "kid: %s", pdshm_err_name(rc));
+  if (atomic_load(&b->go) != 2)
+    for (int i = 0; i < n; i++)
+      if (p[i] != 3) KID_FAIL(b, "kid: [%d] = %g", i, p[i]);
+  pdshm_group_leave(g); /* a clean leave: the next kid's takeover is no death */
+  pdshm_detach(s);
+  return 0;
+}
+
+START_TEST(allreduce_times_out_unchanged_and_resumes) {
+  pdshm_group *g;
+  pdshm_var *v;
+  int64_t n = 1000;
+  ck_assert_int_eq(pdshm_var_create(root, "t", &v), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &n), 0);
+  float *p = pdshm_tensor_data(v);
+  for (int i = 0; i < n; i++) p[i] = 1;
+  ck_assert_int_eq(pdshm_group_join(seg, "art", 2, 0, &g), 0);
+  uint64_t t0 = tu_now_ns();
+  ck_assert_int_eq(pdshm_group_allreduce(g, v, PDSHM_SUM, 100000000), PDSHM_ETIMEDOUT);
+  ck_assert_uint_ge(tu_now_ns() - t0, 100000000);
+  for (int i = 0; i < n; i++) ck_assert_float_eq(p[i], 1);
+  struct board *b = board_new();
+  pid_t pid = tu_spawn(kid_one_allreduce, b);
+  ck_assert_int_eq(pdshm_group_allreduce(g, v, PDSHM_SUM, 20 * SEC), 0);
+  for (int i = 0; i < n; i++) ck_assert_float_eq(p[i], 3);
+  wait_ok(pid, b);
+  /* a barrier where the other member allreduces: EINVAL there, nothing written */
+  atomic_store(&b->go, 2);
+  for (int i = 0; i < n; i++) p[i] = 1;
+  pid = tu_spawn(kid_one_allreduce, b);
+  ck_assert_int_eq(pdshm_group_allreduce(g, v, PDSHM_SUM, 20 * SEC), PDSHM_EINVAL);
+  for (int i = 0; i < n; i++) ck_assert_float_eq(p[i], 1);
+  wait_ok(pid, b);
+  ck_assert_int_eq(pdshm_group_leave(g), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+}
+END_TEST
+
 /* ---- deaths ----------------------------------------------------------------------- */
 
 struct die_arg {
@@ -556,6 +612,7 @@ int main(void) {
   tcase_add_test(tc, allreduce_one_member);
   tcase_add_test(tc, allreduce_mismatch_is_einval_everywhere);
   tcase_add_test(tc, allreduce_errors);
+  tcase_add_test(tc, allreduce_times_out_unchanged_and_resumes);
   tc = tu_tcase(s, "death", 60, setup, teardown);
   tcase_add_loop_test(tc, member_killed_in_barriers, 0, 3);
   tcase_add_loop_test(tc, member_killed_in_allreduces, 0, 3);
