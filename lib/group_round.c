@@ -146,7 +146,8 @@ void pdshm__round_wait_writers(pdshm_seg *seg, struct pdshm_group_rec *g, uint32
   const struct timespec pause = {.tv_nsec = 20000};
   for (uint32_t r = 0; r < g->size; r++) {
     if ((int)r == skip_rank) continue;
-    while (atomic_load(&g->rank[r].writing) == round &&
+    uint32_t w;
+    while ((w = atomic_load(&g->rank[r].writing)) != 0 && (round == 0 || w == round) &&
            pdshm__group_member_live(seg, atomic_load(&g->rank[r].member)))
       nanosleep(&pause, NULL);
   }
