@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "half.h"
 #include "testutil.h"
 
 #define SEC 1000000000ll
@@ -302,11 +303,26 @@ static double reference(int op, int size, size_t i, int dt) {
   return acc;
 }
 
+/* binary16 of a small integer (|x| < 2048: exact), and of any half back. */
+static uint16_t half_of_int(double x) {
+  uint16_t sign = x < 0 ? 0x8000 : 0;
+  uint32_t a = (uint32_t)fabs(x), e = 0;
+  if (!a) return sign;
+  while (a >> (e + 1)) e++;
+  return (uint16_t)(sign | (e + 15) << 10 | ((a << (10 - e)) & 0x3ff));
+}
+static double half_value(uint16_t h) {
+  int exp = h >> 10 & 0x1f, man = h & 0x3ff;
+  double v = exp ? ldexp(1024 + man, exp - 25) : ldexp(man, -24);
+  if (exp == 0x1f) v = man ? NAN : INFINITY;
+  return h & 0x8000 ? -v : v;
+}
+
 static void put(void *p, int dt, size_t i, double x) {
   switch (dt) {
   case PDSHM_F32: ((float *)p)[i] = (float)x; break;
   case PDSHM_F64: ((double *)p)[i] = x; break;
-  case PDSHM_F16: ((_Float16 *)p)[i] = (_Float16)x; break;
+  case PDSHM_F16: ((uint16_t *)p)[i] = half_of_int(x); break;
   case PDSHM_BF16: {
     float f = (float)x;
     uint32_t u;
@@ -322,7 +338,7 @@ static double get(const void *p, int dt, size_t i) {
   switch (dt) {
   case PDSHM_F32: return ((const float *)p)[i];
   case PDSHM_F64: return ((const double *)p)[i];
-  case PDSHM_F16: return (double)((const _Float16 *)p)[i];
+  case PDSHM_F16: return half_value(((const uint16_t *)p)[i]);
   case PDSHM_BF16: {
     uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
     float f;
@@ -409,6 +425,38 @@ END_TEST
 START_TEST(allreduce_one_member) { allreduce_among(1, "ar1", -1); }
 END_TEST
 START_TEST(allreduce_mismatch_is_einval_everywhere) { allreduce_among(3, "mis", 2); }
+END_TEST
+
+/* The conversions the f16 and bf16 loops use where F16C is missing (and
+ * around the F16C loops' f32 arithmetic): every half, and every midpoint
+ * between two neighbours, to nearest, ties to even. */
+START_TEST(half_conversions_round_to_nearest_even) {
+  for (uint32_t h = 0; h < 0x10000; h++) {
+    float f = pdshm__half_load((uint16_t)h);
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) {
+      ck_assert(f != f);
+      ck_assert_uint_eq(pdshm__half_store(f) & 0x7e00, 0x7e00);
+      continue;
+    }
+    ck_assert_msg(f == (float)half_value((uint16_t)h), "half %04x read as %g", h, f);
+    ck_assert_uint_eq(pdshm__half_store(f), h);
+    if ((h & 0x7fff) >= 0x7c00) continue;
+    /* the midpoint to the next half away from zero (past 65504: 65536) */
+    double next = (h & 0x7fff) == 0x7bff ? 65536.0 : half_value((uint16_t)(h + 1));
+    if (h & 0x8000) next = (h & 0x7fff) == 0x7bff ? -65536.0 : half_value((uint16_t)(h + 1));
+    float mid = (float)((f + next) / 2);
+    uint16_t even = (h & 1) ? (uint16_t)(h + 1) : (uint16_t)h;
+    ck_assert_msg(pdshm__half_store(mid) == even, "midpoint after %04x: %04x", h,
+                  pdshm__half_store(mid));
+    ck_assert_uint_eq(pdshm__half_store(nextafterf(mid, (float)next)), (uint16_t)(h + 1));
+    ck_assert_uint_eq(pdshm__half_store(nextafterf(mid, f)), h);
+  }
+  ck_assert_uint_eq(pdshm__bf16_store(1.0f), 0x3f80);
+  ck_assert_uint_eq(pdshm__bf16_store(nextafterf(1.0f + 0x1p-8f, 2)), 0x3f81);
+  ck_assert_uint_eq(pdshm__bf16_store(1.0f + 0x1p-8f), 0x3f80);          /* tie: even */
+  ck_assert_uint_eq(pdshm__bf16_store(1.0f + 3 * 0x1p-8f), 0x3f82);      /* tie: even */
+  ck_assert_float_eq(pdshm__bf16_load(0xc040), -3.0f);
+}
 END_TEST
 
 START_TEST(allreduce_errors) {
@@ -612,6 +660,7 @@ int main(void) {
   tcase_add_test(tc, allreduce_one_member);
   tcase_add_test(tc, allreduce_mismatch_is_einval_everywhere);
   tcase_add_test(tc, allreduce_errors);
+  tcase_add_test(tc, half_conversions_round_to_nearest_even);
   tcase_add_test(tc, allreduce_times_out_unchanged_and_resumes);
   tc = tu_tcase(s, "death", 60, setup, teardown);
   tcase_add_loop_test(tc, member_killed_in_barriers, 0, 3);
