@@ -631,6 +631,8 @@ static void death_test(int allreduce, unsigned seed) {
   }
   kill(pid[victim], SIGKILL); /* it counts its rounds from a death it never saw */
   tu_wait(pid[victim]);
+  ck_assert_msg(!atomic_load(&b->dead_round[victim]),
+                "the replacement was told of the death it replaced (round %d)", b->dead_round[victim]);
   tu_await_dead(seg, 1);
   ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
