@@ -612,15 +612,19 @@ static void death_test(int allreduce, unsigned seed) {
     usleep(1000);
   }
   int round = 0;
+  uint64_t most = 0;
   for (int r = 0; r < size; r++) {
     if (r == victim) continue;
     ck_assert_msg(atomic_load(&b->dead_round[r]), "rank %d never got EOWNERDEAD: %s", r, b->why);
     if (!round) round = b->dead_round[r];
     ck_assert_int_eq(b->dead_round[r], round);
     uint64_t lag = b->dead_ns[r] - b->kill_ns;
-    ck_assert_msg(lag < 150000000, "rank %d learnt of the death after %llu ms", r,
+    ck_assert_msg(lag < 100000000, "rank %d learnt of the death after %llu ms", r,
                   (unsigned long long)(lag / 1000000));
+    most = lag > most ? lag : most;
   }
+  fprintf(stderr, "test_group: survivors of a SIGKILL in %s told of it within %.1f ms\n",
+          allreduce ? "allreduces" : "barriers", most / 1e6);
   /* a replacement takes the rank over and the rounds go on */
   a[victim].rounds = 20;
   a[victim].b = b;
