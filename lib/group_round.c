@@ -26,7 +26,7 @@
 
 #include "group.h"
 
-#define SLICE_NS 10000000 /* 10 ms: a death is noticed well within 100 ms */
+#define SLICE_NS 5000000 /* 5 ms: a death is noticed well within 100 ms */
 #define SPIN 200          /* looks at the state before the first sleep     */
 
 uint64_t pdshm__round_deadline(int64_t timeout_ns) {
