@@ -32,11 +32,13 @@
 
 #define SHARE_CHUNK 16384 /* elements between two looks at the round */
 
-static int ar_check(struct pdshm_group_rec *g, uint32_t round) {
+/* Step 2; every member reaches the same verdict from the same words. */
+static int ar_check(const pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round) {
   const struct pdshm_group_desc *d0 = &g->rank[0].ar[round & 1];
-  if (!pdshm__reduce_elem((int)d0->dtype) || d0->op > PDSHM_MIN)
+  size_t es = pdshm__reduce_elem((int)d0->dtype);
+  if (!es || d0->op > PDSHM_MIN)
     return pdshm__fail(PDSHM_EINVAL, "dtype %u cannot be reduced", d0->dtype);
-  for (uint32_t r = 1; r < g->size; r++) {
+  for (uint32_t r = 0; r < g->size; r++) {
     const struct pdshm_group_desc *d = &g->rank[r].ar[round & 1];
     if (d->dtype != d0->dtype || d->count != d0->count || d->op != d0->op)
       return pdshm__fail(PDSHM_EINVAL,
@@ -44,6 +46,12 @@ static int ar_check(struct pdshm_group_rec *g, uint32_t round) {
                          "%llu elements, op %u",
                          r, d->dtype, (unsigned long long)d->count, d->op, d0->dtype,
                          (unsigned long long)d0->count, d0->op);
+  }
+  for (uint32_t r = 0; r < g->size; r++) {
+    const struct pdshm_group_desc *d = &g->rank[r].ar[round & 1];
+    if (d->data < seg->hdr->arena_off || d->data > seg->hdr->arena_end ||
+        d->count > (seg->hdr->arena_end - d->data) / es)
+      return pdshm__fail(PDSHM_EBADSEG, "rank %u's tensor lies outside the arena", r);
   }
   return 0;
 }
@@ -73,7 +81,7 @@ static int ar_reduce(struct pdshm_group *gr, uint64_t deadline) {
   pdshm_seg *seg = gr->seg;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
   uint32_t round = gr->round;
-  int rc = ar_check(g, round - 1);
+  int rc = ar_check(seg, g, round - 1);
   if (rc) return rc;
   atomic_store(&g->rank[gr->rank].writing, round);
   if (PDSHM_GS_ROUND(atomic_load(&g->state)) == round) ar_share(seg, g, gr->rank, round);
