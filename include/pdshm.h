@@ -306,7 +306,9 @@ PDSHM_API int pdshm_group_barrier(pdshm_group *g, int64_t timeout_ns);
  * that round) the tensors' contents are unspecified; a timeout before any
  * member wrote leaves them unchanged and a later call takes part in the same
  * round.  Once the call returns, with any result, no other member writes the
- * caller's tensor.  ETYPE when v holds no tensor.
+ * caller's tensor.  ETYPE when v holds no tensor (at the caller alone);
+ * EBADSEG at every member when a tensor's description lies outside the arena
+ * (a damaged segment).
  */
 PDSHM_API int pdshm_group_allreduce(pdshm_group *g, pdshm_var *v, pdshm_reduce_op op,
                                     int64_t timeout_ns);
