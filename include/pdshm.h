@@ -306,9 +306,11 @@ PDSHM_API int pdshm_group_barrier(pdshm_group *g, int64_t timeout_ns);
  * that round) the tensors' contents are unspecified; a timeout before any
  * member wrote leaves them unchanged and a later call takes part in the same
  * round.  Once the call returns, with any result, no other member writes the
- * caller's tensor.  ETYPE when v holds no tensor (at the caller alone);
- * EBADSEG at every member when a tensor's description lies outside the arena
- * (a damaged segment).
+ * caller's tensor.  A caller whose own arguments are wrong (v NULL, of
+ * another attachment, holding no tensor: ETYPE; an unknown op: EINVAL) still
+ * takes part in the round without a tensor and answers that error, the
+ * others EINVAL.  EBADSEG at every member when a tensor's description lies
+ * outside the arena (a damaged segment).  EINVAL for a NULL g.
  */
 PDSHM_API int pdshm_group_allreduce(pdshm_group *g, pdshm_var *v, pdshm_reduce_op op,
                                     int64_t timeout_ns);

@@ -93,25 +93,35 @@ static int ar_reduce(struct pdshm_group *gr, uint64_t deadline) {
   return rc;
 }
 
+/* What is wrong with v and op, if anything (0 when v may be pinned). */
 static int ar_args(pdshm_group *gr, pdshm_var *v, pdshm_reduce_op op) {
-  if (!gr || !v) return pdshm__fail(PDSHM_EINVAL, "NULL group or variable");
-  int rc = pdshm__seg_writable(gr->seg);
-  if (rc) return rc;
+  if (!v) return pdshm__fail(PDSHM_EINVAL, "NULL variable");
   if (pdshm__seg_of(v) != gr->seg)
     return pdshm__fail(PDSHM_EINVAL, "the variable is not in the group's attachment");
   if ((unsigned)op > PDSHM_MIN) return pdshm__fail(PDSHM_EINVAL, "unknown reduce op %d", (int)op);
-  rc = pdshm_tensor_dtype(v);
+  int rc = pdshm_tensor_dtype(v);
   return rc < 0 ? rc : 0;
+}
+
+/* A caller with bad arguments still takes part in the round, describing no
+ * tensor, so that the others answer EINVAL instead of waiting for it; its
+ * own answer is what was wrong (or how the round ended, if not completed). */
+static int ar_without_tensor(pdshm_group *gr, int why, int64_t timeout_ns) {
+  pdshm__round_no_tensor(gr);
+  int rc = pdshm__round_pass(gr, pdshm__round_deadline(timeout_ns), true);
+  return rc ? rc : why;
 }
 
 PDSHM_API int pdshm_group_allreduce(pdshm_group *gr, pdshm_var *v, pdshm_reduce_op op,
                                     int64_t timeout_ns) {
   pdshm__fail_clear();
-  int rc = ar_args(gr, v, op);
+  if (!gr) return pdshm__fail(PDSHM_EINVAL, "NULL group");
+  int rc = pdshm__seg_writable(gr->seg);
   if (rc) return rc;
   pdshm_pin *pin;
   pdshm_tensor_view view;
-  if ((rc = pdshm_tensor_pin(v, &pin, &view))) return rc;
+  if ((rc = ar_args(gr, v, op)) || (rc = pdshm_tensor_pin(v, &pin, &view)))
+    return ar_without_tensor(gr, rc, timeout_ns);
   pdshm_seg *seg = gr->seg;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
   size_t es = pdshm__reduce_elem(view.dtype);

@@ -495,10 +495,19 @@ static int kid_one_allreduce(void *argp) {
   float *p = pdshm_tensor_data(v);
   for (int i = 0; i < n; i++) p[i] = 2;
   if (pdshm_group_join(s, "art", 2, 1, &g)) KID_FAIL(b, "join");
-  int rc = atomic_load(&b->go) == 2 ? pdshm_group_barrier(g, 20 * SEC)
-                                    : pdshm_group_allreduce(g, v, PDSHM_SUM, 20 * SEC);
+  int go = atomic_load(&b->go), rc;
+  if (go == 3) { /* a variable without a tensor: ETYPE here, EINVAL there */
+    pdshm_var *empty;
+    if (pdshm_var_new(mine, &empty)) KID_FAIL(b, "var");
+    rc = pdshm_group_allreduce(g, empty, PDSHM_SUM, 20 * SEC);
+    if (rc != PDSHM_ETYPE) KID_FAIL(b, "kid without a tensor: %s", pdshm_err_name(rc));
+    rc = 0;
+  } else {
+    rc = go == 2 ? pdshm_group_barrier(g, 20 * SEC)
+                 : pdshm_group_allreduce(g, v, PDSHM_SUM, 20 * SEC);
+  }
   if (rc) KID_FAIL(b, "kid: %s", pdshm_err_name(rc));
-  if (atomic_load(&b->go) != 2)
+  if (go < 2)
     for (int i = 0; i < n; i++)
       if (p[i] != 3) KID_FAIL(b, "kid: [%d] = %g", i, p[i]);
   pdshm_group_leave(g); /* a clean leave: the next kid's takeover is no death */
@@ -527,6 +536,12 @@ START_TEST(allreduce_times_out_unchanged_and_resumes) {
   /* a barrier where the other member allreduces: EINVAL there, nothing written */
   atomic_store(&b->go, 2);
   for (int i = 0; i < n; i++) p[i] = 1;
+  pid = tu_spawn(kid_one_allreduce, b);
+  ck_assert_int_eq(pdshm_group_allreduce(g, v, PDSHM_SUM, 20 * SEC), PDSHM_EINVAL);
+  for (int i = 0; i < n; i++) ck_assert_float_eq(p[i], 1);
+  wait_ok(pid, b);
+  /* a member whose variable holds no tensor: it takes part, nobody waits */
+  atomic_store(&b->go, 3);
   pid = tu_spawn(kid_one_allreduce, b);
   ck_assert_int_eq(pdshm_group_allreduce(g, v, PDSHM_SUM, 20 * SEC), PDSHM_EINVAL);
   for (int i = 0; i < n; i++) ck_assert_float_eq(p[i], 1);
