@@ -276,6 +276,31 @@ START_TEST(barrier_times_out_and_resumes) {
 }
 END_TEST
 
+static int arrivals_of(const pdshm_group_info *gi, void *arg) {
+  if (!strcmp(gi->name, "stop")) *(int *)arg = (int)gi->arrived;
+  return 0;
+}
+
+/* A stopped member is slow, not dead: the others time out, never EOWNERDEAD. */
+START_TEST(stopped_member_is_not_dead) {
+  pdshm_group *g;
+  ck_assert_int_eq(pdshm_group_join(seg, "stop", 2, 0, &g), 0);
+  struct board *b = board_new();
+  struct bar_arg a = {.b = b, .rank = 1, .size = 2, .rounds = 1, .group = "stop"};
+  atomic_store(&b->progress[0], 1);
+  pid_t pid = tu_spawn(kid_barriers, &a);
+  for (int arrived = 0; !arrived; usleep(1000)) /* it waits in its first barrier */
+    ck_assert_int_eq(pdshm_inspect_groups(seg, arrivals_of, &arrived), 0);
+  kill(pid, SIGSTOP);
+  ck_assert_int_eq(pdshm_group_barrier(g, 300000000), 0); /* it had arrived */
+  ck_assert_int_eq(pdshm_group_barrier(g, 300000000), PDSHM_ETIMEDOUT);
+  kill(pid, SIGCONT);
+  ck_assert_int_eq(pdshm_group_barrier(g, 20 * SEC), 0);
+  wait_ok(pid, b);
+  ck_assert_int_eq(pdshm_group_leave(g), 0);
+}
+END_TEST
+
 /* ---- allreduce ------------------------------------------------------------------ */
 
 static const int dtypes[] = {PDSHM_F32, PDSHM_F64, PDSHM_F16, PDSHM_BF16, PDSHM_I32, PDSHM_I64};
@@ -676,6 +701,7 @@ int main(void) {
   tc = tu_tcase(s, "barrier", 60, setup, teardown);
   tcase_add_test(tc, barriers_among_four_processes);
   tcase_add_test(tc, barrier_times_out_and_resumes);
+  tcase_add_test(tc, stopped_member_is_not_dead);
   tc = tu_tcase(s, "allreduce", 60, setup, teardown);
   tcase_add_test(tc, allreduce_every_dtype_and_op_three_members);
   tcase_add_test(tc, allreduce_one_member);
