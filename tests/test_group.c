@@ -216,6 +216,32 @@ START_TEST(detach_leaves_every_group) {
 }
 END_TEST
 
+static int count_groups(const pdshm_group_info *gi, void *arg) {
+  ++*(int *)arg;
+  return gi->size == 0;
+}
+
+/* A damaged registry is EBADSEG everywhere, never a wild write or a crash. */
+START_TEST(damaged_registry_is_ebadseg) {
+  pdshm_group *g, *x;
+  ck_assert_int_eq(pdshm_group_join(seg, "ok", 2, 0, &g), 0);
+  int n = 0;
+  ck_assert_int_eq(pdshm_inspect_groups(seg, count_groups, &n), 0);
+  ck_assert_int_eq(n, 1);
+  pdshm_off_t keep = seg->hdr->groups;
+  const pdshm_off_t bad[] = {8, seg->hdr->arena_off + 24, seg->size - 16, seg->hdr->root};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    seg->hdr->groups = bad[i];
+    ck_assert_int_eq(pdshm_inspect_groups(seg, count_groups, &n), PDSHM_EBADSEG);
+    ck_assert_int_eq(pdshm_check(seg, NULL), PDSHM_EBADSEG);
+    ck_assert_int_eq(pdshm_group_join(seg, "other", 2, 0, &x), PDSHM_EBADSEG);
+  }
+  seg->hdr->groups = keep;
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_int_eq(pdshm_group_leave(g), 0);
+}
+END_TEST
+
 /* ---- barriers ------------------------------------------------------------------- */
 
 struct bar_arg {
@@ -698,6 +724,7 @@ int main(void) {
   tcase_add_test(tc, memory_back_after_last_leave);
   tcase_add_test(tc, memory_back_after_last_member_reaped);
   tcase_add_test(tc, detach_leaves_every_group);
+  tcase_add_test(tc, damaged_registry_is_ebadseg);
   tc = tu_tcase(s, "barrier", 60, setup, teardown);
   tcase_add_test(tc, barriers_among_four_processes);
   tcase_add_test(tc, barrier_times_out_and_resumes);
