@@ -270,7 +270,10 @@ typedef enum { PDSHM_SUM, PDSHM_MEAN, PDSHM_MAX, PDSHM_MIN } pdshm_reduce_op;
  * joiner) of `size` members (1 to PDSHM_GROUP_MAX).  rank < 0 takes the lowest
  * free rank (a rank whose holder died counts as free); a given rank held by a
  * live member is PDSHM_EBUSY, one held by a dead member is taken over (the
- * replacement).  A size other than the group's, or a rank >= size, is
+ * replacement; a process is dead once the kernel has closed its files, which
+ * can be a few milliseconds after waitpid() reports it: a replacement started
+ * at once may see EBUSY, and retries).  A size other than the group's, or a
+ * rank >= size, is
  * PDSHM_EINVAL; a full group PDSHM_EUSERS; ENOMEM; EROFS; EFORKED.  A group's
  * memory goes back when its last member leaves (or dies and is reaped).  A
  * failure changes nothing.  One thread at a time uses a pdshm_group.
