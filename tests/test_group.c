@@ -636,6 +636,7 @@ static int kid_rounds(void *argp) {
       continue;
     }
     if (rc) KID_FAIL(a->b, "rank %d round %d: %s", a->rank, i, pdshm_err_name(rc));
+    atomic_store(&a->b->progress[a->rank], i);
     if (after >= 0) after++;
     if (a->allreduce && after > 0)
       for (int64_t k = 0; k < n; k++)
@@ -666,7 +667,9 @@ static void death_test(int allreduce, unsigned seed) {
                             .allreduce = allreduce, .group = allreduce ? "dar" : "dbar"};
     pid[r] = tu_spawn(r == victim ? kid_victim : kid_rounds, &a[r]);
   }
-  usleep(50000 + (unsigned)(rand() % 150000));
+  while (!atomic_load(&b->progress[victim])) /* every member joined and passed a round */
+    usleep(1000);
+  usleep((unsigned)(rand() % 100000));
   atomic_store(&b->kill_ns, tu_now_ns());
   kill(pid[victim], SIGKILL);
   tu_wait(pid[victim]);
