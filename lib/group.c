@@ -11,11 +11,12 @@
  *  2. A record is on the list iff some rank is live or dead-unreaped; the
  *     journal that leaves none so (the last leave, the reap of the last
  *     member) unlinks and retires it, with its name.
- *  3. reported[r] is set (a plain store under the lock) before the round the
- *     death breaks ends, by whoever breaks it: a survivor, the joiner that
- *     takes the rank over, or the reaper.  Dying between the two leaves a
- *     reported death whose round did not break; but the one who died is a
- *     member of that group, and its own death breaks it.
+ *  3. A death is announced under the lock by whoever notices it first (a
+ *     survivor, the joiner that takes the rank over, or the reaper): it
+ *     breaks the current round, then sets reported[r] (a plain store).
+ *     Dying between the two leaves a broken round whose death is not marked
+ *     reported, so the next to notice breaks another round for it: a death
+ *     told twice, never one not told.
  *  4. A reaper marks a dead member (PDSHM_GM_DEAD), breaks its round, and
  *     waits until live members stop writing (any round) before the member's
  *     pins go (so nobody writes a buffer the heap handed out again); a join
@@ -126,9 +127,9 @@ static int group_pick(pdshm_seg *seg, struct pdshm_group_rec *g, int rank) {
 static void group_announce(struct pdshm_group_rec *g, uint32_t r, uint64_t m) {
   uint64_t base = m & ~PDSHM_GM_DEAD;
   if (!base || atomic_load(&g->rank[r].reported) == base) return;
-  atomic_store(&g->rank[r].reported, base);
-  PDSHM_CRASHPOINT("group.death.reported");
   pdshm__round_break(g, PDSHM_GS_ROUND(atomic_load(&g->state)), false);
+  PDSHM_CRASHPOINT("group.death.broken");
+  atomic_store(&g->rank[r].reported, base);
 }
 
 int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t r, uint64_t m) {
