@@ -141,16 +141,29 @@ class SGD:
         self.weight_decay, self.nesterov = weight_decay, nesterov
         self.state_names = ("momentum_buffer",) if momentum else ()
 
-    def update(self, p, g, state, t):
-        """The new values of a slice: p and g (parameter and mean gradient),
-        state (one tensor per state_names), t (this step, from 1); returns
-        (new p, [new state]) without writing any of its arguments."""
-        d = g + self.weight_decay * p if self.weight_decay else g
+    def update(self, p, g, state, t, out):
+        """Writes the new values of a slice into out ([parameter] + one tensor
+        per state_names, the same size as p) from p and g (parameter and mean
+        gradient), state (one tensor per state_names) and t (this step, from
+        1), writing none of its inputs.  out[0] doubles as scratch space."""
+        torch = _torch()
+        new_p = out[0]
+        d = g
+        if self.weight_decay:
+            d = torch.add(g, p, alpha=self.weight_decay, out=new_p)
         if not self.momentum:
-            return p - self.lr * d, []
-        buf = d.clone() if t == 1 else state[0] * self.momentum + (1 - self.dampening) * d
-        d = d + self.momentum * buf if self.nesterov else buf
-        return p - self.lr * d, [buf]
+            torch.add(p, d, alpha=-self.lr, out=new_p)
+            return
+        buf = out[1]
+        if t == 1:
+            buf.copy_(d)
+        else:
+            torch.mul(state[0], self.momentum, out=buf).add_(d, alpha=1 - self.dampening)
+        if self.nesterov:
+            d = torch.add(d, buf, alpha=self.momentum, out=new_p)
+            torch.add(p, d, alpha=-self.lr, out=new_p)
+        else:
+            torch.add(p, buf, alpha=-self.lr, out=new_p)
 
 
 class Adam:
@@ -165,16 +178,19 @@ class Adam:
             raise ValueError("lr must be > 0, betas in [0, 1), eps >= 0")
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
 
-    def update(self, p, g, state, t):
+    def update(self, p, g, state, t, out):
         """As SGD.update."""
+        torch = _torch()
         b1, b2 = self.betas
+        new_p, m, v = out
         if self.weight_decay:
-            g = g + self.weight_decay * p
-        m = state[0] * b1 + (1 - b1) * g
-        v = state[1] * b2 + (1 - b2) * g * g
+            g = torch.add(g, p, alpha=self.weight_decay, out=new_p)
+        torch.mul(state[0], b1, out=m).add_(g, alpha=1 - b1)
+        torch.mul(state[1], b2, out=v).addcmul_(g, g, value=1 - b2)
         bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
-        denom = (v.sqrt() / bc2 ** 0.5) + self.eps
-        return p - (self.lr / bc1) * m / denom, [m, v]
+        denom = torch.sqrt(v, out=new_p).div_(bc2 ** 0.5).add_(self.eps)
+        torch.div(m, denom, out=new_p)
+        torch.add(p, new_p, alpha=-(self.lr / bc1), out=new_p)
 
 
 class DataParallel:
@@ -209,7 +225,7 @@ class DataParallel:
         self._grad = torch.from_dlpack(self._grad_var)
         self._grad.zero_()
         off = 0
-        self._slices = []  # per tensor: (param flat, grad flat, [state flat], lo, hi)
+        tensors_of = []  # per tensor: (param flat, grad flat, [state flat], lo, hi)
         for (name, _), p in zip(self.params, tensors):
             n = p.numel()
             p.grad = self._grad[off:off + n].view_as(p)
@@ -219,11 +235,24 @@ class DataParallel:
                 _init_var(var, lambda: _np.zeros(tuple(p.shape), np_dtype), "optimizer")
                 states.append(torch.from_dlpack(var).view(-1))
             lo, hi = n * rank // size, n * (rank + 1) // size
-            self._slices.append((p.detach().view(-1), self._grad[off:off + n], states, lo, hi))
+            tensors_of.append((p.detach().view(-1), self._grad[off:off + n], states, lo, hi))
             off += n
-        shard = sum((hi - lo) * (1 + len(st)) for _, _, st, lo, hi in self._slices)
+        shard = sum((hi - lo) * (1 + len(st)) for _, _, st, lo, hi in tensors_of)
         self._stage_var = self._own_var(f"staged.{rank}", np_dtype, shard, "optimizer")
         self._stage = torch.from_dlpack(self._stage_var)
+        # this rank's slices, as views made once: (param, grad, [state], [staged
+        # param and states]) for the update, (destination, staged) for the commit
+        self._shards, self._commits = [], []
+        off = 0
+        for p, g, states, lo, hi in tensors_of:
+            if hi == lo:
+                continue
+            staged = []
+            for dst in [p] + states:
+                staged.append(self._stage[off:off + hi - lo])
+                self._commits.append((dst[lo:hi], staged[-1]))
+                off += hi - lo
+            self._shards.append((p[lo:hi], g[lo:hi], [st[lo:hi] for st in states], staged))
 
         holders = int(self._progress[rank, HOLDERS])
         self._progress[rank, HOLDERS] = holders + 1
@@ -265,27 +294,17 @@ class DataParallel:
         return True
 
     def _apply(self, t):
-        """Computes this rank's shard of step t from the mean gradient, stages
-        it, then writes it into the parameters and the state."""
-        torch = _torch()
-        news = []
-        for p, g, states, lo, hi in self._slices:
-            new_p, new_states = self.optimizer.update(p[lo:hi], g[lo:hi],
-                                                      [s[lo:hi] for s in states], t)
-            news.append(new_p)
-            news.extend(new_states)
-        if news:
-            torch.cat(news, out=self._stage)
+        """Computes this rank's shard of step t from the mean gradient into the
+        staging variable, then writes it into the parameters and the state."""
+        for p, g, states, staged in self._shards:
+            self.optimizer.update(p, g, states, t, staged)
         self._progress[self.group.rank, STAGED] = t
         self._commit(t)
 
     def _commit(self, t):
         """Copies the staged shard into place (repeatable) and records step t."""
-        off = 0
-        for p, _, states, lo, hi in self._slices:
-            for dst in [p] + states:
-                dst[lo:hi].copy_(self._stage[off:off + hi - lo])
-                off += hi - lo
+        for dst, staged in self._commits:
+            dst.copy_(staged)
         self._progress[self.group.rank, DONE] = t
 
     def _wait_for_replacement(self):

@@ -18,6 +18,10 @@ def make_optimizer(kind):
     import pdshm.torch as pt
     if kind == "sgd":
         return pt.SGD(lr=0.1, momentum=0.9, weight_decay=0.01)
+    if kind == "plain-sgd":
+        return pt.SGD(lr=0.1)
+    if kind == "nesterov":
+        return pt.SGD(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.02)
     return pt.Adam(lr=0.01, weight_decay=0.01)
 
 
@@ -70,8 +74,8 @@ def dying_trainer(conn, seg_name, scope_path, size, rank, steps, kind, die_step,
 
         def _commit(self, t):
             if phase == "commit" and t == die_step:
-                p, _, _, lo, hi = self._slices[0]
-                p[lo:hi].copy_(self._stage[:hi - lo])  # the first tensor only
+                dst, staged = self._commits[0]
+                dst.copy_(staged)  # the first slice only
                 die()
             super()._commit(t)
             if phase == "barrier" and t == die_step:

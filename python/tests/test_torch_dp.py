@@ -25,6 +25,11 @@ def reference(kind, steps=STEPS):
     model = dp_workers.linear_model(torch)
     if kind == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+    elif kind == "plain-sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    elif kind == "nesterov":
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.8, nesterov=True,
+                              weight_decay=0.02)
     else:
         opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.01)
     x, y = dp_workers.problem(torch)
@@ -47,8 +52,9 @@ def params_of(seg, scope="run"):
     return [seg.open(scope)[name].numpy().copy() for name, _ in model.named_parameters()]
 
 
-@pytest.mark.parametrize("kind", ["sgd", "adam"])
-@pytest.mark.parametrize("size", [1, 2, 3])
+@pytest.mark.parametrize("size, kind", [(1, "sgd"), (2, "sgd"), (3, "sgd"), (1, "adam"),
+                                        (2, "adam"), (3, "adam"), (2, "plain-sgd"),
+                                        (3, "nesterov")])
 def test_data_parallel_equals_one_process_full_batch(seg, children, size, kind):
     kids = run_group(seg, children, size, kind)
     for k in kids:
