@@ -108,18 +108,19 @@ def share_parameters(module, scope, label="parameter"):
             continue
         if p.dtype in (torch.bfloat16,) or p.is_complex():
             raise ValueError(f"parameter {name!r}: dtype {p.dtype} is not supported")
-        var = scope.var(name)
-        if var.dtype is not None:
+        var = scope.find_local_var(name)
+        if var is not None and var.dtype is not None:
             want = str(p.dtype).replace("torch.", "")
             if tuple(var.shape) != tuple(p.shape) or var.dtype != want:
                 raise ValueError(f"variable {name!r} holds {var.dtype}{list(var.shape)}, the "
                                  f"module's parameter is {want}{list(p.shape)}")
-        seen[id(p)] = (name, var)
-        plan.append((name, mod, pname, p, (name, var)))
+        seen[id(p)] = name
+        plan.append((name, mod, pname, p, name))
     out = []
     made = {}
-    for name, mod, pname, p, (first, var) in plan:
+    for name, mod, pname, p, first in plan:
         if first not in made:
+            var = scope.var(first)
             _init_var(var, lambda p=p: p.detach().cpu().numpy(), label)
             made[first] = torch.nn.Parameter(torch.from_dlpack(var), requires_grad=p.requires_grad)
             out.append((first, var))
@@ -205,6 +206,9 @@ class DataParallel:
         self.module, self.scope, self.group = module, scope, group
         self.optimizer, self.timeout = optimizer, timeout
         rank, size = group.rank, group.size
+        used = scope.find_local_var("progress")
+        if used is not None and used.shape is not None and tuple(used.shape) != (size, 3):
+            raise ValueError(f"scope {scope.path!r} was used by a group of {used.shape[0]}")
         self.params = share_parameters(module, scope)
         tensors = [p for p in _unique_params(module)]
         dtypes = {p.dtype for p in tensors}

@@ -135,6 +135,17 @@ def test_a_variable_of_another_shape_is_value_error_and_changes_nothing(seg):
     with pytest.raises(ValueError, match="weight"):
         pt.share_parameters(other, scope)
     assert other.weight is w
+    assert sorted(v.name for v in scope.vars()) == ["bias", "weight"]
+
+
+def test_a_parameter_shared_by_two_modules_is_one_variable(seg):
+    scope = seg.root.new_scope("tied")
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 3))
+    model[1].weight = model[0].weight
+    shared = pt.share_parameters(model, scope)
+    assert [name for name, _ in shared] == ["0.weight", "0.bias", "1.bias"]
+    assert model[0].weight is model[1].weight
+    assert [n for n, _ in model.named_parameters()] == ["0.weight", "0.bias", "1.bias"]
 
 
 def test_group_of_another_size_on_the_same_scope_is_value_error(seg):
@@ -142,8 +153,11 @@ def test_group_of_another_size_on_the_same_scope_is_value_error(seg):
     with seg.group("a", 1) as g:
         pt.DataParallel(dp_workers.linear_model(torch), scope, g, pt.SGD(lr=0.1))
     with seg.group("b", 2, rank=0) as g:
+        model = dp_workers.linear_model(torch)
+        w = model[0].weight
         with pytest.raises(ValueError, match="group of 1"):
-            pt.DataParallel(dp_workers.linear_model(torch), scope, g, pt.SGD(lr=0.1))
+            pt.DataParallel(model, scope, g, pt.SGD(lr=0.1))
+        assert model[0].weight is w  # the module was left alone
 
 
 @pytest.mark.parametrize("bad", [dict(lr=0), dict(lr=0.1, momentum=-1),
