@@ -46,23 +46,30 @@ training run wants a new scope.  The views keep their bytes (pins) as views
 do; after fork() a DataParallel is the parent's: build a new one (and join
 the group again) in the child.
 """
+from __future__ import annotations
+
 import time as _time
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as _np
 
 from . import _pdshm
+
+if TYPE_CHECKING:
+    import torch
+    from ._pdshm import Group, Scope, Segment, Var
 
 __all__ = ["join_group", "share_parameters", "SGD", "Adam", "DataParallel"]
 
 DONE, STAGED, HOLDERS = 0, 1, 2  # the columns of the progress variable
 
 
-def _torch():
+def _torch() -> Any:
     import torch
     return torch
 
 
-def _init_var(var, make, label):
+def _init_var(var: Var, make: Callable[[], _np.ndarray], label: str) -> None:
     """Gives var its first value (make() -> numpy array) and label unless some
     process did already; under the variable's lock, so the first one wins."""
     with var.lock():
@@ -71,7 +78,8 @@ def _init_var(var, make, label):
             var.label = label
 
 
-def join_group(seg, name, size, rank, patience=5.0):
+def join_group(seg: Segment, name: str, size: int, rank: int,
+               patience: float = 5.0) -> Group:
     """seg.group(name, size, rank), retrying for up to `patience` seconds while
     it says EBUSY: a replacement that joins a dead member's rank right after
     the death may find the rank still held for a few milliseconds (the dead
@@ -86,7 +94,8 @@ def join_group(seg, name, size, rank, patience=5.0):
         _time.sleep(0.005)
 
 
-def share_parameters(module, scope, label="parameter"):
+def share_parameters(module: torch.nn.Module, scope: Scope,
+                     label: str = "parameter") -> List[Tuple[str, Var]]:
     """Puts module's parameters into scope, one variable each named as in
     module.named_parameters() and labelled `label`, unless they are there
     already (then the segment's values win: a later or replacement trainer
@@ -133,7 +142,8 @@ class SGD:
     dampening, nesterov, weight_decay); the momentum buffers live in the
     segment.  For DataParallel."""
 
-    def __init__(self, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+    def __init__(self, lr: float, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False) -> None:
         if not lr > 0 or momentum < 0 or weight_decay < 0:
             raise ValueError("lr must be > 0, momentum and weight_decay >= 0")
         if nesterov and (momentum <= 0 or dampening != 0):
@@ -142,7 +152,8 @@ class SGD:
         self.weight_decay, self.nesterov = weight_decay, nesterov
         self.state_names = ("momentum_buffer",) if momentum else ()
 
-    def update(self, p, g, state, t, out):
+    def update(self, p: torch.Tensor, g: torch.Tensor, state: Sequence[torch.Tensor], t: int,
+               out: Sequence[torch.Tensor]) -> None:
         """Writes the new values of a slice into out ([parameter] + one tensor
         per state_names, the same size as p) from p and g (parameter and mean
         gradient), state (one tensor per state_names) and t (this step, from
@@ -174,12 +185,14 @@ class Adam:
 
     state_names = ("exp_avg", "exp_avg_sq")
 
-    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+    def __init__(self, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0) -> None:
         if not lr > 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1) or eps < 0:
             raise ValueError("lr must be > 0, betas in [0, 1), eps >= 0")
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
 
-    def update(self, p, g, state, t, out):
+    def update(self, p: torch.Tensor, g: torch.Tensor, state: Sequence[torch.Tensor], t: int,
+               out: Sequence[torch.Tensor]) -> None:
         """As SGD.update."""
         torch = _torch()
         b1, b2 = self.betas
@@ -201,7 +214,8 @@ class DataParallel:
     rank's gradient variable.  timeout (seconds, None: no limit) bounds every
     reduction and barrier."""
 
-    def __init__(self, module, scope, group, optimizer, timeout=60.0):
+    def __init__(self, module: torch.nn.Module, scope: Scope, group: Group,
+                 optimizer: SGD | Adam, timeout: Optional[float] = 60.0) -> None:
         torch = _torch()
         self.module, self.scope, self.group = module, scope, group
         self.optimizer, self.timeout = optimizer, timeout
@@ -263,7 +277,7 @@ class DataParallel:
         if holders:  # this process took the rank over from a dead one
             self._take_over()
 
-    def _own_var(self, name, np_dtype, n, label):
+    def _own_var(self, name: str, np_dtype: str, n: int, label: str) -> Var:
         var = self.scope.var(name)
         if var.dtype != np_dtype or tuple(var.shape) != (n,):
             var.resize(np_dtype, (n,))
@@ -271,15 +285,15 @@ class DataParallel:
         return var
 
     @property
-    def steps_done(self):
+    def steps_done(self) -> int:
         """The steps this rank has applied: the next step is steps_done + 1."""
         return int(self._progress[self.group.rank, DONE])
 
-    def zero_grad(self):
+    def zero_grad(self) -> None:
         """Zeroes this rank's gradients (in the segment)."""
         self._grad.zero_()
 
-    def step(self):
+    def step(self) -> bool:
         """Averages the gradients over the group, applies this rank's shard of
         the update, waits for the others.  True when the step was applied;
         False when a member died before the gradients were reduced: compute
@@ -297,7 +311,7 @@ class DataParallel:
             self._wait_for_replacement()
         return True
 
-    def _apply(self, t):
+    def _apply(self, t: int) -> None:
         """Computes this rank's shard of step t from the mean gradient into the
         staging variable, then writes it into the parameters and the state."""
         for p, g, states, staged in self._shards:
@@ -305,19 +319,19 @@ class DataParallel:
         self._progress[self.group.rank, STAGED] = t
         self._commit(t)
 
-    def _commit(self, t):
+    def _commit(self, t: int) -> None:
         """Copies the staged shard into place (repeatable) and records step t."""
         for dst, staged in self._commits:
             dst.copy_(staged)
         self._progress[self.group.rank, DONE] = t
 
-    def _wait_for_replacement(self):
+    def _wait_for_replacement(self) -> None:
         """A survivor's side of a repair: one barrier once the replacement has
         joined, one once it has finished the dead member's shard."""
         self.group.barrier(timeout=self.timeout)
         self.group.barrier(timeout=self.timeout)
 
-    def _take_over(self):
+    def _take_over(self) -> None:
         """A replacement's side: after the first barrier the survivors wait;
         when they applied a step this rank had not, finish this rank's shard
         of it (from the staged values if it got that far, else from a
@@ -339,5 +353,5 @@ class DataParallel:
         self.group.barrier(timeout=self.timeout)
 
 
-def _unique_params(module):
+def _unique_params(module: torch.nn.Module) -> List[torch.nn.Parameter]:
     return list(module.parameters())  # deduplicated, in named_parameters() order

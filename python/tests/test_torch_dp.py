@@ -206,3 +206,10 @@ def test_fit_a_line_costs_go_down_and_enlists_the_parameters():
     train = [float(p[4]) for p in passes]
     test = [float(p[7]) for p in passes]
     assert train[-1] < train[0] and test[-1] < test[0], out
+
+
+def test_importing_pdshm_torch_does_not_import_torch():
+    from procutil import run_python
+    out = run_python("import sys, pdshm, pdshm.torch\n"
+                     "print('torch' in sys.modules)")
+    assert out.strip() == "False"
