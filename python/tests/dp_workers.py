@@ -1,4 +1,8 @@
-"""Trainer processes for test_torch_dp.py (module level, so spawn can pickle them)."""
+"""Trainer processes for test_torch_dp.py (module level, so spawn can pickle them).
+
+Every backward pass runs in a child: once a process has made a subinterpreter
+(test_smoke_pyext does), PyGILState_Check is always true there and torch's
+autograd engine refuses to run in it."""
 import pdshm
 
 
@@ -12,6 +16,28 @@ def problem(torch):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(24, 5, generator=g)
     return x, (x.sum(1, keepdim=True) * 0.5).sin()
+
+
+def reference(conn, kind, steps):
+    """One process, full batch, torch.optim: the parameters after `steps`, as lists."""
+    import torch
+    torch.set_num_threads(1)
+    model = linear_model(torch)
+    if kind == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+    elif kind == "plain-sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    elif kind == "nesterov":
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.8, nesterov=True,
+                              weight_decay=0.02)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.01)
+    x, y = problem(torch)
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return [p.detach().numpy().tolist() for p in model.parameters()]
 
 
 def make_optimizer(kind):
