@@ -176,6 +176,7 @@ def test_train_digits_with_a_kill_ends_as_without(tmp_path):
     assert final_accuracy(calm) > 0.8, calm
     assert abs(final_accuracy(killed) - final_accuracy(calm)) <= 0.01, (calm, killed)
     assert sum(ln.startswith("epoch") for ln in killed.splitlines()) == 2
+    assert "no recorded loss" not in killed, killed
     try:
         import matplotlib  # noqa: F401
     except ImportError:
