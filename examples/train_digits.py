@@ -85,7 +85,7 @@ def trainer(seg_name, rank, args):
     x_train, y_train, x_test, y_test = load_data()
     per = steps_per_epoch(len(x_train), args.batch)
     total = per * args.epochs
-    with pdshm.attach(seg_name) as seg, seg.group(GROUP, args.trainers, rank=rank) as group:
+    with pdshm.attach(seg_name) as seg, pt.join_group(seg, GROUP, args.trainers, rank) as group:
         scope = seg.open(SCOPE)
         model = make_model(torch, args.hidden)
         dp = pt.DataParallel(model, scope, group, make_optimizer(args), timeout=120.0)
@@ -98,11 +98,12 @@ def trainer(seg_name, rank, args):
             loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x_train[rows])),
                                                      torch.from_numpy(y_train[rows]))
             loss.backward()
+            # before the step: a death after the step is applied leaves it written
+            losses[step - 1, rank] = loss.item()
             if not dp.step():
                 print(f"trainer {rank}: a trainer died during step {step}: redoing it",
                       flush=True)
                 continue
-            losses[step - 1, rank] = loss.item()
             if rank == 0 and step % per == 0:
                 # every shard of this step is applied, and no one writes the
                 # parameters before rank 0 joins the next reduction
@@ -204,6 +205,9 @@ def main(argv=None):
             model = make_model(torch, args.hidden)
             pt.share_parameters(model, scope)  # the trained parameters, from the segment
             losses = scope["loss"].numpy().mean(axis=1)
+            missing = int(np.isnan(losses).sum())
+            if missing:
+                print(f"{missing} steps have no recorded loss")
             print(f"final test accuracy {accuracy(torch, model, x_test, y_test):.4f}  "
                   f"final loss {losses[-per:].mean():.4f}  "
                   f"({elapsed:.2f} s with process start)")

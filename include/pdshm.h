@@ -333,7 +333,10 @@ typedef enum { PDSHM_SUM, PDSHM_MEAN, PDSHM_MAX, PDSHM_MIN } pdshm_reduce_op;
  * joiner) of `size` members (1 to PDSHM_GROUP_MAX).  rank < 0 takes the lowest
  * free rank (a rank whose holder died counts as free); a given rank held by a
  * live member is PDSHM_EBUSY, one held by a dead member is taken over (the
- * replacement).  A size other than the group's, or a rank >= size, is
+ * replacement; a process is dead once the kernel has closed its files, which
+ * can be a few milliseconds after waitpid() reports it: a replacement started
+ * at once may see EBUSY, and retries).  A size other than the group's, or a
+ * rank >= size, is
  * PDSHM_EINVAL; a full group PDSHM_EUSERS; ENOMEM; EROFS; EFORKED.  A group's
  * memory goes back when its last member leaves (or dies and is reaped).  A
  * failure changes nothing.  One thread at a time uses a pdshm_group.
@@ -362,13 +365,18 @@ PDSHM_API int pdshm_group_barrier(pdshm_group *g, int64_t timeout_ns);
  * segment (the buffers are pinned meanwhile).  F16 and BF16 are reduced in
  * f32; MEAN divides the sum once, at the end: integer MEAN truncates towards
  * zero, as C's division does.  Integer sums wrap around.  Dtypes: F16,
- * BF16, F32, F64, I32, I64 (others: EINVAL at the caller alone, before it
- * takes part).  Errors as for the barrier: after PDSHM_EOWNERDEAD or a
+ * BF16, F32, F64, I32, I64 (another dtype is EINVAL at every member, as is a
+ * round where some members call pdshm_group_barrier instead).  Errors as for
+ * the barrier: after PDSHM_EOWNERDEAD or a
  * timeout while the members were writing (PDSHM_ETIMEDOUT at every member of
  * that round) the tensors' contents are unspecified; a timeout before any
  * member wrote leaves them unchanged and a later call takes part in the same
  * round.  Once the call returns, with any result, no other member writes the
- * caller's tensor.  ETYPE when v holds no tensor.
+ * caller's tensor.  A caller whose own arguments are wrong (v NULL, of
+ * another attachment, holding no tensor: ETYPE; an unknown op: EINVAL) still
+ * takes part in the round without a tensor and answers that error, the
+ * others EINVAL.  EBADSEG at every member when a tensor's description lies
+ * outside the arena (a damaged segment).  EINVAL for a NULL g.
  */
 PDSHM_API int pdshm_group_allreduce(pdshm_group *g, pdshm_var *v, pdshm_reduce_op op,
                                     int64_t timeout_ns);

@@ -13,6 +13,9 @@
  *      first and looks at the round between chunks, stopping when P+1 ended
  *      (broken by a death or a timeout);
  *   4. it arrives at P+1; once P+1 completes every share is written.
+ * A barrier, and an allreduce that withdrew from P, describe "no tensor" for
+ * their round instead: a member that meets it answers EINVAL (a mix of
+ * barriers and allreduces in one round writes nothing).
  * A member that gets an error after step 2 returns only once every live
  * member stopped writing P+1 (group_round.c, invariant 4), so that no member
  * writes the caller's tensor after it returned.  The descriptions of P stay
@@ -29,11 +32,13 @@
 
 #define SHARE_CHUNK 16384 /* elements between two looks at the round */
 
-static int ar_check(struct pdshm_group_rec *g, uint32_t round) {
+/* Step 2; every member reaches the same verdict from the same words. */
+static int ar_check(const pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round) {
   const struct pdshm_group_desc *d0 = &g->rank[0].ar[round & 1];
-  if (!pdshm__reduce_elem((int)d0->dtype) || d0->op > PDSHM_MIN)
+  size_t es = pdshm__reduce_elem((int)d0->dtype);
+  if (!es || d0->op > PDSHM_MIN)
     return pdshm__fail(PDSHM_EINVAL, "dtype %u cannot be reduced", d0->dtype);
-  for (uint32_t r = 1; r < g->size; r++) {
+  for (uint32_t r = 0; r < g->size; r++) {
     const struct pdshm_group_desc *d = &g->rank[r].ar[round & 1];
     if (d->dtype != d0->dtype || d->count != d0->count || d->op != d0->op)
       return pdshm__fail(PDSHM_EINVAL,
@@ -41,6 +46,12 @@ static int ar_check(struct pdshm_group_rec *g, uint32_t round) {
                          "%llu elements, op %u",
                          r, d->dtype, (unsigned long long)d->count, d->op, d0->dtype,
                          (unsigned long long)d0->count, d0->op);
+  }
+  for (uint32_t r = 0; r < g->size; r++) {
+    const struct pdshm_group_desc *d = &g->rank[r].ar[round & 1];
+    if (d->data < seg->hdr->arena_off || d->data > seg->hdr->arena_end ||
+        d->count > (seg->hdr->arena_end - d->data) / es)
+      return pdshm__fail(PDSHM_EBADSEG, "rank %u's tensor lies outside the arena", r);
   }
   return 0;
 }
@@ -70,7 +81,7 @@ static int ar_reduce(struct pdshm_group *gr, uint64_t deadline) {
   pdshm_seg *seg = gr->seg;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
   uint32_t round = gr->round;
-  int rc = ar_check(g, round - 1);
+  int rc = ar_check(seg, g, round - 1);
   if (rc) return rc;
   atomic_store(&g->rank[gr->rank].writing, round);
   if (PDSHM_GS_ROUND(atomic_load(&g->state)) == round) ar_share(seg, g, gr->rank, round);
@@ -82,35 +93,48 @@ static int ar_reduce(struct pdshm_group *gr, uint64_t deadline) {
   return rc;
 }
 
+/* What is wrong with v and op, if anything (0 when v may be pinned). */
 static int ar_args(pdshm_group *gr, pdshm_var *v, pdshm_reduce_op op) {
-  if (!gr || !v) return pdshm__fail(PDSHM_EINVAL, "NULL group or variable");
-  int rc = pdshm__seg_writable(gr->seg);
-  if (rc) return rc;
+  if (!v) return pdshm__fail(PDSHM_EINVAL, "NULL variable");
   if (pdshm__seg_of(v) != gr->seg)
     return pdshm__fail(PDSHM_EINVAL, "the variable is not in the group's attachment");
   if ((unsigned)op > PDSHM_MIN) return pdshm__fail(PDSHM_EINVAL, "unknown reduce op %d", (int)op);
-  rc = pdshm_tensor_dtype(v);
+  int rc = pdshm_tensor_dtype(v);
   return rc < 0 ? rc : 0;
+}
+
+/* A caller with bad arguments still takes part in the round, describing no
+ * tensor, so that the others answer EINVAL instead of waiting for it; its
+ * own answer is what was wrong (or how the round ended, if not completed). */
+static int ar_without_tensor(pdshm_group *gr, int why, int64_t timeout_ns) {
+  pdshm__round_no_tensor(gr);
+  int rc = pdshm__round_pass(gr, pdshm__round_deadline(timeout_ns), true);
+  return rc ? rc : why;
 }
 
 PDSHM_API int pdshm_group_allreduce(pdshm_group *gr, pdshm_var *v, pdshm_reduce_op op,
                                     int64_t timeout_ns) {
   pdshm__fail_clear();
-  int rc = ar_args(gr, v, op);
+  if (!gr) return pdshm__fail(PDSHM_EINVAL, "NULL group");
+  int rc = pdshm__seg_writable(gr->seg);
   if (rc) return rc;
   pdshm_pin *pin;
   pdshm_tensor_view view;
-  if ((rc = pdshm_tensor_pin(v, &pin, &view))) return rc;
+  if ((rc = ar_args(gr, v, op)) || (rc = pdshm_tensor_pin(v, &pin, &view)))
+    return ar_without_tensor(gr, rc, timeout_ns);
   pdshm_seg *seg = gr->seg;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
   size_t es = pdshm__reduce_elem(view.dtype);
-  g->rank[gr->rank].ar[gr->round & 1] = (struct pdshm_group_desc){
+  uint32_t round = gr->round;
+  g->rank[gr->rank].ar[round & 1] = (struct pdshm_group_desc){
       .data = (pdshm_off_t)((uint8_t *)view.data - seg->base),
       .count = es ? view.nbytes / es : 0, .dtype = es ? (uint32_t)view.dtype : UINT32_MAX,
       .op = (uint32_t)op};
   uint64_t deadline = pdshm__round_deadline(timeout_ns);
   rc = pdshm__round_pass(gr, deadline, true);
   if (!rc) rc = ar_reduce(gr, deadline);
+  else if (rc == PDSHM_ETIMEDOUT && gr->round == round) /* withdrawn: unpinned below */
+    pdshm__round_no_tensor(gr);
   int urc = pdshm_tensor_unpin(pin);
   return rc ? rc : urc;
 }

@@ -11,14 +11,19 @@
  *  2. A record is on the list iff some rank is live or dead-unreaped; the
  *     journal that leaves none so (the last leave, the reap of the last
  *     member) unlinks and retires it, with its name.
- *  3. reported[r] is set (a plain store under the lock) before the round the
- *     death breaks ends, by whoever breaks it: a survivor, the joiner that
- *     takes the rank over, or the reaper.  Dying between the two leaves a
- *     reported death whose round did not break; but the one who died is a
- *     member of that group, and its own death breaks it.
+ *  3. A death is announced under the lock by whoever notices it first (a
+ *     survivor, the joiner that takes the rank over, or the reaper): it
+ *     breaks the current round, then sets reported[r] (a plain store).
+ *     Dying between the two leaves a broken round whose death is not marked
+ *     reported, so the next to notice breaks another round for it: a death
+ *     told twice, never one not told.
  *  4. A reaper marks a dead member (PDSHM_GM_DEAD), breaks its round, and
- *     waits until live members stop writing that round before the member's
- *     pins go (so nobody writes a buffer the heap handed out again).
+ *     waits until live members stop writing (any round) before the member's
+ *     pins go (so nobody writes a buffer the heap handed out again); a join
+ *     that takes a dead member's rank over waits likewise, since once the
+ *     rank is not the dead member's any more its reaper will not.  Holding
+ *     the lock meanwhile keeps the rank dead, so no later round can reach
+ *     its writing phase: the wait ends within a chunk.
  */
 #include "config.h"
 
@@ -122,9 +127,9 @@ static int group_pick(pdshm_seg *seg, struct pdshm_group_rec *g, int rank) {
 static void group_announce(struct pdshm_group_rec *g, uint32_t r, uint64_t m) {
   uint64_t base = m & ~PDSHM_GM_DEAD;
   if (!base || atomic_load(&g->rank[r].reported) == base) return;
-  atomic_store(&g->rank[r].reported, base);
-  PDSHM_CRASHPOINT("group.death.reported");
   pdshm__round_break(g, PDSHM_GS_ROUND(atomic_load(&g->state)), false);
+  PDSHM_CRASHPOINT("group.death.broken");
+  atomic_store(&g->rank[r].reported, base);
 }
 
 int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t r, uint64_t m) {
@@ -149,7 +154,10 @@ static int group_join_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const ch
   int r = group_pick(seg, g, rank);
   if (r < 0) return r;
   uint64_t old = atomic_load(&g->rank[r].member);
-  if (old) group_announce(g, (uint32_t)r, old); /* a takeover: invariant 3 */
+  if (old) { /* a takeover: invariants 3 and 4 (the reaper may come later) */
+    group_announce(g, (uint32_t)r, old);
+    pdshm__round_wait_writers(seg, g, 0, -1);
+  }
   *gr = (struct pdshm_group){.seg = seg, .rec = off, .rank = (uint32_t)r, .size = size,
                              .member = group_my_member(seg)};
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, g, rank[r].member), gr->member);
@@ -276,9 +284,9 @@ void pdshm__group_leave_all(pdshm_seg *seg) {
 
 /* Lock held, journaled: marks slot's member of one group dead (the first
  * group that has one, in *done); 1 when the group lives on, 2 when it went
- * with it, 0 when no group has one.  *broken: the round it broke. */
+ * with it, 0 when no group has one. */
 static int group_reap_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t slot,
-                          pdshm_off_t *done, uint32_t *broken) {
+                          pdshm_off_t *done) {
   uint64_t bound = seg->hdr->size / sizeof(struct pdshm_group_rec);
   *done = 0;
   for (pdshm_off_t off = seg->hdr->groups; off; bound--) {
@@ -287,8 +295,7 @@ static int group_reap_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t sl
     for (uint32_t r = 0; r < g->size; r++) {
       uint64_t m = atomic_load(&g->rank[r].member);
       if (!group_rank_held(m) || (m & 0xffff) != slot + 1) continue;
-      *broken = PDSHM_GS_ROUND(atomic_load(&g->state));
-      group_announce(g, r, m); /* breaks *broken and wakes the survivors */
+      group_announce(g, r, m); /* breaks the round, wakes the survivors */
       *done = off;
       int rc = group_set_member(seg, ln, off, r, m | PDSHM_GM_DEAD);
       return rc < 0 ? rc : rc ? 2 : 1;
@@ -301,17 +308,19 @@ static int group_reap_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t sl
 int pdshm__group_reap_slot(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *ln) {
   for (;;) {
     pdshm_off_t off;
-    uint32_t round = 0;
     int rc = pdshm__j_begin(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_REAP);
     if (rc) return rc;
-    rc = group_reap_one(seg, ln, slot, &off, &round);
+    rc = group_reap_one(seg, ln, slot, &off);
     if (rc <= 0) {
       pdshm__j_abort(seg, ln);
       return rc;
     }
-    /* Invariant 4, with the lock held so that the record stays (writers
-     * take no lock: they stop within a chunk of the break). */
-    pdshm__round_wait_writers(seg, pdshm__group_rec(seg, off), round, -1);
+    /* Invariant 4, with the lock held so that the record stays and nobody
+     * takes the rank over (writers take no lock: they stop within a chunk of
+     * the break).  Writers of any round: a survivor may still be writing a
+     * round broken before (the death was reported), and no later round can
+     * reach its writing phase without the dead rank. */
+    pdshm__round_wait_writers(seg, pdshm__group_rec(seg, off), 0, -1);
     PDSHM_CRASHPOINT("group.reap.ready");
     pdshm__j_commit(seg, ln);
   }

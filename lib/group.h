@@ -117,7 +117,12 @@ void pdshm__round_break(struct pdshm_group_rec *g, uint32_t round, bool timeout)
  * withdraws (withdraw) or breaks the round (!withdraw) and answers ETIMEDOUT.
  * Moves gr->round on unless it withdrew. */
 int pdshm__round_pass(struct pdshm_group *gr, uint64_t deadline, bool withdraw);
-/* Waits until no live member but the caller writes round `round`. */
+/* The caller's description for its round says "no tensor": a member that
+ * meets it in an allreduce's round answers EINVAL and writes nothing (a
+ * barrier's, or a withdrawn allreduce's, whose buffer is no longer pinned). */
+void pdshm__round_no_tensor(struct pdshm_group *gr);
+/* Waits until no live member but skip_rank writes round `round` (any round
+ * when 0). */
 void pdshm__round_wait_writers(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round,
                                int skip_rank);
 /* The deadline of a timeout: UINT64_MAX for none (< 0). */

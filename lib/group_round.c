@@ -26,7 +26,7 @@
 
 #include "group.h"
 
-#define SLICE_NS 10000000 /* 10 ms: a death is noticed well within 100 ms */
+#define SLICE_NS 5000000 /* 5 ms: a death is noticed well within 100 ms */
 #define SPIN 200          /* looks at the state before the first sleep     */
 
 uint64_t pdshm__round_deadline(int64_t timeout_ns) {
@@ -135,12 +135,19 @@ int pdshm__round_pass(struct pdshm_group *gr, uint64_t deadline, bool withdraw) 
   return gs_outcome(s, round);
 }
 
+void pdshm__round_no_tensor(struct pdshm_group *gr) {
+  struct pdshm_group_rec *g = pdshm__group_rec(gr->seg, gr->rec);
+  g->rank[gr->rank].ar[gr->round & 1] =
+      (struct pdshm_group_desc){.dtype = UINT32_MAX, .op = UINT32_MAX};
+}
+
 void pdshm__round_wait_writers(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round,
                                int skip_rank) {
   const struct timespec pause = {.tv_nsec = 20000};
   for (uint32_t r = 0; r < g->size; r++) {
     if ((int)r == skip_rank) continue;
-    while (atomic_load(&g->rank[r].writing) == round &&
+    uint32_t w;
+    while ((w = atomic_load(&g->rank[r].writing)) != 0 && (round == 0 || w == round) &&
            pdshm__group_member_live(seg, atomic_load(&g->rank[r].member)))
       nanosleep(&pause, NULL);
   }
@@ -151,5 +158,6 @@ PDSHM_API int pdshm_group_barrier(pdshm_group *gr, int64_t timeout_ns) {
   if (!gr) return pdshm__fail(PDSHM_EINVAL, "NULL group");
   int rc = pdshm__seg_writable(gr->seg);
   if (rc) return rc;
+  pdshm__round_no_tensor(gr);
   return pdshm__round_pass(gr, pdshm__round_deadline(timeout_ns), true);
 }

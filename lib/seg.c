@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model_int.h"
+#include "group.h"
 
 #define SEG_PREFIX "/pdshm."
 #define SEG_ARENA_MIN (256u << 10) /* smallest arena a segment may have      */
@@ -126,7 +126,9 @@ uint64_t pdshm__layout_fingerprint(void) {
       offsetof(struct pdshm_lock, alloc), offsetof(struct pdshm_slot, lane),
       PDSHM_NCLASSES, PDSHM_NBINS, PDSHM_LANES, PDSHM_J_REDO, PDSHM_J_BLOCKS, PDSHM_ALIGN,
       _Alignof(struct pdshm_slot), sizeof(struct pdshm_tensor_buf), sizeof(struct pdshm_pin_rec),
-      PDSHM_T_COUNT, 0x0102030405060708ull /* byte order */};
+      PDSHM_T_COUNT, sizeof(struct pdshm_group_rec), sizeof(struct pdshm_group_rank),
+      offsetof(struct pdshm_hdr, groups), offsetof(struct pdshm_var_rec, vwaiters),
+      PDSHM_GROUP_MAX, 0x0102030405060708ull /* byte order */};
   uint64_t h = 0xcbf29ce484222325ull;
   for (size_t i = 0; i < sizeof facts / sizeof facts[0]; i++) h = fnv1a(h, facts[i]);
   return h;

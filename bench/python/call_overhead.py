@@ -9,6 +9,9 @@ in every row).  Rows:
 
   dict d["W"]            subscript: a bytecode, no call
   dict d.get("W")        a call of a bound method with one str: the shape of find_var
+  Python scope chain     a scope written in Python (a dict and a parent), its
+                         find_var one parent up: what a process-local scope
+                         costs in Python
   find_var("W")          pdshm, one parent up (a Var, a weak handle)
   var("W")               get-or-create, a hit in the scope itself
   local()                a new anonymous child scope and its release (with)
@@ -23,6 +26,23 @@ import numpy as np
 from timing import best_ns_per_call
 
 NAMES = [f"var{i:03d}" for i in range(99)] + ["W"]
+
+
+class PyScope:
+    """A process-local scope in plain Python: variables in a dict, a parent."""
+
+    def __init__(self, parent=None):
+        self.vars = {}
+        self.parent = parent
+
+    def find_var(self, name):
+        s = self
+        while s is not None:
+            v = s.vars.get(name)
+            if v is not None:
+                return v
+            s = s.parent
+        return None
 
 
 def c_lookup_ns(pdshm_bench):
@@ -53,13 +73,17 @@ def run(table, quick, seg_prefix, pdshm_bench=None):
         for n in NAMES:
             params.create_var(n).assign(np.zeros(1024, np.float32))
         d = {n: object() for n in NAMES}
+        py_params = PyScope()
+        py_params.vars.update(d)
+        py_step = PyScope(py_params)
         with params.local() as step:
             env = {"d": d, "get": d.get, "fv": step.find_var, "var": params.var,
                    "loc": params.local, "v": params.find_var("W"), "np": np,
-                   "priv": np.zeros(1024, np.float32)}
+                   "priv": np.zeros(1024, np.float32), "pyfv": py_step.find_var}
             t = {
                 "subscript": best_ns_per_call('d["W"]', env, number, repeat),
                 "get": best_ns_per_call('get("W")', env, number, repeat),
+                "pyscope": best_ns_per_call('pyfv("W")', env, number, repeat),
                 "find_var": best_ns_per_call('fv("W")', env, number, repeat),
                 "var": best_ns_per_call('var("W")', env, number, repeat),
                 "local": best_ns_per_call("with loc(): pass", env, number // 4, repeat),
@@ -74,8 +98,11 @@ def run(table, quick, seg_prefix, pdshm_bench=None):
     c_ns, c_note = c_lookup_ns(pdshm_bench)
     table.add(section, 'dict d["W"]', t["subscript"], "ns")
     table.add(section, 'dict d.get("W")', t["get"], "ns", "the baseline of find_var")
+    table.add(section, "Python scope chain find_var", t["pyscope"], "ns",
+              "a dict per scope, one parent up")
     table.add(section, 'scope.find_var("W")', t["find_var"], "ns",
-              f'{t["find_var"] / t["get"]:.2f}x d.get, {t["find_var"] / t["subscript"]:.2f}x d["W"]'
+              f'{t["find_var"] / t["get"]:.2f}x d.get, {t["find_var"] / t["subscript"]:.2f}x d["W"], '
+              f'{t["find_var"] / t["pyscope"]:.2f}x the Python scope'
               + (f", {t['find_var'] / c_ns:.1f}x C" if c_ns else ""))
     table.add(section, "C pdshm_find_var", c_ns, "ns", c_note)
     table.add(section, 'scope.var("W")', t["var"], "ns", "get-or-create, a hit")

@@ -8,6 +8,7 @@
              figure of bench/bench_group with --bench-group PATH)
   trainer    the digits MLP trained by 2 and 4 processes: pdshm.torch vs DDP
              (gloo) vs Hogwild (torch.multiprocessing): samples/s and memory
+             (with --full also a wide one, hidden 2048, among 4)
 
 Prints a table, then the targets with PASS or MISS, each a ratio of figures
 measured in this run (or an absolute bound where the target is one); a MISS
@@ -94,6 +95,8 @@ def main():
         else:
             import trainer_peers
             tr = trainer_peers.trainers(table, opt.quick, prefix, (2, 4))
+            if opt.full:  # a wide model, where N copies of its state show in memory
+                trainer_peers.trainers(table, opt.quick, prefix, (4,), hidden=2048, steps=40)
             for size in (2, 4):
                 p, d = tr.get(("pdshm", size)), tr.get(("ddp", size))
                 if p and d:

@@ -18,14 +18,11 @@ def best_ns_per_call(stmt, env, number, repeat):
     return min(timer.repeat(repeat=repeat, number=number)) / number * 1e9
 
 
-def best_s(fn, repeat):
-    """fn() `repeat` times: (seconds of the first run, best seconds of the rest)."""
-    times = []
-    for _ in range(repeat + 1):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return times[0], min(times[1:])
+def once_s(fn):
+    """Seconds fn() takes, once."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 class Table:

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "example
 
 import train_digits  # noqa: E402
 
-BATCH, HIDDEN, LR = 64, 256, 0.05
+BATCH, LR = 64, 0.05
 
 
 def _memory():
@@ -46,14 +46,14 @@ def _rows(data, step, size, rank):
     return x[rows], y[rows]
 
 
-def _pdshm_worker(seg_name, size, rank, steps, out):
+def _pdshm_worker(seg_name, size, rank, steps, hidden, out):
     import torch
     import pdshm
     import pdshm.torch as pt
     torch.set_num_threads(1)
     data = train_digits.load_data()
     with pdshm.attach(seg_name) as seg, seg.group("bench", size, rank=rank) as g:
-        model = train_digits.make_model(torch, HIDDEN)
+        model = train_digits.make_model(torch, hidden)
         dp = pt.DataParallel(model, seg.open("digits"), g, pt.SGD(lr=LR, momentum=0.9))
         g.barrier()
         t0 = time.perf_counter()
@@ -67,14 +67,14 @@ def _pdshm_worker(seg_name, size, rank, steps, out):
         g.barrier()
 
 
-def _ddp_worker(init_file, size, rank, steps, out):
+def _ddp_worker(init_file, size, rank, steps, hidden, out):
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)
     data = train_digits.load_data()
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=size)
-    model = torch.nn.parallel.DistributedDataParallel(train_digits.make_model(torch, HIDDEN))
+    model = torch.nn.parallel.DistributedDataParallel(train_digits.make_model(torch, hidden))
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     dist.barrier()
     t0 = time.perf_counter()
@@ -118,17 +118,18 @@ def _collect(procs, out, size):
     return elapsed, sum(g[2] for g in got), sum(g[3] for g in got)
 
 
-def run_one(kind, size, steps, prefix):
+def run_one(kind, size, steps, hidden, prefix):
     """(seconds, RSS sum, PSS sum, segment bytes) of one run."""
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     if kind == "pdshm":
         import pdshm
         seg_name = f"{prefix}-dp{size}"
-        with pdshm.create(seg_name, size=64 << 20) as seg:
+        with pdshm.create(seg_name, size=(64 << 20) + size * hidden * hidden * 24) as seg:
             try:
                 seg.root.new_scope("digits")
-                procs = [ctx.Process(target=_pdshm_worker, args=(seg_name, size, r, steps, out))
+                procs = [ctx.Process(target=_pdshm_worker,
+                                     args=(seg_name, size, r, steps, hidden, out))
                          for r in range(size)]
                 res = _collect(procs, out, size)
                 return res + (seg.stats().used,)
@@ -137,11 +138,11 @@ def run_one(kind, size, steps, prefix):
     if kind == "ddp":
         with tempfile.TemporaryDirectory() as d:
             init = os.path.join(d, "init")
-            procs = [ctx.Process(target=_ddp_worker, args=(init, size, r, steps, out))
+            procs = [ctx.Process(target=_ddp_worker, args=(init, size, r, steps, hidden, out))
                      for r in range(size)]
             return _collect(procs, out, size) + (0,)
     import torch
-    model = train_digits.make_model(torch, HIDDEN)
+    model = train_digits.make_model(torch, hidden)
     model.share_memory()
     bar = ctx.Barrier(size)
     procs = [ctx.Process(target=_hogwild_worker, args=(model, size, r, steps, bar, out))
@@ -149,20 +150,21 @@ def run_one(kind, size, steps, prefix):
     return _collect(procs, out, size) + (0,)
 
 
-def trainers(table, quick, prefix, sizes):
+def trainers(table, quick, prefix, sizes, hidden=256, steps=None):
     """{(kind, procs): (samples/s, RSS, PSS, segment)} and table rows."""
-    steps = 150 if quick else 600
+    steps = steps or (150 if quick else 600)
     results = {}
     for size in sizes:
         for kind in ("pdshm", "ddp", "hogwild"):
+            what = f"{size} procs {kind}, hidden {hidden}"
             try:
-                secs, rss, pss, segb = run_one(kind, size, steps, prefix)
+                secs, rss, pss, segb = run_one(kind, size, steps, hidden, prefix)
             except (ImportError, RuntimeError) as e:
-                table.add("trainer", f"{size} procs {kind}", 0, "", f"failed: {e}")
+                table.add("trainer", what, 0, "", f"failed: {e}")
                 continue
             rate = steps * BATCH / secs
             results[(kind, size)] = (rate, rss, pss, segb)
             note = (f"RSS {rss / 2**20:.0f} MiB, PSS {pss / 2**20:.0f} MiB"
                     + (f", segment used {segb / 2**20:.1f} MiB" if segb else ""))
-            table.add("trainer", f"{size} procs {kind}", rate, "samples/s", note)
+            table.add("trainer", what, rate, "samples/s", note)
     return results

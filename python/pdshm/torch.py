@@ -35,32 +35,41 @@ Deaths.  When a member dies, the survivors get pdshm.PeerDied from the round
 in progress; step() catches it, waits (two barriers) for a replacement to
 take the rank over and repair, and returns False when the step must be
 redone (the death came before the gradients were reduced) or True when it
-was applied.  A replacement (a new process that joins the dead member's rank
-and builds a DataParallel over the same scope) takes the parameters from the
-segment, finishes the dead member's shard of the last step if its peers had
-applied theirs, and continues from steps_done.  One death at a time is
-handled; a second death during that repair is not.
+was applied.  A replacement (a new process that joins the dead member's
+rank with join_group and builds a DataParallel over the same scope) takes
+the parameters from the segment, finishes the dead member's shard of the
+last step if its peers had applied theirs, and continues from steps_done.
+One death at a time is handled; a second death during that repair is not.
 
 Lifetime: the variables live in `scope` (name it to make it persist); a new
 training run wants a new scope.  The views keep their bytes (pins) as views
 do; after fork() a DataParallel is the parent's: build a new one (and join
 the group again) in the child.
 """
+from __future__ import annotations
+
+import time as _time
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
+
 import numpy as _np
 
 from . import _pdshm
 
-__all__ = ["share_parameters", "SGD", "Adam", "DataParallel"]
+if TYPE_CHECKING:
+    import torch
+    from ._pdshm import Group, Scope, Segment, Var
+
+__all__ = ["join_group", "share_parameters", "SGD", "Adam", "DataParallel"]
 
 DONE, STAGED, HOLDERS = 0, 1, 2  # the columns of the progress variable
 
 
-def _torch():
+def _torch() -> Any:
     import torch
     return torch
 
 
-def _init_var(var, make, label):
+def _init_var(var: Var, make: Callable[[], _np.ndarray], label: str) -> None:
     """Gives var its first value (make() -> numpy array) and label unless some
     process did already; under the variable's lock, so the first one wins."""
     with var.lock():
@@ -69,7 +78,24 @@ def _init_var(var, make, label):
             var.label = label
 
 
-def share_parameters(module, scope, label="parameter"):
+def join_group(seg: Segment, name: str, size: int, rank: int,
+               patience: float = 5.0) -> Group:
+    """seg.group(name, size, rank), retrying for up to `patience` seconds while
+    it says EBUSY: a replacement that joins a dead member's rank right after
+    the death may find the rank still held for a few milliseconds (the dead
+    process's files are not closed yet)."""
+    deadline = _time.monotonic() + patience
+    while True:
+        try:
+            return seg.group(name, size, rank=rank)
+        except _pdshm.Error as e:
+            if e.code != _pdshm.EBUSY or _time.monotonic() >= deadline:
+                raise
+        _time.sleep(0.005)
+
+
+def share_parameters(module: torch.nn.Module, scope: Scope,
+                     label: str = "parameter") -> List[Tuple[str, Var]]:
     """Puts module's parameters into scope, one variable each named as in
     module.named_parameters() and labelled `label`, unless they are there
     already (then the segment's values win: a later or replacement trainer
@@ -91,18 +117,19 @@ def share_parameters(module, scope, label="parameter"):
             continue
         if p.dtype in (torch.bfloat16,) or p.is_complex():
             raise ValueError(f"parameter {name!r}: dtype {p.dtype} is not supported")
-        var = scope.var(name)
-        if var.dtype is not None:
+        var = scope.find_local_var(name)
+        if var is not None and var.dtype is not None:
             want = str(p.dtype).replace("torch.", "")
             if tuple(var.shape) != tuple(p.shape) or var.dtype != want:
                 raise ValueError(f"variable {name!r} holds {var.dtype}{list(var.shape)}, the "
                                  f"module's parameter is {want}{list(p.shape)}")
-        seen[id(p)] = (name, var)
-        plan.append((name, mod, pname, p, (name, var)))
+        seen[id(p)] = name
+        plan.append((name, mod, pname, p, name))
     out = []
     made = {}
-    for name, mod, pname, p, (first, var) in plan:
+    for name, mod, pname, p, first in plan:
         if first not in made:
+            var = scope.var(first)
             _init_var(var, lambda p=p: p.detach().cpu().numpy(), label)
             made[first] = torch.nn.Parameter(torch.from_dlpack(var), requires_grad=p.requires_grad)
             out.append((first, var))
@@ -115,7 +142,8 @@ class SGD:
     dampening, nesterov, weight_decay); the momentum buffers live in the
     segment.  For DataParallel."""
 
-    def __init__(self, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+    def __init__(self, lr: float, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False) -> None:
         if not lr > 0 or momentum < 0 or weight_decay < 0:
             raise ValueError("lr must be > 0, momentum and weight_decay >= 0")
         if nesterov and (momentum <= 0 or dampening != 0):
@@ -124,16 +152,30 @@ class SGD:
         self.weight_decay, self.nesterov = weight_decay, nesterov
         self.state_names = ("momentum_buffer",) if momentum else ()
 
-    def update(self, p, g, state, t):
-        """The new values of a slice: p and g (parameter and mean gradient),
-        state (one tensor per state_names), t (this step, from 1); returns
-        (new p, [new state]) without writing any of its arguments."""
-        d = g + self.weight_decay * p if self.weight_decay else g
+    def update(self, p: torch.Tensor, g: torch.Tensor, state: Sequence[torch.Tensor], t: int,
+               out: Sequence[torch.Tensor]) -> None:
+        """Writes the new values of a slice into out ([parameter] + one tensor
+        per state_names, the same size as p) from p and g (parameter and mean
+        gradient), state (one tensor per state_names) and t (this step, from
+        1), writing none of its inputs.  out[0] doubles as scratch space."""
+        torch = _torch()
+        new_p = out[0]
+        d = g
+        if self.weight_decay:
+            d = torch.add(g, p, alpha=self.weight_decay, out=new_p)
         if not self.momentum:
-            return p - self.lr * d, []
-        buf = d.clone() if t == 1 else state[0] * self.momentum + (1 - self.dampening) * d
-        d = d + self.momentum * buf if self.nesterov else buf
-        return p - self.lr * d, [buf]
+            torch.add(p, d, alpha=-self.lr, out=new_p)
+            return
+        buf = out[1]
+        if t == 1:
+            buf.copy_(d)
+        else:
+            torch.mul(state[0], self.momentum, out=buf).add_(d, alpha=1 - self.dampening)
+        if self.nesterov:
+            d = torch.add(d, buf, alpha=self.momentum, out=new_p)
+            torch.add(p, d, alpha=-self.lr, out=new_p)
+        else:
+            torch.add(p, buf, alpha=-self.lr, out=new_p)
 
 
 class Adam:
@@ -143,21 +185,26 @@ class Adam:
 
     state_names = ("exp_avg", "exp_avg_sq")
 
-    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+    def __init__(self, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0) -> None:
         if not lr > 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1) or eps < 0:
             raise ValueError("lr must be > 0, betas in [0, 1), eps >= 0")
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
 
-    def update(self, p, g, state, t):
+    def update(self, p: torch.Tensor, g: torch.Tensor, state: Sequence[torch.Tensor], t: int,
+               out: Sequence[torch.Tensor]) -> None:
         """As SGD.update."""
+        torch = _torch()
         b1, b2 = self.betas
+        new_p, m, v = out
         if self.weight_decay:
-            g = g + self.weight_decay * p
-        m = state[0] * b1 + (1 - b1) * g
-        v = state[1] * b2 + (1 - b2) * g * g
+            g = torch.add(g, p, alpha=self.weight_decay, out=new_p)
+        torch.mul(state[0], b1, out=m).add_(g, alpha=1 - b1)
+        torch.mul(state[1], b2, out=v).addcmul_(g, g, value=1 - b2)
         bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
-        denom = (v.sqrt() / bc2 ** 0.5) + self.eps
-        return p - (self.lr / bc1) * m / denom, [m, v]
+        denom = torch.sqrt(v, out=new_p).div_(bc2 ** 0.5).add_(self.eps)
+        torch.div(m, denom, out=new_p)
+        torch.add(p, new_p, alpha=-(self.lr / bc1), out=new_p)
 
 
 class DataParallel:
@@ -167,11 +214,15 @@ class DataParallel:
     rank's gradient variable.  timeout (seconds, None: no limit) bounds every
     reduction and barrier."""
 
-    def __init__(self, module, scope, group, optimizer, timeout=60.0):
+    def __init__(self, module: torch.nn.Module, scope: Scope, group: Group,
+                 optimizer: SGD | Adam, timeout: Optional[float] = 60.0) -> None:
         torch = _torch()
         self.module, self.scope, self.group = module, scope, group
         self.optimizer, self.timeout = optimizer, timeout
         rank, size = group.rank, group.size
+        used = scope.find_local_var("progress")
+        if used is not None and used.shape is not None and tuple(used.shape) != (size, 3):
+            raise ValueError(f"scope {scope.path!r} was used by a group of {used.shape[0]}")
         self.params = share_parameters(module, scope)
         tensors = [p for p in _unique_params(module)]
         dtypes = {p.dtype for p in tensors}
@@ -192,7 +243,7 @@ class DataParallel:
         self._grad = torch.from_dlpack(self._grad_var)
         self._grad.zero_()
         off = 0
-        self._slices = []  # per tensor: (param flat, grad flat, [state flat], lo, hi)
+        tensors_of = []  # per tensor: (param flat, grad flat, [state flat], lo, hi)
         for (name, _), p in zip(self.params, tensors):
             n = p.numel()
             p.grad = self._grad[off:off + n].view_as(p)
@@ -202,18 +253,31 @@ class DataParallel:
                 _init_var(var, lambda: _np.zeros(tuple(p.shape), np_dtype), "optimizer")
                 states.append(torch.from_dlpack(var).view(-1))
             lo, hi = n * rank // size, n * (rank + 1) // size
-            self._slices.append((p.detach().view(-1), self._grad[off:off + n], states, lo, hi))
+            tensors_of.append((p.detach().view(-1), self._grad[off:off + n], states, lo, hi))
             off += n
-        shard = sum((hi - lo) * (1 + len(st)) for _, _, st, lo, hi in self._slices)
+        shard = sum((hi - lo) * (1 + len(st)) for _, _, st, lo, hi in tensors_of)
         self._stage_var = self._own_var(f"staged.{rank}", np_dtype, shard, "optimizer")
         self._stage = torch.from_dlpack(self._stage_var)
+        # this rank's slices, as views made once: (param, grad, [state], [staged
+        # param and states]) for the update, (destination, staged) for the commit
+        self._shards, self._commits = [], []
+        off = 0
+        for p, g, states, lo, hi in tensors_of:
+            if hi == lo:
+                continue
+            staged = []
+            for dst in [p] + states:
+                staged.append(self._stage[off:off + hi - lo])
+                self._commits.append((dst[lo:hi], staged[-1]))
+                off += hi - lo
+            self._shards.append((p[lo:hi], g[lo:hi], [st[lo:hi] for st in states], staged))
 
         holders = int(self._progress[rank, HOLDERS])
         self._progress[rank, HOLDERS] = holders + 1
         if holders:  # this process took the rank over from a dead one
             self._take_over()
 
-    def _own_var(self, name, np_dtype, n, label):
+    def _own_var(self, name: str, np_dtype: str, n: int, label: str) -> Var:
         var = self.scope.var(name)
         if var.dtype != np_dtype or tuple(var.shape) != (n,):
             var.resize(np_dtype, (n,))
@@ -221,15 +285,15 @@ class DataParallel:
         return var
 
     @property
-    def steps_done(self):
+    def steps_done(self) -> int:
         """The steps this rank has applied: the next step is steps_done + 1."""
         return int(self._progress[self.group.rank, DONE])
 
-    def zero_grad(self):
+    def zero_grad(self) -> None:
         """Zeroes this rank's gradients (in the segment)."""
         self._grad.zero_()
 
-    def step(self):
+    def step(self) -> bool:
         """Averages the gradients over the group, applies this rank's shard of
         the update, waits for the others.  True when the step was applied;
         False when a member died before the gradients were reduced: compute
@@ -247,37 +311,27 @@ class DataParallel:
             self._wait_for_replacement()
         return True
 
-    def _apply(self, t):
-        """Computes this rank's shard of step t from the mean gradient, stages
-        it, then writes it into the parameters and the state."""
-        torch = _torch()
-        news = []
-        for p, g, states, lo, hi in self._slices:
-            new_p, new_states = self.optimizer.update(p[lo:hi], g[lo:hi],
-                                                      [s[lo:hi] for s in states], t)
-            news.append(new_p)
-            news.extend(new_states)
-        if news:
-            torch.cat(news, out=self._stage)
+    def _apply(self, t: int) -> None:
+        """Computes this rank's shard of step t from the mean gradient into the
+        staging variable, then writes it into the parameters and the state."""
+        for p, g, states, staged in self._shards:
+            self.optimizer.update(p, g, states, t, staged)
         self._progress[self.group.rank, STAGED] = t
         self._commit(t)
 
-    def _commit(self, t):
+    def _commit(self, t: int) -> None:
         """Copies the staged shard into place (repeatable) and records step t."""
-        off = 0
-        for p, _, states, lo, hi in self._slices:
-            for dst in [p] + states:
-                dst[lo:hi].copy_(self._stage[off:off + hi - lo])
-                off += hi - lo
+        for dst, staged in self._commits:
+            dst.copy_(staged)
         self._progress[self.group.rank, DONE] = t
 
-    def _wait_for_replacement(self):
+    def _wait_for_replacement(self) -> None:
         """A survivor's side of a repair: one barrier once the replacement has
         joined, one once it has finished the dead member's shard."""
         self.group.barrier(timeout=self.timeout)
         self.group.barrier(timeout=self.timeout)
 
-    def _take_over(self):
+    def _take_over(self) -> None:
         """A replacement's side: after the first barrier the survivors wait;
         when they applied a step this rank had not, finish this rank's shard
         of it (from the staged values if it got that far, else from a
@@ -299,5 +353,5 @@ class DataParallel:
         self.group.barrier(timeout=self.timeout)
 
 
-def _unique_params(module):
+def _unique_params(module: torch.nn.Module) -> List[torch.nn.Parameter]:
     return list(module.parameters())  # deduplicated, in named_parameters() order

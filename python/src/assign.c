@@ -6,8 +6,11 @@
  * object with the buffer protocol (numpy arrays, memoryview, bytes, ...); an
  * object with __dlpack__ on the CPU (torch tensors, bfloat16 included; a
  * tensor that requires grad is detached first); anything numpy.asarray
- * accepts.  The copy goes into a pin of the new buffer (so a concurrent erase
- * in another process cannot make it write freed memory), strided sources are
+ * accepts.  A variable that holds a tensor of the source's dtype and shape
+ * already is written in place, so that its views see the new values (and its
+ * version does not move); any other is resized first (views keep the old
+ * buffer).  The copy goes into a pin of the buffer (so a concurrent erase in
+ * another process cannot make it write freed memory), strided sources are
  * gathered, overlapping ones go through a temporary, and a large copy runs
  * with the GIL released.
  */
@@ -227,6 +230,13 @@ static int copy_into(char *dst, size_t nbytes, const src_desc *s) {
   return 0;
 }
 
+/* Does v hold a tensor of the source's dtype and shape already? */
+static int same_layout(const pdshm_var *v, const src_desc *s) {
+  const int64_t *dims = pdshm_tensor_dims(v);
+  return dims && pdshm_tensor_dtype(v) == s->dtype && pdshm_tensor_ndim(v) == s->ndim &&
+         !memcmp(dims, s->dims, sizeof(int64_t) * (size_t)s->ndim);
+}
+
 PyObject *pdshmpy_var_assign(PyObject *self, PyObject *o) {
   pdshmpy_state *st = PDSHMPY_STATE(self);
   pdshmpy_var *var = (pdshmpy_var *)self;
@@ -237,7 +247,7 @@ PyObject *pdshmpy_var_assign(PyObject *self, PyObject *o) {
   if (src_open(st, o, &s) < 0) goto done;
   pdshm_var *v = pdshmpy_var_get(var);
   if (!v) goto done;
-  int rc = pdshm_tensor_resize(v, (pdshm_dtype)s.dtype, s.ndim, s.dims);
+  int rc = same_layout(v, &s) ? 0 : pdshm_tensor_resize(v, (pdshm_dtype)s.dtype, s.ndim, s.dims);
   if (rc) {
     pdshmpy_raise(st, rc, "resize for assign");
     goto done;

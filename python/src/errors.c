@@ -106,6 +106,7 @@ static PyObject *err_class_for(pdshmpy_state *st, int rc) {
 /* Raises cls(errno, message) (or cls(message) without an errno) with .code. */
 static PyObject *err_raise(pdshmpy_state *st, int rc, PyObject *msg) {
   PyObject *cls = err_class_for(st, rc);
+  if (!cls) cls = PyExc_OSError; /* the state was cleared (interpreter shutdown) */
   PyObject *exc = rc < 0 && rc > -4096 ? PyObject_CallFunction(cls, "iO", -rc, msg)
                                        : PyObject_CallFunctionObjArgs(cls, msg, NULL);
   Py_DECREF(msg);
@@ -141,6 +142,18 @@ PyObject *pdshmpy_raise_fmt(pdshmpy_state *st, int rc, const char *fmt, ...) {
   PyOS_vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
   return pdshmpy_raise(st, rc, what);
+}
+
+PyObject *pdshmpy_raise_forked(pdshmpy_state *st, int rc, const char *fmt, ...) {
+  const char *detail = pdshm_last_error();
+  char what[PDSHM_NAME_MAX * 2 + 128];
+  va_list ap;
+  va_start(ap, fmt);
+  PyOS_vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  PyObject *msg = PyUnicode_FromFormat("%s: %s: %s%s%s", pdshm_strerror(PDSHM_EFORKED), what,
+                                       pdshm_strerror(rc), *detail ? " -- " : "", detail);
+  return msg ? err_raise(st, PDSHM_EFORKED, msg) : NULL;
 }
 
 PyObject *pdshmpy_raise_msg(pdshmpy_state *st, int rc, const char *fmt, ...) {

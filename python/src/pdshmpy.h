@@ -84,6 +84,9 @@ int pdshmpy_errors_init(PyObject *module, pdshmpy_state *st);
 PyObject *pdshmpy_raise(pdshmpy_state *st, int rc, const char *what);
 /* pdshmpy_raise with `what` formatted by PyOS_snprintf (no %R). */
 PyObject *pdshmpy_raise_fmt(pdshmpy_state *st, int rc, const char *fmt, ...);
+/* pdshm.Forked for a handle a fork child could not take over: what (formatted
+ * as for pdshmpy_raise_fmt), then why (rc's message and the library's detail). */
+PyObject *pdshmpy_raise_forked(pdshmpy_state *st, int rc, const char *fmt, ...);
 /* Same, with a message of our own instead of the library's detail (for
  * failures the module itself detects). */
 PyObject *pdshmpy_raise_msg(pdshmpy_state *st, int rc, const char *fmt, ...);

@@ -55,7 +55,8 @@ static pdshm_scope *scope_handle(pdshmpy_scope *sc) {
   int rc = pdshm_scope_open(seg, PyUnicode_AsUTF8(sc->path), &sc->h);
   if (rc) {
     sc->h = NULL;
-    pdshmpy_raise_fmt(st, rc, "reopening scope '%s' after fork()", PyUnicode_AsUTF8(sc->path));
+    pdshmpy_raise_forked(st, rc, "scope '%s' cannot be opened again after fork()",
+                         PyUnicode_AsUTF8(sc->path));
     return NULL;
   }
   sc->forkgen = pdshmpy_forkgen();
@@ -408,6 +409,32 @@ static PyObject *scope_reduce(PyObject *self, PyObject *unused) {
   return Py_BuildValue("N(OO)", fn, (PyObject *)sc->seg, sc->path);
 }
 
+/* == : the same object, or the same named scope (or root) of the same
+ * segment, by path; an anonymous scope equals only itself. */
+static PyObject *scope_richcompare(PyObject *a, PyObject *b, int op) {
+  if ((op != Py_EQ && op != Py_NE) || Py_TYPE(a) != Py_TYPE(b)) Py_RETURN_NOTIMPLEMENTED;
+  pdshmpy_scope *x = SC(a), *y = SC(b);
+  int same = a == b;
+  if (!same && x->path && y->path) {
+    same = PyObject_RichCompareBool(x->path, y->path, Py_EQ);
+    if (same > 0) same = PyObject_RichCompareBool(x->seg->name, y->seg->name, Py_EQ);
+    if (same < 0) return NULL;
+  }
+  return PyBool_FromLong(op == Py_EQ ? same : !same);
+}
+
+static Py_hash_t scope_hash(PyObject *self) {
+  pdshmpy_scope *sc = SC(self);
+  if (!sc->path) { /* identity, as object.__hash__ */
+    Py_hash_t p = (Py_hash_t)((uintptr_t)self >> 4);
+    return p == -1 ? -2 : p;
+  }
+  Py_hash_t h = PyObject_Hash(sc->path), n = PyObject_Hash(sc->seg->name);
+  if (h == -1 || n == -1) return -1;
+  h ^= n * 1000003;
+  return h == -1 ? -2 : h;
+}
+
 static PyObject *scope_repr(PyObject *self) {
   pdshmpy_scope *sc = SC(self);
   const char *state = sc->released ? " released" : "";
@@ -488,9 +515,12 @@ static PyType_Slot scope_slots[] = {
     {Py_tp_doc,
      "A handle on a scope: one reference, released by release(), `with` exit or\n"
      "garbage collection.  s[name] looks up the parent chain (KeyError when absent);\n"
-     "`name in s` likewise.  A named scope pickles by its path."},
+     "`name in s` likewise.  A named scope pickles by its path.  Two handles on the\n"
+     "same named scope (or root) compare equal; an anonymous one equals only itself."},
     {Py_tp_dealloc, scope_dealloc},
     {Py_tp_repr, scope_repr},
+    {Py_tp_richcompare, scope_richcompare},
+    {Py_tp_hash, scope_hash},
     {Py_tp_methods, scope_methods},
     {Py_tp_getset, scope_getset},
     {Py_tp_members, scope_members},

@@ -81,6 +81,10 @@ static void seg_retire_inherited(pdshmpy_seg *s) {
 
 pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s) {
   pdshmpy_state *st = PDSHMPY_STATE(s);
+  if (!st->Error) { /* the module's state was cleared (interpreter shutdown) */
+    PyErr_SetString(PyExc_RuntimeError, "the pdshm module was finalized");
+    return NULL;
+  }
   if (s->closed) {
     pdshmpy_raise_msg(st, PDSHM_EINVAL, "segment %R was detached", s->name);
     return NULL;
@@ -90,7 +94,8 @@ pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s) {
   int rc = seg_attach_now(s->name, s->flags, NULL, 0, &s->seg);
   if (rc) {
     s->seg = NULL;
-    pdshmpy_raise_fmt(st, rc, "re-attaching segment '%s' after fork()", PyUnicode_AsUTF8(s->name));
+    pdshmpy_raise_forked(st, rc, "segment '%s' cannot be attached again after fork()",
+                         PyUnicode_AsUTF8(s->name));
     return NULL;
   }
   s->forkgen = pdshmpy_forkgen();

@@ -363,7 +363,9 @@ static PyMethodDef var_methods[] = {
      "numpy dtype or a\ntorch dtype) and shape; the contents are unspecified afterwards."},
     {"assign", pdshmpy_var_assign, METH_O,
      "assign(array)\n\nCopies an array-like (numpy array, buffer, torch tensor, nested "
-     "lists) into\nthe variable, resizing it to the source's dtype and shape."},
+     "lists) into\nthe variable.  Of the same dtype and shape already: in place (its views "
+     "see\nthe new values); else resized to the source's dtype and shape first (views\n"
+     "keep the old buffer)."},
     {"numpy", pdshmpy_var_numpy, METH_NOARGS,
      "numpy() -> numpy.ndarray\n\nA zero-copy view of the tensor (pinned while it lives).\n"
      "bfloat16 shows as uint16 (the raw bits)."},

@@ -2,7 +2,8 @@
 
 Each test gets its own segment name, "pyt<pid>-<n>-<test>", removed after the
 test even when it fails; at the end of the session no segment of this run may
-be left in /dev/shm.  Segments are small (SEG_SIZE) because CI machines may
+be left in /dev/shm, and at its start those of earlier runs that were killed
+are removed.  Segments are small (SEG_SIZE) because CI machines may
 have a 64 MiB /dev/shm.
 """
 import errno
@@ -35,8 +36,29 @@ def _leftovers():
     return sorted(glob.glob(f"/dev/shm/pdshm.{PREFIX}-*"))
 
 
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep_runs_that_died():
+    """Removes the segments of earlier runs of this suite whose process is gone
+    (a run killed by a timeout cannot clean up after itself), so that they do
+    not pile up in a small /dev/shm."""
+    for path in glob.glob("/dev/shm/pdshm.pyt*-*"):
+        m = re.fullmatch(r"/dev/shm/pdshm\.pyt(\d+)-\d+-.*", path)
+        if m and not _pid_alive(int(m.group(1))) and os.stat(path).st_uid == os.getuid():
+            os.unlink(path)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_segment_left_behind():
+    _sweep_runs_that_died()
     yield
     left = _leftovers()
     for path in left:

@@ -1,4 +1,8 @@
-"""Trainer processes for test_torch_dp.py (module level, so spawn can pickle them)."""
+"""Trainer processes for test_torch_dp.py (module level, so spawn can pickle them).
+
+Every backward pass runs in a child: once a process has made a subinterpreter
+(test_smoke_pyext does), PyGILState_Check is always true there and torch's
+autograd engine refuses to run in it."""
 import pdshm
 
 
@@ -14,10 +18,36 @@ def problem(torch):
     return x, (x.sum(1, keepdim=True) * 0.5).sin()
 
 
+def reference(conn, kind, steps):
+    """One process, full batch, torch.optim: the parameters after `steps`, as lists."""
+    import torch
+    torch.set_num_threads(1)
+    model = linear_model(torch)
+    if kind == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+    elif kind == "plain-sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    elif kind == "nesterov":
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.8, nesterov=True,
+                              weight_decay=0.02)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.01)
+    x, y = problem(torch)
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return [p.detach().numpy().tolist() for p in model.parameters()]
+
+
 def make_optimizer(kind):
     import pdshm.torch as pt
     if kind == "sgd":
         return pt.SGD(lr=0.1, momentum=0.9, weight_decay=0.01)
+    if kind == "plain-sgd":
+        return pt.SGD(lr=0.1)
+    if kind == "nesterov":
+        return pt.SGD(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.02)
     return pt.Adam(lr=0.01, weight_decay=0.01)
 
 
@@ -28,7 +58,7 @@ def dp_trainer(conn, seg_name, scope_path, size, rank, steps, kind):
     import pdshm.torch as pt
     torch.set_num_threads(1)
     with pdshm.attach(seg_name) as seg:
-        with seg.group("dp", size, rank=rank) as group:
+        with pt.join_group(seg, "dp", size, rank) as group:
             model = linear_model(torch)
             dp = pt.DataParallel(model, seg.open(scope_path), group, make_optimizer(kind),
                                  timeout=30.0)
@@ -70,8 +100,8 @@ def dying_trainer(conn, seg_name, scope_path, size, rank, steps, kind, die_step,
 
         def _commit(self, t):
             if phase == "commit" and t == die_step:
-                p, _, _, lo, hi = self._slices[0]
-                p[lo:hi].copy_(self._stage[:hi - lo])  # the first tensor only
+                dst, staged = self._commits[0]
+                dst.copy_(staged)  # the first slice only
                 die()
             super()._commit(t)
             if phase == "barrier" and t == die_step:
@@ -79,7 +109,7 @@ def dying_trainer(conn, seg_name, scope_path, size, rank, steps, kind, die_step,
 
     torch.set_num_threads(1)
     with pdshm.attach(seg_name) as seg:
-        with seg.group("dp", size, rank=rank) as group:
+        with pt.join_group(seg, "dp", size, rank) as group:
             model = linear_model(torch)
             dp = Dying(model, seg.open(scope_path), group, make_optimizer(kind), timeout=30.0)
             x, y = problem(torch)

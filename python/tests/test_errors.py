@@ -160,6 +160,17 @@ def test_file_that_is_not_a_segment_is_bad_segment(seg_name):
     assert "no pdshm magic" in str(e)
 
 
+@pytest.mark.parametrize("call, named", [
+    (lambda s: s.root.erase("nope_var"), "nope_var"),
+    (lambda s: s.open("no_scope/fc"), "no_scope"),
+    (lambda s: s.root.rename("gone_var", "x"), "gone_var"),
+], ids=["erase", "open", "rename"])
+def test_key_error_message_names_what_is_absent(seg, call, named):
+    with pytest.raises(KeyError) as ei:
+        call(seg)
+    assert named in str(ei.value)
+
+
 def test_error_names_its_code_in_the_message(seg):
     with pytest.raises(FileExistsError) as ei:
         seg.root.new_scope("a")

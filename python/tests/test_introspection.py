@@ -117,3 +117,22 @@ def test_read_only_attachment_sees_the_same_tree(busy):
             [(s.id, s.name, s.creator_pid) for s in seg.scopes()]
         assert {p.pid for p in ro.procs()} == {os.getpid(), kid.pid}
         assert [v.name for v in ro.vars_of(0)] == [v.name for v in seg.vars_of(0)]
+
+
+def test_scopes_shows_a_dropped_kid_still_held_as_unlinked(seg, children):
+    held = seg.root.new_scope("a")
+    children("spawn", workers.scope_calls, seg.name, [("", None, "drop_kids", ())]).result()
+    a = scope_named(seg, "a")
+    assert a.named and not a.linked
+    assert os.getpid() in list(a.holders)[:a.nholders]
+    held.release()
+    assert [s.name for s in seg.scopes() if s.name == "a"] == []
+
+
+def test_procs_counts_the_handles_of_each_process(seg):
+    s1, s2 = seg.root.new_scope(), seg.root.new_scope("n")
+    mine = {p.pid: p for p in seg.procs()}[os.getpid()]
+    assert mine.handles >= 2
+    s1.release()
+    s2.release()
+    assert {p.pid: p for p in seg.procs()}[os.getpid()].handles == mine.handles - 2

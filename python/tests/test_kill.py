@@ -22,7 +22,8 @@ def setup_params(seg):
     return p, w, empty
 
 
-def start_and_kill(children, method, seg):
+def start_trainer(children, method, seg):
+    """A trainer holding what workers.trainer_until_killed takes, ready to be killed."""
     kid = children(method, workers.trainer_until_killed, seg.name)
     assert kid.recv() == ("ready", float(sum(range(N))))
     st = seg.stats()
@@ -34,7 +35,7 @@ def start_and_kill(children, method, seg):
 def test_killed_trainer_is_reaped_with_every_byte_back(seg, children, method):
     p, w, _ = setup_params(seg)
     baseline = seg.stats()
-    kid = start_and_kill(children, method, seg)
+    kid = start_trainer(children, method, seg)
     assert seg.stats().used > baseline.used  # its local scope, tensor, handles
     kid.kill()
     assert seg.stats().procs_dead == 1
@@ -47,7 +48,7 @@ def test_killed_trainer_is_reaped_with_every_byte_back(seg, children, method):
 
 def test_killed_trainers_lock_can_be_taken_again(seg, lock_taker, children):
     p, w, _ = setup_params(seg)
-    kid = start_and_kill(children, "spawn", seg)
+    kid = start_trainer(children, "spawn", seg)
     assert not lock_taker(w, timeout=0.2)  # the trainer holds it
     kid.kill()
     seg.reap()
@@ -58,7 +59,7 @@ def test_killed_trainers_lock_can_be_taken_again(seg, lock_taker, children):
 
 def test_killed_trainers_lock_is_recovered_without_an_explicit_reap(seg, lock_taker, children):
     p, w, _ = setup_params(seg)
-    kid = start_and_kill(children, "spawn", seg)
+    kid = start_trainer(children, "spawn", seg)
     kid.kill()
     assert lock_taker(w)
     assert seg.check() == []
@@ -66,7 +67,7 @@ def test_killed_trainers_lock_is_recovered_without_an_explicit_reap(seg, lock_ta
 
 def test_buffer_pinned_by_a_killed_trainer_goes_back_at_reap(seg, children):
     p, w, empty = setup_params(seg)
-    kid = start_and_kill(children, "spawn", seg)
+    kid = start_trainer(children, "spawn", seg)
     p.erase("w")
     gc.collect()
     kid.kill()

@@ -93,3 +93,20 @@ def test_second_lock_by_the_same_thread_is_refused_not_a_hang(w):
     t.start()
     t.join(10)
     assert outcome == [-errno.EDEADLK]
+
+
+def test_lock_held_while_its_variable_is_erased_blocks_no_new_variable(
+        seg, w, lock_taker, children):
+    holder = children("spawn", workers.hold_lock_across_an_erase, seg.name, "p", "w")
+    holder.expect("locked")
+    p = seg.open("p")
+    p.erase("w")
+    holder.send("release")
+    assert holder.recv() in (("released", 0), ("released", -errno.ESTALE))
+    # the holder lives on: a lock it failed to let go of would still be held
+    assert children("spawn", workers.lock_new_variables, seg.name, "p", 20).result() == []
+    for i in range(20):
+        assert lock_taker(p.var(f"mine{i}"), timeout=5), f"mine{i}"
+    holder.send("exit")
+    holder.result()
+    assert seg.check() == []

@@ -186,6 +186,14 @@ def test_local_scope_is_reclaimed_when_the_with_block_ends(seg):
     assert (after.scopes, after.vars, after.used) == (before.scopes, before.vars, before.used)
 
 
+def test_with_block_releases_an_anonymous_scope(seg):
+    before = seg.stats()
+    with seg.root.new_scope() as kid:
+        kid.var("x").resize("int8", (100,))
+    after = seg.stats()
+    assert (after.scopes, after.vars, after.used) == (before.scopes, before.vars, before.used)
+
+
 def test_child_keeps_its_released_parent_alive(seg):
     mid = seg.root.new_scope()
     mid.var("w").label = "mid"

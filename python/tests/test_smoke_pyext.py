@@ -215,3 +215,16 @@ def test_detach_while_another_thread_waits_in_a_barrier(smoke_seg):
     assert g.left
     t.join(30)
     assert answers == [pdshm.TimedOut]
+
+
+def test_assign_of_the_same_layout_writes_in_place_under_live_views(smoke_seg):
+    v = smoke_seg.root.var("w")
+    v.assign(np.zeros(4))
+    view = v.numpy()
+    v.assign(np.arange(4.0))
+    assert view.tolist() == [0.0, 1.0, 2.0, 3.0]
+    v.assign(view[::-1])  # overlapping source and destination
+    assert v.numpy().tolist() == [3.0, 2.0, 1.0, 0.0]
+    v.assign(np.ones(5))  # another shape: a new buffer, the view keeps the old one
+    assert view.tolist() == [3.0, 2.0, 1.0, 0.0]
+    assert v.numpy().tolist() == [1.0] * 5

@@ -111,6 +111,18 @@ def test_float16_through_torch_matches_numpy_float16(seg):
     assert v.numpy().tolist() == [0.5, -1.0, 2048.0]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_assign_of_a_torch_tensor_copies_dtype_shape_and_values(seg, dtype):
+    src = torch.arange(6).reshape(2, 3).to(dtype)
+    v = seg.root.var("w")
+    v.assign(src)
+    assert (v.dtype, tuple(v.shape)) == (str(dtype).replace("torch.", ""), (2, 3))
+    back = torch.from_dlpack(v)
+    assert torch.equal(back, src)
+    src.zero_()
+    assert not torch.equal(back, src)  # a copy, not an alias of src
+
+
 def test_zero_size_tensor_through_torch(seg):
     t = torch.from_dlpack(tensor_var(seg, "float32", (0, 3)))
     assert tuple(t.shape) == (0, 3) and t.numel() == 0

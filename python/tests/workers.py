@@ -1,4 +1,5 @@
 """What child processes run: module-level functions fn(conn, *args), see procutil."""
+import errno
 import gc
 import os
 
@@ -8,11 +9,6 @@ import pdshm
 def unique_names(conn, seg_name, prefix, count):
     with pdshm.attach(seg_name) as seg:
         return [seg.unique_name(prefix) for _ in range(count)]
-
-
-def stats_used(conn, seg_name):
-    with pdshm.attach(seg_name) as seg:
-        return seg.stats().used
 
 
 def view_roundtrip(conn, seg_name, path, name):
@@ -79,7 +75,8 @@ def trainer_until_killed(conn, seg_name):
     lock.__enter__()
     conn.send(("ready", float(view.sum())))
     conn.recv()  # never answered: the test kills us
-    raise AssertionError("still alive", local, view, xview)
+    # (naming them here keeps every hold alive up to the kill)
+    raise AssertionError("still alive", local, view, xview, lock)
 
 
 def erase_in_other_process(conn, seg_name, path, name):
@@ -99,6 +96,7 @@ def use_inherited_segment(conn, seg):
 
 
 def use_inherited_anonymous_scope(conn, scope):
+    """Uses an anonymous scope inherited by fork: what it raised, and the code."""
     try:
         scope.var("from_child")
     except pdshm.Forked as e:
@@ -107,6 +105,7 @@ def use_inherited_anonymous_scope(conn, scope):
 
 
 def read_inherited_view_when_told(conn, view):
+    """Reads a numpy view inherited by fork, once the test has done its part."""
     conn.send("ready")
     assert conn.recv() == "read"
     return view.tolist()
@@ -120,10 +119,12 @@ def write_through_handles(conn, seg, scope, var):
 
 
 def var_via_unpickled_arguments(conn, var):
+    """Reads a Var given as an argument (pickled or inherited)."""
     return (var.name, var.numpy().tolist())
 
 
 def unique_names_from_stack(conn, seg):
+    """50 generated names of new variables made through a ScopeStack of seg."""
     st = pdshm.ScopeStack(seg)
     return [st.new_variable(prefix="t").name for _ in range(50)]
 
@@ -238,3 +239,90 @@ def group_member(conn, seg_name, group, size, rank, steps):
                 out.append(("raised", [c.__name__ for c in type(e).__mro__]))
         g.leave()
         return (g.rank, out)
+
+
+def churn(conn, seg_name, seed, ops=None):
+    """Creates, resizes, views, locks, renames and erases variables v0..v15 of
+    p, and makes and drops anonymous scopes: ops operations, then detaches and
+    returns how many raised an error other than absence or existence, or,
+    with ops None, until killed at some instruction."""
+    import itertools
+    import random
+    rnd = random.Random(seed)
+    seg = pdshm.attach(seg_name)
+    p = seg.open("p")
+    conn.send("started")
+    keep = []
+    other_errors = {}
+    for _ in (itertools.count() if ops is None else range(ops)):
+        name = f"v{rnd.randrange(16)}"
+        action = rnd.randrange(6)
+        try:
+            if action == 0:
+                p.var(name).resize("float32", (rnd.randrange(1, 4096),))
+            elif action == 1:
+                p.erase(name)
+            elif action == 2:
+                keep.append(p.var(name).numpy())
+                if len(keep) > 4:
+                    keep.pop(0)
+            elif action == 3:
+                with p.var(name).lock(exclusive=rnd.randrange(2) == 0):
+                    pass
+            elif action == 4:
+                with p.local() as s:
+                    s.var("x").resize("int8", (rnd.randrange(1, 10000),))
+            else:
+                p.rename(name, f"v{rnd.randrange(16)}")
+        except (KeyError, FileExistsError):
+            pass
+        except pdshm.Error as e:
+            if e.code not in (-errno.ESTALE, -10002):  # stale, PDSHM_ETYPE
+                key = f"{type(e).__name__}: {e}"
+                other_errors[key] = other_errors.get(key, 0) + 1
+    del keep
+    p.release()
+    seg.detach()
+    return other_errors
+
+
+def lock_new_variables(conn, seg_name, path, count):
+    """Makes count new variables in path and takes each one's exclusive lock
+    (in a thread, 5 s at most); returns the names it could not lock."""
+    import threading
+    failed = []
+    with pdshm.attach(seg_name) as seg:
+        p = seg.open(path)
+        for i in range(count):
+            v = p.var(f"new{i}")
+            got = threading.Event()
+
+            def take():
+                with v.lock():
+                    got.set()
+
+            t = threading.Thread(target=take, daemon=True)
+            t.start()
+            t.join(5)
+            if not got.is_set():
+                failed.append(v.name)
+                break  # its thread still waits: stop here
+        p.release()
+        return failed
+
+
+def hold_lock_across_an_erase(conn, seg_name, path, name):
+    """Takes the variable's exclusive lock; when told, lets go of it (the test
+    erased the variable meanwhile) and reports how; stays alive until told to
+    exit, so that a lock it failed to release stays held meanwhile."""
+    with pdshm.attach(seg_name) as seg:
+        lock = seg.open(path)[name].lock()
+        lock.__enter__()
+        conn.send("locked")
+        assert conn.recv() == "release"
+        try:
+            lock.__exit__(None, None, None)
+            conn.send(("released", 0))
+        except pdshm.Error as e:
+            conn.send(("released", e.code))
+        assert conn.recv() == "exit"

@@ -87,8 +87,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n);
 /* Every view of pdshm-attach but --reap, as text and as JSON, into
  * /dev/null (reasons too): the views call every introspection function. */
 static void fuzz_inspect(pdshm_seg *seg, const char *name) {
-  static int (*const views[])(struct ctx *) = {view_summary, view_vars, view_procs,
-                                               view_locks, view_alloc, view_check};
+  static int (*const views[])(struct ctx *) = {view_summary, view_vars,  view_procs,
+                                               view_locks,   view_groups, view_alloc,
+                                               view_check};
   static FILE *sink;
   if (!sink) sink = fopen("/dev/null", "w");
   attach_err = sink;

@@ -7,7 +7,8 @@
  * inspector must read: empty; a named tree of tensors with labels, readers
  * and writers; a process that died holding anonymous scopes; variable locks
  * held; churn that leaves tombstones and free blocks; a grown variable table;
- * pinned buffers, one still hooked and one orphaned by an erase.
+ * pinned buffers, one still hooked and one orphaned by an erase; a trainer
+ * group with a live member, a free rank and a killed one.
  * Each image is written in the fuzz harness's sparse form (fuzz_inspect.c):
  * the file's nonzero runs (gaps of fewer than 32 zeros included), each as a
  * 4-byte offset, a 2-byte length and the bytes.
@@ -157,6 +158,20 @@ static void dump(const char *dir, const char *name) {
   printf("%s\n", path);
 }
 
+/* A member of the group "trainers" (rank 2 of 3) killed after joining. */
+static void dead_member(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    pdshm_seg *seg;
+    pdshm_group *g;
+    if (pdshm_attach(seg_name, NULL, &seg) || pdshm_group_join(seg, "trainers", 3, 2, &g))
+      _exit(1);
+    raise(SIGKILL);
+  }
+  int st;
+  if (waitpid(pid, &st, 0) != pid || !WIFSIGNALED(st)) die_rc("dead member", PDSHM_EIO);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: mkseeds DIR\n");
@@ -189,6 +204,10 @@ int main(int argc, char **argv) {
   TRY(pdshm_tensor_pin(tensor(root, "viewed", PDSHM_U8, 1, (int64_t[]){4000}, NULL), &orphan, NULL));
   TRY(pdshm_var_erase(root, "viewed"));
   dump(argv[1], "pins");
+  pdshm_group *g;
+  TRY(pdshm_group_join(seg, "trainers", 3, 0, &g));
+  dead_member();
+  dump(argv[1], "groups");
   pdshm_unlink(seg_name);
   return 0;
 }
