@@ -172,7 +172,9 @@ def test_train_digits_with_a_kill_ends_as_without(tmp_path):
     calm = run_example("train_digits.py", *common)
     killed = run_example("train_digits.py", *common, "--kill-one", "--plot",
                          str(tmp_path / "loss.png"))
-    assert "killed trainer 1" in killed and "redoing it" in killed, killed
+    # Whether a survivor redoes a step depends on where the kill lands: a
+    # replacement may finish the dead rank's share of the step itself.
+    assert "killed trainer 1" in killed, killed
     assert final_accuracy(calm) > 0.8, calm
     assert abs(final_accuracy(killed) - final_accuracy(calm)) <= 0.01, (calm, killed)
     assert sum(ln.startswith("epoch") for ln in killed.splitlines()) == 2
