@@ -95,6 +95,17 @@ static bool vl_bound(pdshm_seg *seg, const struct pdshm_var_rec *r, uint32_t lk)
              PDSHM_LOCK_PUBLISHED;
 }
 
+/* r is still the USED variable record our HOLD names (its generation is
+ * compared by the caller), also while an erase of it is under way: its block
+ * then carries the eraser's tag until the commit frees it, and a share
+ * counted on it must be given back even if that erase is rolled back. */
+static bool vl_same_record(const pdshm_seg *seg, const struct pdshm_var_rec *r) {
+  const struct pdshm_blk *b = pdshm__blk(seg, r->self);
+  uint64_t w = atomic_load_explicit(&((struct pdshm_blk *)b)->word, memory_order_acquire);
+  return r->self == pdshm__off(seg, r) && pdshm__blk_state(w) == PDSHM_BLK_USED &&
+         b->type == PDSHM_T_VAR && r->magic == PDSHM_VAR_MAGIC;
+}
+
 /* This thread's hold on entry lk, through whatever variable. */
 static bool vl_holds_entry(uint32_t lk) {
   uint64_t gen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
@@ -202,7 +213,7 @@ static int vl_unshare(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_va
   int rc = pdshm__j_begin(seg, ln, lk, PDSHM_OP_VARLOCK);
   if (rc) return rc;
   const struct pdshm_handle_rec *hr = PDSHM_AT(seg->base, h, struct pdshm_handle_rec);
-  bool ours = vl_bound(seg, r, lk) && hr->scope == r->self && hr->epoch == r->gen;
+  bool ours = hr->scope == r->self && hr->gen == r->gen && vl_same_record(seg, r);
   pdshm__j_retire_kept(seg, ln, h);
   if (ours && r->lk_readers) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lk_readers), r->lk_readers - 1);
   pdshm__j_commit(seg, ln);
