@@ -115,6 +115,16 @@ def trainer(seg_name, rank, args):
                 started = now
 
 
+def segment_bytes(args):
+    """Room for the model's parameters and their per-rank gradients and
+    staging, the optimizer's state and the loss record, with 8 MiB to spare:
+    /dev/shm in a container is often 64 MiB, so ask for what is needed."""
+    h = args.hidden
+    params = 64 * h + h + h * h + h + 10 * h + 10
+    per_param = 4 * (4 + 2 * args.trainers)  # value, two moments, a spare; gradient and staging per rank
+    return params * per_param + (8 << 20)
+
+
 def start_trainer(ctx, seg_name, rank, args):
     p = ctx.Process(target=trainer, args=(seg_name, rank, args), name=f"trainer{rank}")
     p.start()
@@ -187,7 +197,7 @@ def main(argv=None):
           f"trainers, global batch {args.batch}, {per} steps per epoch, {args.optimizer}")
     seg_name = f"digits-{os.getpid()}"
     ctx = multiprocessing.get_context("spawn")
-    with pdshm.create(seg_name, size=64 << 20) as seg:
+    with pdshm.create(seg_name, size=segment_bytes(args)) as seg:
         try:
             scope = seg.root.new_scope(SCOPE)
             scope.var("loss").assign(np.full((per * args.epochs, args.trainers), np.nan,
