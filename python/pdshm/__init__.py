@@ -16,7 +16,7 @@ Segments: create(), attach(), unlink(); Segment (.root .open .stats .check
 .reap .unique_name .detach, introspection: .info .scopes .vars_of .procs
 .locks .alloc).  Scopes: Scope (a handle).  Variables: Var (a weak handle:
 pdshm.Stale once erased), Var.lock() -> VarLock, Var.ref() -> VarRef.
-Seed 003: ScopeStack.  Trainer groups (when libpdshm has them):
+Seed 003: ScopeStack.  Trainer groups:
 Segment.group() -> Group (.barrier .allreduce .leave), Var.wait();
 pdshm.torch (imports torch): DataParallel, SGD, Adam, share_parameters.
 Errors: Error (an OSError) and its subclasses that are also builtins
@@ -35,7 +35,7 @@ import atexit as _atexit
 import os as _os
 
 from . import _pdshm
-from ._pdshm import (AllocClass, AllocInfo, BadSegment, Error, Exists, Forked,
+from ._pdshm import (AllocClass, AllocInfo, BadSegment, Error, Exists, Forked, Group,
                      InvalidArgument, LockInfo, NoMemory, NotFound, PeerDied,
                      PermissionDenied, Pin, ProcInfo, Scope, ScopeInfo, Segment,
                      SegInfo, Stale, Stats, TimedOut, Var, VarInfo, VarLock, VarRef,
@@ -44,16 +44,12 @@ from ._stack import ScopeStack
 
 __all__ = [
     "create", "attach", "unlink", "strerror",
-    "Segment", "Scope", "Var", "VarLock", "VarRef", "Pin", "ScopeStack",
+    "Segment", "Scope", "Var", "VarLock", "VarRef", "Pin", "Group", "ScopeStack",
     "Error", "NotFound", "Exists", "NoMemory", "InvalidArgument", "PermissionDenied",
     "TimedOut", "WrongType", "Stale", "BadSegment", "Forked", "PeerDied",
     "Stats", "SegInfo", "ScopeInfo", "VarInfo", "ProcInfo", "LockInfo", "AllocInfo",
     "AllocClass",
 ]
-
-if hasattr(_pdshm, "Group"):  # libpdshm with the trainer-groups API (Segment.group, Var.wait)
-    Group = _pdshm.Group
-    __all__.append("Group")
 
 # Views that exist at fork() stay backed in the child: the hook attaches the
 # segment again there and takes over each pin (pdshm_pin_inherit).

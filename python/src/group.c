@@ -2,10 +2,6 @@
  * group.c - trainer groups and waiting (DESIGN section 4): Segment.group(),
  * the Group type (rank, size, barrier, allreduce, leave) and Var.wait().
  *
- * Compiled in when pdshm.h declares the trainer-groups API (it defines
- * PDSHM_GROUP_MAX with it); against an older header the module simply has
- * no Segment.group, Group or Var.wait.
- *
  * Invariants:
  *  1. A Group holds its Segment; Segment.detach() (and a fork child's
  *     re-attach) leaves every Group of it first (pdshmpy_groups_drop), as
@@ -24,8 +20,6 @@
 #include <math.h>
 
 #include "pdshmpy.h"
-
-#ifdef PDSHM_GROUP_MAX
 
 #define WAIT_SLICE_NS 200000000LL /* 200 ms */
 
@@ -455,14 +449,3 @@ int pdshmpy_group_init(PyObject *module, pdshmpy_state *st) {
   return PyModule_AddType(module, st->group_type);
 }
 
-#else /* pdshm.h without the trainer-groups API */
-
-void pdshmpy_groups_drop(pdshmpy_seg *s) { (void)s; /* no Group can exist */ }
-
-int pdshmpy_group_init(PyObject *module, pdshmpy_state *st) {
-  (void)module;
-  st->group_type = NULL;
-  return 0;
-}
-
-#endif

@@ -225,10 +225,8 @@ PyObject *pdshmpy_var_assign(PyObject *self, PyObject *src);
 int pdshmpy_group_init(PyObject *module, pdshmpy_state *st);
 /* Leaves every group membership of s (before its handle is detached). */
 void pdshmpy_groups_drop(pdshmpy_seg *s);
-#ifdef PDSHM_GROUP_MAX /* pdshm.h has the trainer-groups API */
 PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *pdshmpy_var_wait(PyObject *self, PyObject *args, PyObject *kw);
-#endif
 
 /* ---- introspect.c ------------------------------------------------------------------------ */
 int pdshmpy_introspect_init(PyObject *module, pdshmpy_state *st);

@@ -310,13 +310,11 @@ static PyMethodDef seg_methods[] = {
     {"detach", seg_detach, METH_NOARGS,
      "detach()\n\nReleases every scope handle (and group membership) this Segment holds "
      "and\ncloses it (later calls raise pdshm.Error).  The mapping goes when the last view of it is gone."},
-#ifdef PDSHM_GROUP_MAX
     {"group", (PyCFunction)(void (*)(void))pdshmpy_seg_group, METH_VARARGS | METH_KEYWORDS,
      "group(name, size, rank=None) -> Group\n\nJoins the trainer group NAME of `size` "
      "members (made by its first joiner),\nas the lowest free rank or as `rank` (a live "
      "holder: pdshm.Error EBUSY; a\ndead one's rank is taken over).  Waits with the GIL "
      "released."},
-#endif
     {"info", pdshmpy_seg_info, METH_NOARGS,
      "info() -> SegInfo\n\nThe segment as its header describes it (as pdshm-attach shows)."},
     {"scopes", pdshmpy_seg_scopes, METH_NOARGS,

@@ -349,13 +349,11 @@ static PyMethodDef var_methods[] = {
      "shared; a holder's death\nreleases it) and returns it held: `with v.lock():`, or "
      "`lk = v.lock(); ...;\nlk.release()`.  Waits with the GIL released.  An exclusive "
      "unlock bumps\n.version."},
-#ifdef PDSHM_GROUP_MAX
     {"wait", (PyCFunction)(void (*)(void))pdshmpy_var_wait, METH_VARARGS | METH_KEYWORDS,
      "wait(seen, timeout=None) -> int\n\nBlocks until the variable's version differs from "
      "`seen` and returns the new\nversion; TimeoutError after timeout seconds.  No lock, no "
      "spinning (a futex,\nwoken by every exclusive unlock and resize, in any process); the "
      "GIL is\nreleased and Ctrl-C interrupts it."},
-#endif
     {"ref", var_ref, METH_NOARGS,
      "ref() -> VarRef\n\nA callable weak reference: r() is the Var, or None once stale."},
     {"resize", (PyCFunction)(void (*)(void))var_resize, METH_VARARGS | METH_KEYWORDS,

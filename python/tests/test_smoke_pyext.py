@@ -150,11 +150,6 @@ def test_dlpack_takes_newer_consumers_keywords(smoke_seg):
         v.__dlpack__(dl_device=(2, 0))
 
 
-needs_groups = pytest.mark.skipif(not hasattr(pdshm, "Group"),
-                                  reason="libpdshm without the trainer-groups API")
-
-
-@needs_groups
 def test_wait_is_woken_by_another_process_unlocking(smoke_seg):
     v = smoke_seg.root.var("w")
     seen = v.version
@@ -175,7 +170,6 @@ def test_wait_is_woken_by_another_process_unlocking(smoke_seg):
         v.wait(v.version, timeout=0.05)
 
 
-@needs_groups
 def test_barrier_survivor_gets_peer_died_when_a_member_is_killed(smoke_seg):
     g = smoke_seg.group("pair", 2, rank=0)
     pid = os.fork()
@@ -194,7 +188,6 @@ def test_barrier_survivor_gets_peer_died_when_a_member_is_killed(smoke_seg):
     assert g.left
 
 
-@needs_groups
 def test_detach_while_another_thread_waits_in_a_barrier(smoke_seg):
     g = smoke_seg.group("two", 2)
     answers = []
