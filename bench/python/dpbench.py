@@ -3,7 +3,9 @@
 
   allreduce  float32 sum of 4 KiB .. 100 MiB among 2 and 4 processes (8 with
              --full): pdshm Group.allreduce vs torch.distributed gloo vs a
-             naive numpy reduce over multiprocessing.shared_memory
+             naive numpy reduce over multiprocessing.shared_memory vs
+             MPI_Allreduce (OpenMPI through mpi4py, under mpirun; optional:
+             n/a, with the reason printed, when mpi4py or mpirun is missing)
   barrier    a pdshm barrier round among 2 processes from Python (and the C
              figure of bench/bench_group with --bench-group PATH)
   trainer    the digits MLP trained by 2 and 4 processes: pdshm.torch vs DDP
