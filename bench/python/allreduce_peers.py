@@ -1,8 +1,9 @@
 """Allreduce (float32 sum, every process its own tensor) among N processes:
 pdshm's Group.allreduce against torch.distributed with gloo (init over a
-file://, world of N) and a naive numpy reduce over multiprocessing
+file://, world of N), a naive numpy reduce over multiprocessing
 .shared_memory (N input slots and one output: rank 0 sums, everyone copies
-the sum back, two multiprocessing.Barrier waits a round).  Also the round
+the sum back, two multiprocessing.Barrier waits a round) and MPI_Allreduce
+(OpenMPI through mpi4py, under mpirun: mpi_peer.py; n/a when it cannot run).  Also the round
 trip of a pdshm barrier among 2 processes from Python.
 
 Every process does the same number of rounds after a warm-up and a barrier;
@@ -16,6 +17,8 @@ import tempfile
 import time
 
 import numpy as np
+
+import mpi_peer
 
 KIB, MIB = 1 << 10, 1 << 20
 SIZES = (4 * KIB, 64 * KIB, MIB, 16 * MIB, 100 * MIB)
@@ -107,7 +110,8 @@ def _run(ctx, target, args_of, size):
 
 
 def allreduce(table, quick, prefix, sizes_procs):
-    """{(procs, nbytes): {"pdshm": s, "gloo": s, "numpy-shm": s}} and table rows."""
+    """{(procs, nbytes): {"pdshm": s, "gloo": s, "numpy-shm": s, "mpi": s}} and table
+    rows (a figure is None where its peer could not run)."""
     import pdshm
     ctx = multiprocessing.get_context("spawn")
     results = {}
@@ -115,6 +119,9 @@ def allreduce(table, quick, prefix, sizes_procs):
     for size, sizes in sizes_procs:
         seg_name = f"{prefix}-ar{size}"
         need = sum(sizes) * size + (64 << 20)
+        mpi, mpi_why = mpi_peer.allreduce_times(size, sizes, quick, repeat)
+        if mpi_why:
+            print(f"allreduce: MPI_Allreduce among {size}: n/a: {mpi_why}")
         with pdshm.create(seg_name, size=need):
             try:
                 for nbytes in sizes:
@@ -139,13 +146,16 @@ def allreduce(table, quick, prefix, sizes_procs):
                     finally:
                         shm.close()
                         shm.unlink()
+                    r["mpi"] = mpi[nbytes] if mpi else None
                     results[(size, nbytes)] = r
                     label = f"{size} procs {_human(nbytes)}"
-                    for who in ("pdshm", "gloo", "numpy-shm"):
+                    for who in ("pdshm", "gloo", "numpy-shm", "mpi"):
                         if r[who] is not None:
                             note = (f"{nbytes / r[who] / 1e9:.2f} GB/s" if who == "pdshm" else
-                                    f"pdshm {r[who] / r['pdshm']:.1f}x faster")
+                                    _compared(r["pdshm"], r[who]))
                             table.add("allreduce", f"{label} {who}", r[who] * 1e6, "us", note)
+                        elif who == "mpi":
+                            table.add("allreduce", f"{label} {who}", None, "", "n/a")
             finally:
                 pdshm.unlink(seg_name)
     return results
@@ -173,6 +183,13 @@ def barrier_rtt(table, quick, prefix):
             pdshm.unlink(seg_name)
     table.add("barrier", "2 procs, Python Group.barrier", t * 1e6, "us", "a round")
     return t
+
+
+def _compared(ours, theirs):
+    """pdshm's time against a peer's, as the note of the peer's row."""
+    if theirs >= ours:
+        return f"pdshm {theirs / ours:.1f}x faster"
+    return f"pdshm {ours / theirs:.1f}x slower"
 
 
 def _human(n):

@@ -3,7 +3,9 @@
 
   allreduce  float32 sum of 4 KiB .. 100 MiB among 2 and 4 processes (8 with
              --full): pdshm Group.allreduce vs torch.distributed gloo vs a
-             naive numpy reduce over multiprocessing.shared_memory
+             naive numpy reduce over multiprocessing.shared_memory vs
+             MPI_Allreduce (OpenMPI through mpi4py, under mpirun; optional:
+             n/a, with the reason printed, when mpi4py or mpirun is missing)
   barrier    a pdshm barrier round among 2 processes from Python (and the C
              figure of bench/bench_group with --bench-group PATH)
   trainer    the digits MLP trained by 2 and 4 processes: pdshm.torch vs DDP
@@ -16,7 +18,7 @@ does not fail the run.  More processes than cores are oversubscribed: the
 table says how many cores there are.
 
 usage: bench/python/dpbench.py [--quick | --full] [--only allreduce,barrier,trainer]
-                               [--bench-group PATH]
+                               [--procs 2,4,8] [--bench-group PATH]
 """
 import argparse
 import os
@@ -49,12 +51,22 @@ def main():
     mode.add_argument("--quick", action="store_true", help="fewer rounds (make bench)")
     mode.add_argument("--full", action="store_true", help="more rounds, and 8 processes")
     ap.add_argument("--only", default="allreduce,barrier,trainer")
+    ap.add_argument("--procs", help="the allreduce's process counts, each with every size "
+                    "(default: 2,4, and 8 up to 1 MiB with --full)")
     ap.add_argument("--bench-group", help="bench/bench_group, for the C barrier figure")
     opt = ap.parse_args()
     only = set(opt.only.split(","))
     unknown = only - {"allreduce", "barrier", "trainer"}
     if unknown:
         ap.error(f"--only: unknown {', '.join(sorted(unknown))}")
+    procs = None
+    if opt.procs:
+        try:
+            procs = [int(n) for n in opt.procs.split(",")]
+        except ValueError:
+            procs = []
+        if not procs or min(procs) < 2:
+            ap.error(f"--procs: want process counts of 2 or more, like 2,4,8, not {opt.procs!r}")
     try:
         import torch
     except ImportError:
@@ -71,7 +83,10 @@ def main():
 
     if "allreduce" in only:
         sizes = allreduce_peers.SIZES
-        plan = [(2, sizes), (4, sizes)] + ([(8, sizes[:3])] if opt.full else [])
+        if procs:
+            plan = [(n, sizes) for n in procs]
+        else:
+            plan = [(2, sizes), (4, sizes)] + ([(8, sizes[:3])] if opt.full else [])
         if torch is None:
             print("allreduce: no torch, no gloo figures")
         ar = allreduce_peers.allreduce(table, opt.quick, prefix, plan)
