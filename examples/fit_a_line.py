@@ -30,14 +30,10 @@ usage: examples/fit_a_line.py [--trainers N] [--passes N] [--batch N]
 import argparse
 import multiprocessing
 import os
-import sys
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))  # the build tree's pdshm
-
-import pdshm  # noqa: E402
+import pdshm
 
 NET = "fit_a_line"  # the network's named scope
 GROUP = "fit_a_line.trainers"

@@ -24,10 +24,7 @@ import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))  # the build tree's pdshm
-
-import pdshm  # noqa: E402
+import pdshm
 
 GROUP = "trainers"
 SCOPE = "digits"
