@@ -6,12 +6,21 @@
  * RELEASED.  The library's lock belongs to the thread that took it, so
  * release from another thread answers EPERM.  A VarLock collected while held
  * (in the process that took it) releases its lock, errors ignored.
+ *
+ * The release works from what the lock kept when it was taken (the
+ * pdshm_var * and the attachment), not from the Var: a variable erased
+ * meanwhile (by any process) makes its Var stale, but its lock must still be
+ * let go, and pdshm_var_unlock does that for an erased variable too.  Once
+ * the Segment was detached or re-attached after fork(), the attachment the
+ * lock was taken in is gone and release() only says so.
  */
 #include "pdshmpy.h"
 
 typedef struct {
   PyObject_HEAD
-  pdshmpy_var *var; /* strong */
+  pdshmpy_var *var; /* strong: keeps the Segment */
+  pdshm_var *v;      /* the variable when taken (unlock needs no live Var) */
+  pdshm_seg *seg;    /* the attachment it was taken in                    */
   int exclusive;
   int held;
   unsigned long forkgen; /* pdshmpy_forkgen() when taken */
@@ -36,10 +45,17 @@ PyObject *pdshmpy_varlock_new(pdshmpy_var *var, int exclusive) {
     return NULL;
   }
   lk->var = (pdshmpy_var *)Py_NewRef(var);
+  lk->v = v;
+  lk->seg = var->seg->seg;
   lk->exclusive = exclusive;
   lk->held = 1;
   lk->forkgen = pdshmpy_forkgen();
   return (PyObject *)lk;
+}
+
+/* Is the attachment the lock was taken in still the Segment's? */
+static int varlock_attached(const varlock *lk) {
+  return lk->forkgen == pdshmpy_forkgen() && lk->seg && lk->var->seg->seg == lk->seg;
 }
 
 static PyObject *varlock_release(PyObject *self, PyObject *unused) {
@@ -48,12 +64,13 @@ static PyObject *varlock_release(PyObject *self, PyObject *unused) {
     pdshmpy_raise_msg(PDSHMPY_STATE(self), PDSHM_EPERM, "the lock was already released");
     return NULL;
   }
-  pdshm_var *v = pdshmpy_var_get(lk->var);
-  if (!v) {
+  if (!varlock_attached(lk)) {
     lk->held = 0;
+    pdshmpy_raise_msg(PDSHMPY_STATE(self), PDSHM_EINVAL,
+                      "the segment was detached or re-attached since the lock was taken");
     return NULL;
   }
-  int rc = pdshm_var_unlock(v);
+  int rc = pdshm_var_unlock(lk->v);
   if (rc) return pdshmpy_raise(PDSHMPY_STATE(self), rc, "unlock");
   lk->held = 0;
   Py_RETURN_NONE;
@@ -79,10 +96,7 @@ static PyObject *varlock_get_exclusive(PyObject *self, void *closure) {
 static void varlock_dealloc(PyObject *self) {
   varlock *lk = VL(self);
   PyTypeObject *tp = Py_TYPE(self);
-  if (lk->held && lk->forkgen == pdshmpy_forkgen() && lk->var->seg->seg) {
-    pdshm_var *v = pdshm_varref_get(lk->var->seg->seg, lk->var->ref);
-    if (v) pdshm_var_unlock(v);
-  }
+  if (lk->held && varlock_attached(lk)) pdshm_var_unlock(lk->v);
   Py_CLEAR(lk->var);
   tp->tp_free(self);
   Py_DECREF(tp);
@@ -95,7 +109,8 @@ static PyObject *varlock_repr(PyObject *self) {
 
 static PyMethodDef varlock_methods[] = {
     {"release", varlock_release, METH_NOARGS,
-     "release()\n\nReleases the lock (an exclusive release bumps the variable's version)."},
+     "release()\n\nReleases the lock (an exclusive release bumps the variable's version).\n"
+     "A variable erased meanwhile, by any process, is no error: the lock is let go."},
     {"__enter__", varlock_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))varlock_exit, METH_FASTCALL, NULL},
     {NULL}};
