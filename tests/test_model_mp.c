@@ -23,7 +23,7 @@ static pdshm_scope *root;
 
 static void setup(void) {
   snprintf(seg_name, sizeof seg_name, "%s", tu_name("mp"));
-  seg = tu_create_as(seg_name, 32u << 20, 0);
+  seg = tu_create_as(seg_name, 16u << 20, 0);
   ck_assert_int_eq(pdshm_root(seg, &root), 0);
 }
 

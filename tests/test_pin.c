@@ -24,7 +24,7 @@ static uint64_t base_used; /* with the root's table made, before any test var */
 
 static void setup(void) {
   snprintf(seg_name, sizeof seg_name, "%s", tu_name("pin"));
-  seg = tu_create_as(seg_name, 32u << 20, 8);
+  seg = tu_create_as(seg_name, 16u << 20, 8);
   ck_assert_int_eq(pdshm_root(seg, &root), 0);
   pdshm_var *keep;
   ck_assert_int_eq(pdshm_var_create(root, "keep", &keep), 0);
