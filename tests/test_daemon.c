@@ -174,7 +174,14 @@ START_TEST(group_survivor_told_at_once) {
   tu_wait(k.pid);
   fprintf(stderr, "test_daemon: a barrier told of a death %.2f ms after SIGKILL\n", lag / 1e6);
   ck_assert_msg(lag < 100000000u, "told after %llu ms", (unsigned long long)(lag / 1000000));
-  ck_assert_msg(reaped_logged(log, k.pid, NULL), "the daemon did not reap pid %d", (int)k.pid);
+  /* The daemon reaps it, unless the survivor's own look at its members'
+   * liveness got there first (a loaded machine): either way, soon. */
+  bool reaped = false;
+  for (int ms = 0; ms < 2000 && !reaped; ms += 10) {
+    reaped = reaped_logged(log, k.pid, NULL) || stats_now().procs_dead == 0;
+    if (!reaped) usleep(10000);
+  }
+  ck_assert_msg(reaped, "pid %d was not reaped", (int)k.pid);
   ck_assert_int_eq(pdshm_group_leave(g), 0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
   ck_assert_int_eq(kill(d, SIGTERM), 0);
