@@ -66,7 +66,8 @@ struct pdshm_group_rank {
                                 member is writing, 0 when none; its member    */
   struct pdshm_group_desc ar[2]; /* the allreduce published at round R uses
                                 ar[R & 1]; its member, before it arrives      */
-} __attribute__((aligned(PDSHM_CACHELINE)));
+  uint64_t pad[7];           /* to two cache lines: ranks do not share one    */
+};
 
 struct pdshm_group_rec {
   uint32_t magic;          /* PDSHM_GROUP_MAGIC; immutable                     */
@@ -75,11 +76,19 @@ struct pdshm_group_rec {
   pdshm_off_t name;        /* NAME block; immutable                            */
   uint64_t id;             /* from hdr->id_counter; immutable                  */
   uint64_t created_ns;     /* CLOCK_REALTIME; immutable                        */
-  alignas(PDSHM_CACHELINE) _Atomic uint64_t state; /* rounds, see above; CAS   */
+  uint64_t pad0[3];        /* state on a line of its own                      */
+  _Atomic uint64_t state;  /* rounds, see above; CAS                          */
   _Atomic uint32_t waiters;/* sleepers on state's futex (futex.c)              */
   uint32_t pad;
+  uint64_t pad1[6];        /* the ranks start on a line of their own          */
   struct pdshm_group_rank rank[];
 };
+/* Padded, not aligned: a block's payload is only PDSHM_ALIGN-aligned, so the
+ * record keeps its words apart by offsets from its start (an alignas here
+ * would promise the compiler an alignment the allocator does not give). */
+_Static_assert(offsetof(struct pdshm_group_rec, state) == PDSHM_CACHELINE, "state's line");
+_Static_assert(offsetof(struct pdshm_group_rec, rank) == 2 * PDSHM_CACHELINE, "ranks' lines");
+_Static_assert(sizeof(struct pdshm_group_rank) == 2 * PDSHM_CACHELINE, "a rank's lines");
 
 /* This process's membership. */
 struct pdshm_group {
