@@ -160,10 +160,33 @@ static int vl_entry(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t *out) {
 /* ---- shared ----------------------------------------------------------------------- */
 
 /* With the mutex held: one more share, recorded in a HOLD block; unlocks. */
+/* Takes r's scope lock (a variable's lock comes first in the lock order)
+ * so that no erase can free r while a share is counted on it or given back:
+ * 0 with *sl held while r is a live variable, else ESTALE or a lock error. */
+static int vl_hold_scope(pdshm_seg *seg, const struct pdshm_var_rec *r, uint32_t *sl) {
+  *sl = pdshm__var_scope_lock(seg, r);
+  if (!*sl) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  int rc = pdshm__lock(seg, *sl);
+  if (rc) return rc;
+  if (pdshm__var_live_locked(seg, r, *sl)) return 0;
+  pdshm__unlock(seg, *sl);
+  return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+}
+
+/* With the mutex held: one more share, recorded in a HOLD block; unlocks.
+ * The count is written under the scope lock too: an erase running beside
+ * it could otherwise free r and let the journal's store land in the next
+ * variable made there, a count no holder would ever give back. */
 static int vl_share(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk, pdshm_off_t *hold) {
+  uint32_t sl;
+  int rc = vl_hold_scope(seg, r, &sl);
+  if (rc) {
+    pdshm__unlock(seg, lk);
+    return rc;
+  }
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
   pdshm__j_begin_locked(seg, ln, lk, PDSHM_OP_VARLOCK);
-  int rc = pdshm__j_alloc_keep(seg, ln, sizeof(struct pdshm_handle_rec), PDSHM_T_HOLD, hold);
+  rc = pdshm__j_alloc_keep(seg, ln, sizeof(struct pdshm_handle_rec), PDSHM_T_HOLD, hold);
   if (rc) {
     pdshm__j_abort(seg, ln);
   } else {
@@ -174,6 +197,7 @@ static int vl_share(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk, pdshm_
     pdshm__j_commit(seg, ln);
   }
   pdshm__lane_put(ln);
+  pdshm__unlock(seg, sl);
   return rc;
 }
 
@@ -213,10 +237,13 @@ static int vl_unshare(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_va
   int rc = pdshm__j_begin(seg, ln, lk, PDSHM_OP_VARLOCK);
   if (rc) return rc;
   const struct pdshm_handle_rec *hr = PDSHM_AT(seg->base, h, struct pdshm_handle_rec);
-  bool ours = hr->scope == r->self && hr->gen == r->gen && vl_same_record(seg, r);
+  uint32_t sl = 0; /* held while r is the variable our share is counted on */
+  bool ours = hr->scope == r->self && hr->gen == r->gen && vl_same_record(seg, r) &&
+              vl_hold_scope(seg, r, &sl) == 0 && hr->gen == r->gen;
   pdshm__j_retire_kept(seg, ln, h);
   if (ours && r->lk_readers) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lk_readers), r->lk_readers - 1);
   pdshm__j_commit(seg, ln);
+  if (sl) pdshm__unlock(seg, sl);
   return 0;
 }
 
