@@ -162,15 +162,20 @@ static int vl_entry(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t *out) {
 /* With the mutex held: one more share, recorded in a HOLD block; unlocks. */
 /* Takes r's scope lock (a variable's lock comes first in the lock order)
  * so that no erase can free r while a share is counted on it or given back:
- * 0 with *sl held while r is a live variable, else ESTALE or a lock error. */
+ * 0 with *sl held while r is a live variable, else ESTALE or a lock error
+ * with *sl 0 (nothing held). */
 static int vl_hold_scope(pdshm_seg *seg, const struct pdshm_var_rec *r, uint32_t *sl) {
-  *sl = pdshm__var_scope_lock(seg, r);
-  if (!*sl) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
-  int rc = pdshm__lock(seg, *sl);
+  uint32_t lk = pdshm__var_scope_lock(seg, r);
+  *sl = 0;
+  if (!lk) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  int rc = pdshm__lock(seg, lk);
   if (rc) return rc;
-  if (pdshm__var_live_locked(seg, r, *sl)) return 0;
-  pdshm__unlock(seg, *sl);
-  return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  if (!pdshm__var_live_locked(seg, r, lk)) {
+    pdshm__unlock(seg, lk);
+    return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  }
+  *sl = lk;
+  return 0;
 }
 
 /* With the mutex held: one more share, recorded in a HOLD block; unlocks.
