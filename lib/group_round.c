@@ -24,6 +24,7 @@
 
 #include <time.h>
 
+#include "cpu.h"
 #include "group.h"
 
 #define SLICE_NS 5000000 /* 5 ms: a death is noticed well within 100 ms */
@@ -104,7 +105,7 @@ static uint64_t gs_wait_ended(struct pdshm_group *gr, struct pdshm_group_rec *g,
   for (int i = 0; i < SPIN; i++) {
     s = atomic_load_explicit(&g->state, memory_order_acquire);
     if (PDSHM_GS_ROUND(s) != round) return s;
-    __builtin_ia32_pause();
+    pdshm__cpu_relax();
   }
   for (bool first = true;; first = false) {
     s = atomic_load(&g->state);
