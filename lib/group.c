@@ -1,8 +1,9 @@
 /*
- * group.c - the group registry: join, leave, the reaper's part, liveness.
+ * group.c - the group registry: join, leave, the reaper's part.
  *
  * Owns: the list of GROUP records from hdr->groups and every rank's member
- * and reported words (group.h says what they mean).
+ * word (group.h says what it means; the `reported` words are
+ * group_break.c's).
  *
  * Invariants:
  *  1. The list, a record's next, and the member words change only under lock
@@ -11,12 +12,8 @@
  *  2. A record is on the list iff some rank is live or dead-unreaped; the
  *     journal that leaves none so (the last leave, the reap of the last
  *     member) unlinks and retires it, with its name.
- *  3. A death is announced under the lock by whoever notices it first (a
- *     survivor, the joiner that takes the rank over, or the reaper): it
- *     breaks the current round, then sets reported[r] (a plain store).
- *     Dying between the two leaves a broken round whose death is not marked
- *     reported, so the next to notice breaks another round for it: a death
- *     told twice, never one not told.
+ *  3. A death is announced once, under the lock, by whoever notices it
+ *     first (group_break.c, invariant 1).
  *  4. A reaper marks a dead member (PDSHM_GM_DEAD), breaks its round, and
  *     waits until live members stop writing (any round) before the member's
  *     pins go (so nobody writes a buffer the heap handed out again); a join
@@ -33,17 +30,6 @@
 #include "group.h"
 
 enum { GROUP_OP_JOIN = 0x4a47, GROUP_OP_LEAVE = 0x4c47, GROUP_OP_REAP = 0x5247 };
-
-bool pdshm__group_member_live(pdshm_seg *seg, uint64_t m) {
-  if (!m || (m & PDSHM_GM_DEAD)) return false;
-  uint32_t slot = (uint32_t)(m & 0xffff) - 1;
-  if (slot >= seg->hdr->max_procs) return false;
-  struct pdshm_slot *sl = pdshm__slot(seg, slot);
-  if ((atomic_load_explicit(&sl->epoch, memory_order_acquire) & PDSHM_GM_EPOCH_MASK) != m >> 16)
-    return false;
-  if (atomic_load_explicit(&sl->state, memory_order_acquire) != PDSHM_SLOT_LIVE) return false;
-  return pdshm__slot_alive(seg, slot) != 0; /* -1, cannot tell: not dead */
-}
 
 static uint64_t group_my_member(pdshm_seg *seg) {
   uint64_t epoch = atomic_load(&pdshm__slot(seg, seg->slot)->epoch) & PDSHM_GM_EPOCH_MASK;
@@ -123,25 +109,6 @@ static int group_pick(pdshm_seg *seg, struct pdshm_group_rec *g, int rank) {
   return pdshm__fail(PDSHM_EUSERS, "every rank of the group is held by a live member");
 }
 
-/* Lock held: reported and the round broken for a dead member (invariant 3). */
-static void group_announce(struct pdshm_group_rec *g, uint32_t r, uint64_t m) {
-  uint64_t base = m & ~PDSHM_GM_DEAD;
-  if (!base || atomic_load(&g->rank[r].reported) == base) return;
-  pdshm__round_break(g, PDSHM_GS_ROUND(atomic_load(&g->state)), false);
-  PDSHM_CRASHPOINT("group.death.broken");
-  atomic_store(&g->rank[r].reported, base);
-}
-
-int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t r, uint64_t m) {
-  int rc = pdshm__lock(seg, PDSHM_LOCK_GROUPS);
-  if (rc) return rc;
-  if (atomic_load(&g->rank[r].member) == m && !pdshm__group_member_live(seg, m))
-    group_announce(g, r, m);
-  pdshm__unlock(seg, PDSHM_LOCK_GROUPS);
-  pdshm__futex_wake(pdshm__futex_low(&g->state), &g->waiters);
-  return 0;
-}
-
 static int group_join_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const char *name,
                              size_t len, unsigned size, int rank, struct pdshm_group *gr) {
   pdshm_off_t off, link;
@@ -155,7 +122,7 @@ static int group_join_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const ch
   if (r < 0) return r;
   uint64_t old = atomic_load(&g->rank[r].member);
   if (old) { /* a takeover: invariants 3 and 4 (the reaper may come later) */
-    group_announce(g, (uint32_t)r, old);
+    pdshm__group_announce(g, (uint32_t)r, old);
     pdshm__round_wait_writers(seg, g, 0, -1);
   }
   *gr = (struct pdshm_group){.seg = seg, .rec = off, .rank = (uint32_t)r, .size = size,
@@ -295,7 +262,7 @@ static int group_reap_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t sl
     for (uint32_t r = 0; r < g->size; r++) {
       uint64_t m = atomic_load(&g->rank[r].member);
       if (!group_rank_held(m) || (m & 0xffff) != slot + 1) continue;
-      group_announce(g, r, m); /* breaks the round, wakes the survivors */
+      pdshm__group_announce(g, r, m); /* breaks the round, wakes the survivors */
       *done = off;
       int rc = group_set_member(seg, ln, off, r, m | PDSHM_GM_DEAD);
       return rc < 0 ? rc : rc ? 2 : 1;

@@ -1,7 +1,7 @@
 /*
  * group.h - trainer groups in the segment (DESIGN §4): the registry's
- * records, the round state word, and what group.c, group_round.c and
- * allreduce.c say to each other.
+ * records, the round state word, and what group.c, group_break.c,
+ * group_round.c and allreduce.c say to each other.
  *
  * Bump PDSHM_LAYOUT_VERSION (layout.h) when anything here changes.
  *
@@ -107,20 +107,38 @@ static inline size_t pdshm__group_bytes(uint32_t size) {
   return sizeof(struct pdshm_group_rec) + (size_t)size * sizeof(struct pdshm_group_rank);
 }
 
-/* ---- group.c ---- */
+/* The state that ends the round of s: the round number moved on, the
+ * arrivals reset, and whether it broke (by a timeout) pushed on the
+ * histories. */
+static inline uint64_t pdshm__gs_next(uint64_t s, bool broken, bool timeout) {
+  uint64_t b = ((uint64_t)PDSHM_GS_BROKE(s) << 1 | broken) & 0x3ff;
+  uint64_t t = ((uint64_t)PDSHM_GS_TIMEO(s) << 1 | timeout) & 0x3ff;
+  return (uint64_t)(uint32_t)(PDSHM_GS_ROUND(s) + 1) | b << 44 | t << 54;
+}
+/* Wakes the members asleep on the round number. */
+static inline void pdshm__gs_wake(struct pdshm_group_rec *g) {
+  pdshm__futex_wake(pdshm__futex_low(&g->state), &g->waiters);
+}
+
+/* ---- group_break.c ---- */
 /* Is member word m live (see above)?  Free and dead words are not. */
 bool pdshm__group_member_live(pdshm_seg *seg, uint64_t m);
+/* Ends round `round` broken (timeout: by a timeout) unless it already ended. */
+void pdshm__round_break(struct pdshm_group_rec *g, uint32_t round, bool timeout);
+/* Groups lock held: rank r's death (member word m) announced, unless it
+ * was: the current round broken, then reported[r] set. */
+void pdshm__group_announce(struct pdshm_group_rec *g, uint32_t r, uint64_t m);
 /* A dead member's death, announced once: under the groups lock, if rank r
  * still holds m and its death was not reported, records it and breaks the
  * current round.  0 or a lock error. */
 int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t r, uint64_t m);
+
+/* ---- group.c ---- */
 /* pdshm__group_reap_slot and pdshm__group_leave_all: internal.h.  The
  * reaper's part waits for live members to stop writing the broken round
  * before the dead member's pins go; it is idempotent. */
 
 /* ---- group_round.c ---- */
-/* Ends round `round` broken (timeout: by a timeout) unless it already ended. */
-void pdshm__round_break(struct pdshm_group_rec *g, uint32_t round, bool timeout);
 /* Arrives at the caller's round and waits for its outcome: 0, EOWNERDEAD,
  * ETIMEDOUT (the round broken by a timeout); when the deadline passes first,
  * withdraws (withdraw) or breaks the round (!withdraw) and answers ETIMEDOUT.

@@ -1,5 +1,6 @@
 /*
- * group_round.c - a group's rounds: arriving, waiting, ending a round.
+ * group_round.c - a group's rounds: arriving, waiting, completing a round
+ * (a round broken early, by a death or a timeout: group_break.c).
  *
  * Owns: the state word of a group record and the arrived/writing words of
  * its ranks (group.h describes them).
@@ -14,7 +15,7 @@
  *  3. A waiter sleeps on the futex of the round number in slices of
  *     SLICE_NS; between slices (and when the reaper wakes it) it checks the
  *     members that have not arrived, and a dead one whose death was not yet
- *     announced breaks the round (group.c, pdshm__group_report_death).
+ *     announced breaks the round (group_break.c, pdshm__group_report_death).
  *  4. A writer stores writing := round, then reads `state`; a breaker ends
  *     the round, then reads writing (both sequentially consistent): either
  *     the writer sees the break before it writes, or the breaker sees it
@@ -34,26 +35,6 @@ uint64_t pdshm__round_deadline(int64_t timeout_ns) {
   return timeout_ns < 0 ? UINT64_MAX : pdshm__now_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ns;
 }
 
-static uint64_t gs_next(uint64_t s, bool broken, bool timeout) {
-  uint64_t b = ((uint64_t)PDSHM_GS_BROKE(s) << 1 | broken) & 0x3ff;
-  uint64_t t = ((uint64_t)PDSHM_GS_TIMEO(s) << 1 | timeout) & 0x3ff;
-  return (uint64_t)(uint32_t)(PDSHM_GS_ROUND(s) + 1) | b << 44 | t << 54;
-}
-
-static void gs_wake(struct pdshm_group_rec *g) {
-  pdshm__futex_wake(pdshm__futex_low(&g->state), &g->waiters);
-}
-
-void pdshm__round_break(struct pdshm_group_rec *g, uint32_t round, bool timeout) {
-  uint64_t s = atomic_load(&g->state);
-  while (PDSHM_GS_ROUND(s) == round)
-    if (atomic_compare_exchange_weak(&g->state, &s, gs_next(s, true, timeout))) {
-      PDSHM_CRASHPOINT("group.round.broken");
-      gs_wake(g);
-      return;
-    }
-}
-
 /* The outcome of `round` seen from state s, which has moved past it. */
 static int gs_outcome(uint64_t s, uint32_t round) {
   uint32_t d = PDSHM_GS_ROUND(s) - round;
@@ -68,10 +49,10 @@ static void gs_arrive(struct pdshm_group_rec *g, uint32_t rank, uint32_t round) 
   uint64_t s = atomic_load(&g->state);
   while (PDSHM_GS_ROUND(s) == round) {
     bool last = PDSHM_GS_ARRIVED(s) + 1 >= g->size;
-    uint64_t ns = last ? gs_next(s, false, false) : s + (1ull << 32);
+    uint64_t ns = last ? pdshm__gs_next(s, false, false) : s + (1ull << 32);
     if (atomic_compare_exchange_weak(&g->state, &s, ns)) {
       PDSHM_CRASHPOINT("group.round.arrived");
-      if (last) gs_wake(g);
+      if (last) pdshm__gs_wake(g);
       return;
     }
   }

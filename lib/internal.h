@@ -47,7 +47,7 @@ struct pdshm_lane_ctx {
  * shared by every such library of the process.  So the library has no
  * thread-local of any other model, and its TLS segment stays within
  * PDSHM_TLS_BUDGET bytes (tests/test_load checks the built libpdshm.so):
- * today 44 bytes, the hot words of errors.c, seg.c, lane.c, varlock.c and
+ * today 44 bytes, the hot words of errors.c, seg_list.c, lane.c, varlock.c and
  * thread.c.  Anything larger lives in the thread's pdshm_thread block. */
 #define PDSHM_TLS_HOT _Thread_local __attribute__((tls_model("initial-exec")))
 #define PDSHM_TLS_BUDGET 64
@@ -180,8 +180,21 @@ int pdshm__chain_walk(const pdshm_seg *seg, const struct pdshm_walker *w, pdshm_
 int pdshm__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void pdshm__fail_clear(void);
 
-/* ---- seg.c ---------------------------------------------------------------- */
+/* ---- clock.c -------------------------------------------------------------- */
+/* The time on `clock` (CLOCK_MONOTONIC, CLOCK_REALTIME), in nanoseconds. */
+uint64_t pdshm__now_ns(int clock);
+
+/* ---- seg_list.c: this process's attachments -------------------------------- */
 extern _Atomic uint64_t pdshm__forkgen; /* bumped in every fork child           */
+/* Registers the fork handlers; once per process, before its first segment. */
+void pdshm__seg_list_atfork(void);
+void pdshm__seg_list_add(pdshm_seg *seg);    /* at the end of create, attach  */
+void pdshm__seg_list_remove(pdshm_seg *seg); /* at the start of detach        */
+/* The attachment whose address range holds p (a variable pointer), or NULL;
+ * p is compared, never read. */
+pdshm_seg *pdshm__seg_of(const void *p);
+
+/* ---- seg_state.c ----------------------------------------------------------- */
 /* 0, or PDSHM_EFORKED in a child of the process that attached, or EINVAL. */
 int pdshm__seg_usable(const pdshm_seg *seg);
 /* 0, or EROFS / EFORKED / ENOTRECOVERABLE: may this handle mutate the segment? */
@@ -191,8 +204,11 @@ int pdshm__seg_writable(const pdshm_seg *seg);
 /* In a fork child (atfork handler): swaps the inherited descriptor for one of
  * the child's own and maps the range again, or leaves it unmapped. */
 void pdshm__seg_inherit(pdshm_seg *seg);
+
+/* ---- seg.c ----------------------------------------------------------------- */
+/* A hash of the layout's sizes and offsets, kept in the header (attach
+ * refuses a segment whose fingerprint differs). */
 uint64_t pdshm__layout_fingerprint(void);
-uint64_t pdshm__now_ns(int clock);
 
 /* ---- shmfs.c -------------------------------------------------------------- */
 /* Bytes of the shared-memory file system of fd (of /dev/shm when fd < 0):

@@ -138,7 +138,4 @@ int pdshm__var_j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_v
 /* Reaper: gives back the shared hold HOLD block h records. */
 int pdshm__varlock_drop_hold(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h);
 
-/* ---- seg.c ---- */
-pdshm_seg *pdshm__seg_of(const void *p);
-
 #endif /* PDSHM_MODEL_INT_H */

@@ -1,8 +1,9 @@
 /*
  * seg.c - create, attach, detach and unlink segments; the header.
  *
- * Owns: the segment file, its mapping, the header's immutable part, and this
- * process's list of attachments (for fork()).
+ * Owns: the segment file, its mapping and the header's immutable part.
+ * The process's list of attachments, which fork() children walk, is
+ * seg_list.c's.
  *
  * Invariants:
  *  1. A segment file either has no magic (being created, or half-made by a
@@ -40,7 +41,7 @@
 #define SEG_INIT_WAIT_MS 2000      /* how long attach waits for a creator     */
 #define SEG_LOCK_BYTES (16u << 10) /* default: one robust lock per 16 KiB     */
 
-_Atomic uint64_t pdshm__forkgen;
+static pthread_once_t seg_once = PTHREAD_ONCE_INIT;
 
 /* ---- names and options ---------------------------------------------------- */
 
@@ -134,101 +135,10 @@ uint64_t pdshm__layout_fingerprint(void) {
   return h;
 }
 
-uint64_t pdshm__now_ns(int clock) {
-  struct timespec ts;
-  clock_gettime(clock, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+/* ---- once per process ------------------------------------------------------ */
 
-/* ---- the process's attachments, for fork() -------------------------------- */
-
-static pthread_mutex_t seg_list_mu = PTHREAD_MUTEX_INITIALIZER;
-static pdshm_seg *seg_list;
-/* Bumped whenever an attachment comes or goes, and in a fork child, so that
- * cached lookups of pdshm__seg_of can tell they may be stale. */
-static _Atomic uint64_t seg_list_gen;
-static pthread_once_t seg_once = PTHREAD_ONCE_INIT;
-
-static void seg_atfork_prepare(void) { pthread_mutex_lock(&seg_list_mu); }
-static void seg_atfork_parent(void) { pthread_mutex_unlock(&seg_list_mu); }
-
-/* The child must not keep its parent's slots alive: OFD locks belong to the
- * open file description, which the inherited descriptors share.  Each
- * handle keeps its address range, mapped again if it can be (invariant 4). */
-static void seg_atfork_child(void) {
-  atomic_fetch_add(&pdshm__forkgen, 1);
-  for (pdshm_seg *s = seg_list; s; s = s->next) pdshm__seg_inherit(s);
-  atomic_fetch_add_explicit(&seg_list_gen, 1, memory_order_release);
-  pthread_mutex_unlock(&seg_list_mu);
-}
-
-static void seg_register_atfork(void) {
-  pthread_atfork(seg_atfork_prepare, seg_atfork_parent, seg_atfork_child);
-}
-
-/* Newest first: a fork child's new attachment may be mapped over the range
- * of an inherited handle that could not be mapped again, and must win the
- * lookups of pdshm__seg_of (whose cached answers the new generation ends). */
-static void seg_list_add(pdshm_seg *seg) {
-  pthread_mutex_lock(&seg_list_mu);
-  atomic_fetch_add_explicit(&seg_list_gen, 1, memory_order_release);
-  seg->next = seg_list;
-  seg_list = seg;
-  pthread_mutex_unlock(&seg_list_mu);
-}
-
-static void seg_list_remove(pdshm_seg *seg) {
-  pthread_mutex_lock(&seg_list_mu);
-  atomic_fetch_add_explicit(&seg_list_gen, 1, memory_order_release);
-  for (pdshm_seg **p = &seg_list; *p; p = &(*p)->next)
-    if (*p == seg) {
-      *p = seg->next;
-      break;
-    }
-  pthread_mutex_unlock(&seg_list_mu);
-}
-
-static PDSHM_TLS_HOT struct {
-  pdshm_seg *seg;
-  uint64_t gen;
-} seg_last;
-
-/* The attachment whose address range holds p (a variable pointer), or NULL;
- * p is compared, never read (in a fork child the range may be unmapped).
- * The thread's last answer is tried first: no lock on the common path. */
-pdshm_seg *pdshm__seg_of(const void *p) {
-  const uint8_t *b = p;
-  uint64_t gen = atomic_load_explicit(&seg_list_gen, memory_order_acquire);
-  pdshm_seg *s = seg_last.seg;
-  if (s && seg_last.gen == gen && b >= s->base && b < s->base + s->size) return s;
-  pdshm_seg *found = NULL;
-  pthread_mutex_lock(&seg_list_mu);
-  for (s = seg_list; s && !found; s = s->next)
-    if (b >= s->base && b < s->base + s->size) found = s;
-  gen = atomic_load_explicit(&seg_list_gen, memory_order_relaxed);
-  pthread_mutex_unlock(&seg_list_mu);
-  seg_last.seg = found;
-  seg_last.gen = gen;
-  return found;
-}
-
-int pdshm__seg_usable(const pdshm_seg *seg) {
-  if (!seg) return pdshm__fail(PDSHM_EINVAL, "NULL segment handle");
-  if (seg->forkgen != atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed))
-    return pdshm__fail(PDSHM_EFORKED, "segment \"%s\" was attached by the parent process",
-                       seg->name);
-  return 0;
-}
-
-int pdshm__seg_writable(const pdshm_seg *seg) {
-  int rc = pdshm__seg_usable(seg);
-  if (rc) return rc;
-  if (seg->flags & PDSHM_RDONLY)
-    return pdshm__fail(PDSHM_EROFS, "segment \"%s\" is attached read-only", seg->name);
-  if (atomic_load_explicit(&seg->hdr->poisoned, memory_order_acquire))
-    return pdshm__fail(PDSHM_ENOTRECOVERABLE, "segment \"%s\" is poisoned", seg->name);
-  return 0;
-}
+/* Before the process's first segment: the fork handlers (seg_list.c). */
+static void seg_init_process(void) { pdshm__seg_list_atfork(); }
 
 /* ---- the private handle ------------------------------------------------------ */
 
@@ -350,7 +260,7 @@ PDSHM_API int pdshm_create(const char *name, const pdshm_options *o, pdshm_seg *
   if (!out) return pdshm__fail(PDSHM_EINVAL, "NULL out pointer");
   *out = NULL;
   if ((rc = seg_path(name, path, sizeof path)) || (rc = seg_options(o, &g, &mode))) return rc;
-  pthread_once(&seg_once, seg_register_atfork);
+  pthread_once(&seg_once, seg_init_process);
   int fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
   if (fd < 0) return pdshm__fail(-errno, "shm_open %s: %s", path, strerror(errno));
   pdshm_seg *seg = seg_handle_new(name, fd, 0);
@@ -366,7 +276,7 @@ PDSHM_API int pdshm_create(const char *name, const pdshm_options *o, pdshm_seg *
   if ((rc = seg_build(seg, &g))) goto fail;
   seg_publish_magic(seg->hdr);
   seg_ofd(fd, F_OFD_SETLK, F_UNLCK, PDSHM_OFD_INIT);
-  seg_list_add(seg);
+  pdshm__seg_list_add(seg);
   *out = seg;
   return 0;
 fail:
@@ -470,7 +380,7 @@ PDSHM_API int pdshm_attach(const char *name, const pdshm_options *o, pdshm_seg *
   if (flags & ~(PDSHM_RDONLY | PDSHM_SHARED_USERS))
     return pdshm__fail(PDSHM_EINVAL, "unknown attach flags %#x", flags);
   if ((rc = seg_path(name, path, sizeof path))) return rc;
-  pthread_once(&seg_once, seg_register_atfork);
+  pthread_once(&seg_once, seg_init_process);
   if ((rc = seg_open_existing(path, flags, &st, &fd))) return rc;
   pdshm_seg *seg = seg_handle_new(name, fd, flags);
   if (!seg) {
@@ -484,7 +394,7 @@ PDSHM_API int pdshm_attach(const char *name, const pdshm_options *o, pdshm_seg *
     seg_handle_free(seg);
     return rc;
   }
-  seg_list_add(seg);
+  pdshm__seg_list_add(seg);
   *out = seg;
   return 0;
 }
@@ -495,7 +405,7 @@ PDSHM_API int pdshm_detach(pdshm_seg *seg) {
   if (!seg) return pdshm__fail(PDSHM_EINVAL, "NULL segment handle");
   pdshm__fail_clear();
   int rc = pdshm__seg_usable(seg);
-  seg_list_remove(seg);
+  pdshm__seg_list_remove(seg);
   /* In a fork child the slot is the parent's: touch nothing, unmap the range
    * and free the copy. */
   if (!rc) pdshm__daemon_drop(seg);

@@ -1,0 +1,29 @@
+/*
+ * seg_state.c - what every entry point asks of an attachment before it
+ * touches the segment: is the handle this process's (not inherited across
+ * fork()), and may it write (not read-only, not poisoned)?
+ *
+ * Owns nothing: it reads the handle (pdshm_seg), pdshm__forkgen
+ * (seg_list.c) and the header's poisoned flag (lock.c sets it).
+ */
+#include "config.h"
+
+#include "internal.h"
+
+int pdshm__seg_usable(const pdshm_seg *seg) {
+  if (!seg) return pdshm__fail(PDSHM_EINVAL, "NULL segment handle");
+  if (seg->forkgen != atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed))
+    return pdshm__fail(PDSHM_EFORKED, "segment \"%s\" was attached by the parent process",
+                       seg->name);
+  return 0;
+}
+
+int pdshm__seg_writable(const pdshm_seg *seg) {
+  int rc = pdshm__seg_usable(seg);
+  if (rc) return rc;
+  if (seg->flags & PDSHM_RDONLY)
+    return pdshm__fail(PDSHM_EROFS, "segment \"%s\" is attached read-only", seg->name);
+  if (atomic_load_explicit(&seg->hdr->poisoned, memory_order_acquire))
+    return pdshm__fail(PDSHM_ENOTRECOVERABLE, "segment \"%s\" is poisoned", seg->name);
+  return 0;
+}
