@@ -508,6 +508,15 @@ int pdshm__heap_rebuild(pdshm_seg *seg) {
   return rc ? rc : heap_relink(seg);
 }
 
+static int heap_repair(pdshm_seg *seg, uint32_t lock) {
+  (void)lock; /* PDSHM_LOCK_HEAP: the one lock of its kind */
+  return pdshm__heap_rebuild(seg);
+}
+
+void pdshm__heap_init_process(void) {
+  pdshm__lock_on_repair(PDSHM_LK_HEAP, PDSHM_REPAIR_STATE, heap_repair);
+}
+
 struct sweep {
   pdshm_seg *seg;
   uint16_t tag;            /* the slot's owner tag                            */

@@ -254,9 +254,22 @@ void pdshm__daemon_drop(pdshm_seg *seg);
 
 /* ---- lock.c --------------------------------------------------------------- */
 void pdshm__lock_init_table(pdshm_seg *seg); /* create only */
-/* Takes lock i, counting contention.  When its holder died, repairs what the
- * lock guards first (lock.c, invariant 2); 0 or ENOTRECOVERABLE (the segment is
- * then poisoned and the lock released). */
+/* Repairs what lock i guards, its holder dead and the lock now ours: 0, or a
+ * negative code (the segment is then poisoned). */
+typedef int (*pdshm_lock_repair_fn)(pdshm_seg *seg, uint32_t i);
+/* A repair's steps, run in this order. */
+enum pdshm_repair_step {
+  PDSHM_REPAIR_STATE,   /* state the lock's kind derives (the heap's bins)  */
+  PDSHM_REPAIR_JOURNAL, /* the journals that ran under the lock             */
+  PDSHM_REPAIR_STEPS
+};
+/* Registers fn as step `step` of the repair of every lock of `kind` (enum
+ * pdshm_lock_kind); by the layer that owns what such a lock guards, once per
+ * process, before its first segment (seg.c). */
+void pdshm__lock_on_repair(unsigned kind, unsigned step, pdshm_lock_repair_fn fn);
+/* Takes lock i, counting contention.  When its holder died, runs the repairs
+ * registered for its kind first (lock.c, invariant 2); 0 or ENOTRECOVERABLE
+ * (the segment is then poisoned and the lock released). */
 int pdshm__lock(pdshm_seg *seg, uint32_t i);
 int pdshm__trylock(pdshm_seg *seg, uint32_t i); /* 0, EBUSY, ENOTRECOVERABLE */
 void pdshm__unlock(pdshm_seg *seg, uint32_t i);
@@ -320,6 +333,9 @@ void pdshm__j_commit(pdshm_seg *seg, struct pdshm_lane_ctx *ln);
 void pdshm__j_abort(pdshm_seg *seg, struct pdshm_lane_ctx *ln);
 /* Repairs every journal that ran under lock i (we hold i; its holder died). */
 int pdshm__journal_repair_lock(pdshm_seg *seg, uint32_t i);
+/* Registers that repair for locks of every kind (pdshm__lock_on_repair);
+ * once per process (seg.c). */
+void pdshm__journal_init_process(void);
 
 /* ---- lane.c ---------------------------------------------------------------- */
 struct pdshm_lane_ctx *pdshm__lane_get(pdshm_seg *seg);
@@ -357,6 +373,9 @@ size_t pdshm__alloc_usable(const pdshm_seg *seg, pdshm_off_t payload);
  * records (pin_heap.c), then rebuild the bins from the chain.  0, or EBADSEG
  * when the chain itself is broken. */
 int pdshm__heap_rebuild(pdshm_seg *seg);
+/* Registers the rebuild as the heap lock's repair (pdshm__lock_on_repair);
+ * once per process (seg.c). */
+void pdshm__heap_init_process(void);
 /* Reaper: drops the pins of slot `slot`'s PIN records, frees the CACHED and
  * USED blocks it owns (owner == slot+1; a pinned TENSOR block among them is
  * orphaned instead) and clears its lane caches; blocks whose type bit is set in

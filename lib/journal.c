@@ -315,3 +315,8 @@ int pdshm__journal_repair_lock(pdshm_seg *seg, uint32_t lock) {
   }
   return 0;
 }
+
+void pdshm__journal_init_process(void) {
+  for (unsigned kind = 0; kind < PDSHM_LK_COUNT; kind++)
+    pdshm__lock_on_repair(kind, PDSHM_REPAIR_JOURNAL, pdshm__journal_repair_lock);
+}

@@ -155,7 +155,10 @@ struct pdshm_heap {
 #define PDSHM_LOCK_PUBLISHED (~0ull) /* alloc: borrowed by a live object       */
                                          /* any other value: slot+1 creating   */
 
-enum pdshm_lock_kind { PDSHM_LK_NONE, PDSHM_LK_HEAP, PDSHM_LK_SCOPE, PDSHM_LK_VAR, PDSHM_LK_GROUPS };
+enum pdshm_lock_kind {
+  PDSHM_LK_NONE, PDSHM_LK_HEAP, PDSHM_LK_SCOPE, PDSHM_LK_VAR, PDSHM_LK_GROUPS,
+  PDSHM_LK_COUNT /* not a kind: how many there are (lock.c's repair table) */
+};
 
 /* Ranks (struct pdshm_lock.rank): a thread takes locks in rising rank
  * (lib/lockorder.c).  0 is an entry nobody ranked: never checked. */

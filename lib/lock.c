@@ -9,10 +9,14 @@
  *  1. Every mutex is PTHREAD_PROCESS_SHARED and PTHREAD_MUTEX_ROBUST, is
  *     initialised once at create and never destroyed or re-initialised.
  *  2. A lock whose holder died is made consistent only after what it guards
- *     was repaired: the heap's bins rebuilt (heap lock), the dead holder's
- *     journal finished or rolled back (any lock).  A repair that fails poisons
- *     the segment and leaves the mutex unrecoverable: every later taker gets
- *     ENOTRECOVERABLE instead of a guess.
+ *     was repaired, by the repairs the layers that own the lock kinds
+ *     registered (pdshm__lock_on_repair), step by step: the heap's bins
+ *     rebuilt (heap lock; heap.c), then the dead holder's journal finished or
+ *     rolled back (any lock; journal.c).  This file calls no layer above it:
+ *     it knows them only by those function pointers, in process memory.  A
+ *     repair that fails poisons the segment and leaves the mutex
+ *     unrecoverable: every later taker gets ENOTRECOVERABLE instead of a
+ *     guess.
  *  3. acquisitions, contended and wait_ns change only under the mutex.
  *  4. An entry's alloc word moves AVAILABLE -> slot+1 by CAS (claim), then to
  *     PUBLISHED by a journal under the guarded object's parent lock (or back
@@ -34,6 +38,7 @@
  */
 #include "config.h"
 
+#include <assert.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -73,12 +78,36 @@ void pdshm__poison(pdshm_seg *seg, const char *why) {
   pdshm__fail(PDSHM_ENOTRECOVERABLE, "segment \"%s\" poisoned: %s", seg->name, why);
 }
 
-/* Invariant 2: repair what lock i guards; 0 or a negative code. */
+/* ---- repairs, registered per lock kind (invariant 2) ----------------------- */
+
+/* Written once per process, before its first segment (seg.c, under
+ * pthread_once), and only read after. */
+static pdshm_lock_repair_fn lock_repairs[PDSHM_LK_COUNT][PDSHM_REPAIR_STEPS];
+
+void pdshm__lock_on_repair(unsigned kind, unsigned step, pdshm_lock_repair_fn fn) {
+  assert(kind < PDSHM_LK_COUNT && step < PDSHM_REPAIR_STEPS);
+  lock_repairs[kind][step] = fn;
+}
+
+/* The kind whose repairs lock i gets: a fixed entry's by its index, so that
+ * a kind scribbled in the segment cannot run the heap's repair under another
+ * lock; a lent entry's as recorded when it is a kind entries are lent for,
+ * else NONE (the repairs registered for every kind still run). */
+static unsigned lock_repair_kind(const pdshm_seg *seg, uint32_t i) {
+  if (i == PDSHM_LOCK_HEAP) return PDSHM_LK_HEAP;
+  if (i == PDSHM_LOCK_GROUPS) return PDSHM_LK_GROUPS;
+  unsigned kind = pdshm__lockent(seg, i)->kind;
+  return kind == PDSHM_LK_SCOPE || kind == PDSHM_LK_VAR ? kind : PDSHM_LK_NONE;
+}
+
+/* Repairs what lock i guards; 0 or a negative code. */
 static int lock_repair(pdshm_seg *seg, uint32_t i) {
-  int rc = 0;
-  if (i == PDSHM_LOCK_HEAP) rc = pdshm__heap_rebuild(seg);
-  if (!rc) rc = pdshm__journal_repair_lock(seg, i);
-  return rc;
+  const pdshm_lock_repair_fn *steps = lock_repairs[lock_repair_kind(seg, i)];
+  for (unsigned s = 0; s < PDSHM_REPAIR_STEPS; s++) {
+    int rc = steps[s] ? steps[s](seg, i) : 0;
+    if (rc) return rc;
+  }
+  return 0;
 }
 
 static int lock_recover(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l) {

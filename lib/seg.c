@@ -137,8 +137,14 @@ uint64_t pdshm__layout_fingerprint(void) {
 
 /* ---- once per process ------------------------------------------------------ */
 
-/* Before the process's first segment: the fork handlers (seg_list.c). */
-static void seg_init_process(void) { pdshm__seg_list_atfork(); }
+/* Before the process's first segment: the fork handlers (seg_list.c), and
+ * the function pointers by which lower layers reach the layers above them:
+ * the lock repairs of the heap and the journal (lock.c, invariant 2). */
+static void seg_init_process(void) {
+  pdshm__seg_list_atfork();
+  pdshm__heap_init_process();
+  pdshm__journal_init_process();
+}
 
 /* ---- the private handle ------------------------------------------------------ */
 
