@@ -380,6 +380,12 @@ void pdshm__cache_flush(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   pdshm__unlock(seg, PDSHM_LOCK_HEAP);
 }
 
+/* Written once per process, before its first segment (seg.c, under
+ * pthread_once), and only read after. */
+static pdshm_heap_reclaim_fn heap_reclaim;
+
+void pdshm__heap_set_reclaim(pdshm_heap_reclaim_fn fn) { heap_reclaim = fn; }
+
 int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsigned type,
                  pdshm_off_t *payload) {
   if (bytes > PDSHM_BLK_MAX - 2 * PDSHM_ALIGN)
@@ -393,9 +399,9 @@ int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsign
     blk = cache_pop(seg, cb, type); /* the fast path: no shared lock */
   } else {
     int rc = alloc_locked(seg, ln, n, c, type, &blk);
-    if (rc == PDSHM_ENOMEM) { /* our own caches, then dead processes' caches */
+    if (rc == PDSHM_ENOMEM) { /* our own caches, then what the reclaim gives back */
       pdshm__cache_flush(seg, ln);
-      pdshm__reap_caches(seg);
+      if (heap_reclaim) heap_reclaim(seg);
       rc = alloc_locked(seg, ln, n, c, type, &blk);
     }
     if (rc == PDSHM_ENOMEM)

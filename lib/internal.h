@@ -342,24 +342,50 @@ struct pdshm_lane_ctx *pdshm__lane_get(pdshm_seg *seg);
 void pdshm__lane_put(struct pdshm_lane_ctx *ln);
 
 /* ---- proc.c ---------------------------------------------------------------- */
-int pdshm__slot_claim_own(pdshm_seg *seg);   /* attach: reaps, claims a slot   */
-int pdshm__slot_release_own(pdshm_seg *seg); /* detach                          */
+/* Slot i's OFD lock: 1 when we now hold it, 0 when somebody else does,
+ * negative on error. */
+int pdshm__slot_try_claim(pdshm_seg *seg, uint32_t i);
+void pdshm__slot_unclaim(pdshm_seg *seg, uint32_t i);
 /* Is slot i held by a live attachment?  Never true for our own slot's index
  * unless it is ours.  -1 when it cannot tell (I/O error). */
 int pdshm__slot_alive(pdshm_seg *seg, uint32_t i);
+/* Slot i, whose OFD lock we hold and which is FREE, becomes our LIVE slot. */
+void pdshm__slot_take(pdshm_seg *seg, uint32_t i);
+/* Our slot, its holds released, becomes FREE (detach). */
+void pdshm__slot_give_up(pdshm_seg *seg);
+/* What reaps the dead slots (reap.c registers pdshm__reap_dead, once per
+ * process: seg.c). */
+typedef int (*pdshm_slot_reaper_fn)(pdshm_seg *seg, unsigned *reaped);
+void pdshm__slot_set_reaper(pdshm_slot_reaper_fn fn);
+/* For a layer below the reaper that finds a holder dead: reaps every dead
+ * slot through the registered reaper.  0, or what the reaper returned. */
+int pdshm__slot_reap_dead(pdshm_seg *seg);
+
+/* ---- reap.c: the reaper, above the model ------------------------------------ */
+/* Attach: claims a slot, reaping the dead ones met on the way, then reaps
+ * every other dead slot. */
+int pdshm__reap_claim_own(pdshm_seg *seg);
+/* Detach: releases our slot's holds, flushes its caches, gives it up. */
+int pdshm__reap_release_own(pdshm_seg *seg);
+/* Reaps every dead slot but ours; *reaped (may be NULL) counts them. */
 int pdshm__reap_dead(pdshm_seg *seg, unsigned *reaped);
-/* Frees only the cached blocks of dead slots (safe under any lock but the
- * heap's). */
-void pdshm__reap_caches(pdshm_seg *seg);
+/* Registers the heap's reclaim and the slots' reaper; once per process
+ * (seg.c). */
+void pdshm__reap_init_process(void);
 
 /* ---- heap.c ---------------------------------------------------------------- */
 /* Lays out the arena as FREE blocks (create only). */
 void pdshm__heap_init(pdshm_seg *seg);
+/* What an allocation that finds no block calls before its last try, to have
+ * blocks given back (reap.c registers one that frees the caches of dead
+ * slots, once per process: seg.c). */
+typedef void (*pdshm_heap_reclaim_fn)(pdshm_seg *seg);
+void pdshm__heap_set_reclaim(pdshm_heap_reclaim_fn fn);
 /* A USED block of at least `bytes` payload bytes, 16-aligned, of `type`,
  * owned by our slot (owner = slot+1) until a journal publishes it.  The lane
  * must be held by the caller.  ENOMEM when nothing fits even after flushing
- * our caches and dead processes' (pdshm__reap_caches); ENOSPC when /dev/shm
- * cannot back pages that had been given back; EOVERFLOW for absurd sizes. */
+ * our caches and the registered reclaim; ENOSPC when /dev/shm cannot back
+ * pages that had been given back; EOVERFLOW for absurd sizes. */
 int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes,
                  unsigned type, pdshm_off_t *payload);
 /* Frees a USED block (any process's) into the lane's cache or the heap; with

@@ -1,6 +1,6 @@
 /*
  * model_int.h - what the seed model's modules (names, table, scope, var,
- * tensor, varlock) say to each other and to the reaper.
+ * tensor, varlock) say to each other and to the reaper above them (reap.c).
  */
 #ifndef PDSHM_MODEL_INT_H
 #define PDSHM_MODEL_INT_H
@@ -105,9 +105,6 @@ int pdshm__todo_run(pdshm_seg *seg, struct pdshm_lane_ctx *ln);
 int pdshm__handle_drop(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h);
 /* Detach: frees every private handle of the attachment. */
 void pdshm__scope_free_handles(pdshm_seg *seg);
-/* Acting as slot `slot` through lanes[]: finishes its todo queues, drops its
- * handle records and shared holds, frees every block it still owns. */
-int pdshm__release_slot_holds(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *lanes);
 
 /* ---- var.c ---- */
 /* The blocks a variable owns (record first); returns how many. */
@@ -137,5 +134,12 @@ int pdshm__var_j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_v
 /* ---- varlock.c ---- */
 /* Reaper: gives back the shared hold HOLD block h records. */
 int pdshm__varlock_drop_hold(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h);
+
+/* ---- reap.c: above the model ---- */
+/* Acting as slot `slot` through lanes[]: leaves its groups (a dead slot's),
+ * finishes its todo queues, drops its handle records and shared holds,
+ * frees every block it still owns and returns the lock entries it claimed
+ * (reap.c, invariant 1). */
+int pdshm__release_slot_holds(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *lanes);
 
 #endif /* PDSHM_MODEL_INT_H */

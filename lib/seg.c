@@ -139,11 +139,13 @@ uint64_t pdshm__layout_fingerprint(void) {
 
 /* Before the process's first segment: the fork handlers (seg_list.c), and
  * the function pointers by which lower layers reach the layers above them:
- * the lock repairs of the heap and the journal (lock.c, invariant 2). */
+ * the lock repairs of the heap and the journal (lock.c, invariant 2), the
+ * heap's reclaim and the slots' reaper (reap.c). */
 static void seg_init_process(void) {
   pdshm__seg_list_atfork();
   pdshm__heap_init_process();
   pdshm__journal_init_process();
+  pdshm__reap_init_process();
 }
 
 /* ---- the private handle ------------------------------------------------------ */
@@ -247,7 +249,7 @@ static int seg_build(pdshm_seg *seg, const struct seg_geometry *g) {
   seg_init_header(seg, g);
   pdshm__lock_init_table(seg);
   pdshm__heap_init(seg);
-  int rc2 = pdshm__slot_claim_own(seg);
+  int rc2 = pdshm__reap_claim_own(seg);
   return rc2 ? rc2 : pdshm__scope_init_root(seg);
 }
 
@@ -395,7 +397,7 @@ PDSHM_API int pdshm_attach(const char *name, const pdshm_options *o, pdshm_seg *
   }
   int prot = flags & PDSHM_RDONLY ? PROT_READ : PROT_READ | PROT_WRITE;
   rc = seg_map(seg, (size_t)st.st_size, prot);
-  if (!rc && !(flags & PDSHM_RDONLY)) rc = pdshm__slot_claim_own(seg);
+  if (!rc && !(flags & PDSHM_RDONLY)) rc = pdshm__reap_claim_own(seg);
   if (rc) {
     seg_handle_free(seg);
     return rc;
@@ -417,7 +419,7 @@ PDSHM_API int pdshm_detach(pdshm_seg *seg) {
   if (!rc) pdshm__daemon_drop(seg);
   pdshm__group_leave_all(seg);
   pdshm__pin_drop_all(seg);
-  if (!rc && seg->slot != PDSHM_NOSLOT) rc = pdshm__slot_release_own(seg);
+  if (!rc && seg->slot != PDSHM_NOSLOT) rc = pdshm__reap_release_own(seg);
   pdshm__scope_free_handles(seg);
   seg_handle_free(seg);
   return rc;

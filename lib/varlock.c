@@ -270,7 +270,7 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk) {
     pdshm__unlock(seg, lk);
     uint64_t now = pdshm__now_ns(CLOCK_MONOTONIC);
     if (now >= next_reap) { /* invariant 3: a dead reader may be what we wait for */
-      if (next_reap) pdshm__reap_dead(seg, NULL);
+      if (next_reap) pdshm__slot_reap_dead(seg);
       next_reap = now + VL_REAP_EVERY_NS;
     }
     vl_pause(round);
