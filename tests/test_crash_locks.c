@@ -1,0 +1,162 @@
+/* test_crash_locks.c - holders of each kind of lock killed: the next taker
+ * gets the lock at once, with what it guards repaired (crashrun.h says how
+ * a death is run and verified).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "crashrun.h"
+
+/* ---- lock holders killed ------------------------------------------------------------ */
+
+static double ms_since(uint64_t t0) { return (double)(tu_now_ns() - t0) / 1e6; }
+
+/* A child killed inside the heap lock (a block half split): the next
+ * allocation gets the lock at once and finds the bins rebuilt. */
+START_TEST(heap_lock_holder_killed) {
+  pdshm_seg *seg = crash_world();
+  uint64_t rebuilds = seg->hdr->heap.rebuilds;
+  struct outcome o = {0};
+  crash_child_run(
+      (struct plan){.op = crash_op_named("heap"), .k = 1, .point = "heap.carve.tail"}, &o);
+  uint64_t t0 = tu_now_ns();
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
+  pdshm_off_t p;
+  ck_assert_int_eq(pdshm__alloc(seg, ln, 100000, PDSHM_T_RAW, &p), 0);
+  double ms = ms_since(t0);
+  pdshm__free(seg, ln, p);
+  pdshm__lane_put(ln);
+  printf("crash: heap lock of a killed holder taken in %.3f ms\n", ms);
+  ck_assert_double_lt(ms, 100);
+  ck_assert_uint_eq(seg->hdr->heap.rebuilds, rebuilds + 1);
+  crash_reap_verify(seg, "heap lock", 0);
+  ck_assert_int_eq(pdshm_detach(seg), 0);
+}
+END_TEST
+
+/* Killed under a scope's lock with its journal half applied: the next
+ * taker redoes it (the variable is there) before it goes on. */
+START_TEST(scope_lock_holder_killed) {
+  pdshm_seg *seg = crash_world();
+  struct outcome o = {0};
+  crash_child_run(
+      (struct plan){.op = crash_op_named("var_get"), .k = 2, .point = "j.apply.store"}, &o);
+  uint64_t t0 = tu_now_ns();
+  pdshm_scope *params;
+  pdshm_var *v;
+  ck_assert_int_eq(pdshm_scope_open(seg, "params", &params), 0);
+  ck_assert_int_eq(pdshm_var_get(params, "after", &v), 0);
+  double ms = ms_since(t0);
+  printf("crash: scope lock of a killed holder taken in %.3f ms\n", ms);
+  ck_assert_double_lt(ms, 100);
+  ck_assert_ptr_nonnull(pdshm_find_local_var(params, "fresh"));
+  ck_assert_uint_eq(pdshm__scope_at(seg, params->rec)->seq % 2, 0);
+  crash_reap_verify(seg, "scope lock", 0);
+  ck_assert_int_eq(pdshm_detach(seg), 0);
+}
+END_TEST
+
+/* An exclusive holder killed: the next exclusive taker gets it at once; a
+ * shared holder killed: once its share is reaped (the waiting writer reaps). */
+START_TEST(var_lock_holders_killed) {
+  const char *ops_held[] = {"var_lock_die_exclusive", "var_lock_die_shared"};
+  for (int i = 0; i < 2; i++) {
+    pdshm_seg *seg = crash_world();
+    struct outcome o = {0};
+    crash_child_run((struct plan){.op = crash_op_named(ops_held[i])}, &o);
+    crash_outcome_free(&o);
+    pdshm_scope *params;
+    ck_assert_int_eq(pdshm_scope_open(seg, "params", &params), 0);
+    pdshm_var *v = pdshm_find_local_var(params, "lk");
+    uint64_t t0 = tu_now_ns();
+    ck_assert_int_eq(pdshm_var_lock(v, 1), 0);
+    double ms = ms_since(t0);
+    ck_assert_int_eq(pdshm_var_unlock(v), 0);
+    printf("crash: variable lock of a killed %s holder taken in %.3f ms\n",
+           i ? "shared" : "exclusive", ms);
+    ck_assert_double_lt(ms, 100);
+    crash_reap_verify(seg, ops_held[i], 0);
+    ck_assert_int_eq(pdshm_detach(seg), 0);
+    ck_assert_int_eq(pdshm_unlink(crash_seg_name), 0);
+  }
+}
+END_TEST
+
+/* A writer killed while it waited for readers to drain leaves its "writer
+ * waiting" mark: readers must not keep deferring to it. */
+START_TEST(dead_waiting_writer_does_not_hold_readers) {
+  pdshm_seg *seg = crash_world();
+  pdshm_scope *params;
+  ck_assert_int_eq(pdshm_scope_open(seg, "params", &params), 0);
+  pdshm_var *v = pdshm_find_local_var(params, "lk");
+  ck_assert_int_eq(pdshm_var_lock(v, 0), 0);
+  struct outcome o = {0};
+  crash_child_run((struct plan){.op = crash_op_named("var_lock_die_exclusive"), .k = 1,
+                          .point = "varlock.excl.waiting"},
+            &o);
+  ck_assert_int_eq(pdshm_var_unlock(v), 0);
+  uint64_t t0 = tu_now_ns();
+  ck_assert_int_eq(pdshm_var_lock(v, 0), 0);
+  double ms = ms_since(t0);
+  ck_assert_int_eq(pdshm_var_unlock(v), 0);
+  printf("crash: shared lock after a writer died waiting taken in %.3f ms\n", ms);
+  ck_assert_double_lt(ms, 20);
+  crash_reap_verify(seg, "waiting writer", 0);
+  ck_assert_int_eq(pdshm_detach(seg), 0);
+}
+END_TEST
+
+/* Giving back a lock entry (a scope destroyed, a locked variable erased)
+ * happens in a journal.  Killed while applying it, its process leaves the
+ * entry AVAILABLE while the journal waits for a repair: a new scope may
+ * claim and publish the entry meanwhile, and the repair (re-applying the
+ * journal) would then give the new scope's entry back again. */
+static const struct {
+  const char *op, *after; /* the entry's store: the first after this point */
+  const char *under;      /* where the new scopes go                       */
+} giveback[] = {{"scope_release", "scope.destroy.vars", "params"}, {"var_erase", NULL, "full"}};
+
+START_TEST(lock_entry_given_back_by_a_killed_process) {
+  const struct op *op = crash_op_named(giveback[_i].op);
+  struct outcome o = crash_run_child(op, 0, NULL);
+  uint64_t k = 0;
+  bool past = !giveback[_i].after;
+  for (uint64_t i = 1; i <= o.hits && !k; i++) {
+    past |= giveback[_i].after && !strcmp(o.names[i - 1], giveback[_i].after);
+    if (past && !strcmp(o.names[i - 1], "j.apply.store")) k = i;
+  }
+  crash_outcome_free(&o);
+  ck_assert_uint_gt(k, 0);
+  pdshm_seg *seg = crash_world();
+  crash_child_run((struct plan){.op = op, .k = k}, &o);
+  pdshm_scope *under, *params, *s[PDSHM_LOCKS_MIN];
+  ck_assert_int_eq(pdshm_scope_open(seg, giveback[_i].under, &under), 0);
+  int n = 0, rc = 0;
+  while (n < (int)PDSHM_LOCKS_MIN && !(rc = pdshm_scope_new(under, NULL, &s[n]))) {
+    pdshm_var *v;
+    ck_assert_int_eq(pdshm_var_get(s[n++], "x", &v), 0); /* takes the new scope's lock */
+  }
+  ck_assert_int_eq(rc, PDSHM_ENOLCK);
+  ck_assert_int_eq(pdshm_scope_open(seg, "params", &params), 0); /* its lock: repaired */
+  crash_reap_verify(seg, "scopes on every lock", k);
+  for (int i = 0; i < n; i++) ck_assert_int_eq(pdshm_scope_release(s[i]), 0);
+  ck_assert_int_eq(pdshm_scope_release(under), 0);
+  ck_assert_int_eq(pdshm_scope_release(params), 0);
+  crash_reap_verify(seg, giveback[_i].op, k);
+  ck_assert_int_eq(pdshm_detach(seg), 0);
+}
+END_TEST
+
+Suite *crash_locks_suite(void);
+Suite *crash_locks_suite(void) {
+  Suite *s = suite_create("crash_locks");
+  TCase *tc = tu_tcase(s, "locks", 30, crash_setup, crash_teardown);
+  tcase_add_test(tc, heap_lock_holder_killed);
+  tcase_add_test(tc, scope_lock_holder_killed);
+  tcase_add_test(tc, var_lock_holders_killed);
+  tcase_add_test(tc, dead_waiting_writer_does_not_hold_readers);
+  tcase_add_loop_test(tc, lock_entry_given_back_by_a_killed_process, 0, 2);
+  return s;
+}
+
+int main(void) { return tu_run(crash_locks_suite()) ? EXIT_FAILURE : EXIT_SUCCESS; }
