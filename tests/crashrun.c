@@ -10,15 +10,14 @@
 char crash_seg_name[PDSHM_SEG_NAME_MAX + 1];
 struct crash_totals *crash_totals;
 
-int crash_totals_map(void) {
+int crash_main(Suite *s) {
   crash_totals = mmap(NULL, sizeof *crash_totals, PROT_READ | PROT_WRITE,
                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  return crash_totals == MAP_FAILED ? -1 : 0;
-}
-
-void crash_totals_print(void) {
+  if (crash_totals == MAP_FAILED) return EXIT_FAILURE;
+  int failed = tu_run(s);
   printf("crash: %llu (op, k) crash points passed, %llu killed at and verified\n",
          (unsigned long long)crash_totals->passed, (unsigned long long)crash_totals->tried);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 void crash_setup(void) {

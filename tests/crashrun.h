@@ -27,14 +27,13 @@
 /* The segment's name, for the current test (crash_setup). */
 extern char crash_seg_name[PDSHM_SEG_NAME_MAX + 1];
 /* Totals over the whole run: each test runs in a process of its own, so
- * they live in a mapping shared with the runner (crash_totals_map). */
+ * they live in a mapping shared with the runner (crash_main). */
 extern struct crash_totals {
   _Atomic uint64_t passed, tried; /* (op, k) windows passed, and killed at */
 } *crash_totals;
-/* 0, or -1 when the mapping cannot be made. */
-int crash_totals_map(void);
-/* The run's last line: windows passed and killed at. */
-void crash_totals_print(void);
+/* A suite's main: runs s with the totals mapped, and prints them last.
+ * EXIT_SUCCESS or EXIT_FAILURE. */
+int crash_main(Suite *s);
 void crash_setup(void);    /* a fresh segment name per test */
 void crash_teardown(void); /* removes what the test left     */
 /* root/params {w, b, e, big, lk} with kids fc, sub/deep and one anonymous

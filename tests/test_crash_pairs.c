@@ -138,9 +138,4 @@ Suite *crash_pairs_suite(void) {
   return s;
 }
 
-int main(void) {
-  if (crash_totals_map()) return EXIT_FAILURE;
-  int failed = tu_run(crash_pairs_suite());
-  crash_totals_print();
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return crash_main(crash_pairs_suite()); }
