@@ -92,7 +92,8 @@ void pdshm__lock_on_repair(unsigned kind, unsigned step, pdshm_lock_repair_fn fn
 /* The kind whose repairs lock i gets: a fixed entry's by its index, so that
  * a kind scribbled in the segment cannot run the heap's repair under another
  * lock; a lent entry's as recorded when it is a kind entries are lent for,
- * else NONE (the repairs registered for every kind still run). */
+ * else NONE, which has the repairs registered for every kind (the
+ * journal's). */
 static unsigned lock_repair_kind(const pdshm_seg *seg, uint32_t i) {
   if (i == PDSHM_LOCK_HEAP) return PDSHM_LK_HEAP;
   if (i == PDSHM_LOCK_GROUPS) return PDSHM_LK_GROUPS;

@@ -135,11 +135,4 @@ int pdshm__var_j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_v
 /* Reaper: gives back the shared hold HOLD block h records. */
 int pdshm__varlock_drop_hold(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h);
 
-/* ---- reap.c: above the model ---- */
-/* Acting as slot `slot` through lanes[]: leaves its groups (a dead slot's),
- * finishes its todo queues, drops its handle records and shared holds,
- * frees every block it still owns and returns the lock entries it claimed
- * (reap.c, invariant 1). */
-int pdshm__release_slot_holds(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *lanes);
-
 #endif /* PDSHM_MODEL_INT_H */

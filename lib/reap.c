@@ -30,6 +30,37 @@
 
 #include "model_int.h"
 
+/* ---- releasing a slot's holds ------------------------------------------------- */
+
+/* Acting as slot `slot` through lanes[]: leaves its groups (a dead slot's),
+ * finishes its todo queues, drops its handle records and shared holds,
+ * frees every block it still owns and returns the lock entries it claimed.
+ * Shared by detach and the reaper; each step is idempotent (invariant 1). */
+static int reap_slot_holds(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *lanes) {
+  /* Groups first: survivors stop writing into the buffers this slot pins. */
+  int rc = slot == seg->slot ? 0 : pdshm__group_reap_slot(seg, slot, &lanes[0]);
+  PDSHM_CRASHPOINT("reap.groups.done");
+  for (unsigned k = 0; k < PDSHM_LANES && !rc; k++) rc = pdshm__todo_run(seg, &lanes[k]);
+  pdshm_off_t *kept = NULL;
+  size_t nkept = 0;
+  if (!rc) rc = pdshm__heap_sweep_slot(seg, slot, 1u << PDSHM_T_HANDLE | 1u << PDSHM_T_HOLD,
+                                       &kept, &nkept);
+  PDSHM_CRASHPOINT("reap.todo.done");
+  for (size_t n = 0; n < nkept && !rc; n++) {
+    if (pdshm__blk(seg, kept[n])->type == PDSHM_T_HANDLE)
+      rc = pdshm__handle_drop(seg, &lanes[0], kept[n]);
+    else
+      rc = pdshm__varlock_drop_hold(seg, &lanes[0], kept[n]);
+  }
+  pdshm__xfree(kept);
+  PDSHM_CRASHPOINT("reap.handles.dropped");
+  if (!rc) rc = pdshm__heap_sweep_slot(seg, slot, 0, &kept, &nkept);
+  if (!rc) pdshm__xfree(kept);
+  PDSHM_CRASHPOINT("reap.swept");
+  if (!rc) pdshm__lock_sweep_slot(seg, slot);
+  return rc;
+}
+
 /* ---- reaping a slot we hold the lock of -------------------------------------- */
 
 /* Finishes or rolls back whatever the dead owner was doing under a lock. */
@@ -67,7 +98,7 @@ static int reap_claimed(pdshm_seg *seg, uint32_t i) {
   reap_dead_lanes(seg, i, lanes);
   int rc = reap_settle_journals(seg, slot);
   PDSHM_CRASHPOINT("reap.settled");
-  if (!rc) rc = pdshm__release_slot_holds(seg, i, lanes);
+  if (!rc) rc = reap_slot_holds(seg, i, lanes);
   if (rc) return rc;
   PDSHM_CRASHPOINT("reap.released");
   slot->pid = 0;
@@ -134,34 +165,6 @@ void pdshm__reap_init_process(void) {
   pdshm__slot_set_reaper(pdshm__reap_dead);
 }
 
-/* ---- releasing a slot's holds ------------------------------------------------- */
-
-/* Shared by detach and the reaper; each step is idempotent (invariant 1). */
-int pdshm__release_slot_holds(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *lanes) {
-  /* Groups first: survivors stop writing into the buffers this slot pins. */
-  int rc = slot == seg->slot ? 0 : pdshm__group_reap_slot(seg, slot, &lanes[0]);
-  PDSHM_CRASHPOINT("reap.groups.done");
-  for (unsigned k = 0; k < PDSHM_LANES && !rc; k++) rc = pdshm__todo_run(seg, &lanes[k]);
-  pdshm_off_t *kept = NULL;
-  size_t nkept = 0;
-  if (!rc) rc = pdshm__heap_sweep_slot(seg, slot, 1u << PDSHM_T_HANDLE | 1u << PDSHM_T_HOLD,
-                                       &kept, &nkept);
-  PDSHM_CRASHPOINT("reap.todo.done");
-  for (size_t n = 0; n < nkept && !rc; n++) {
-    if (pdshm__blk(seg, kept[n])->type == PDSHM_T_HANDLE)
-      rc = pdshm__handle_drop(seg, &lanes[0], kept[n]);
-    else
-      rc = pdshm__varlock_drop_hold(seg, &lanes[0], kept[n]);
-  }
-  pdshm__xfree(kept);
-  PDSHM_CRASHPOINT("reap.handles.dropped");
-  if (!rc) rc = pdshm__heap_sweep_slot(seg, slot, 0, &kept, &nkept);
-  if (!rc) pdshm__xfree(kept);
-  PDSHM_CRASHPOINT("reap.swept");
-  if (!rc) pdshm__lock_sweep_slot(seg, slot);
-  return rc;
-}
-
 /* ---- our own slot -------------------------------------------------------------- */
 
 /* A dead slot we cannot reap (its repair fails: the segment is poisoned) is
@@ -189,7 +192,7 @@ int pdshm__reap_claim_own(pdshm_seg *seg) {
 }
 
 int pdshm__reap_release_own(pdshm_seg *seg) {
-  int rc = pdshm__release_slot_holds(seg, seg->slot, seg->lanes);
+  int rc = reap_slot_holds(seg, seg->slot, seg->lanes);
   PDSHM_CRASHPOINT("slot.release.holds");
   for (unsigned k = 0; k < PDSHM_LANES; k++) pdshm__cache_flush(seg, &seg->lanes[k]);
   PDSHM_CRASHPOINT("slot.release.flushed");
