@@ -101,6 +101,11 @@ PDSHM_MPI_API MPI_Comm pdshm_mpi_cross_comm(const pdshm_mpi *m); /* rank = host 
  * over H hosts then sends 2 s (H-1)/H of them). */
 PDSHM_MPI_API uint64_t pdshm_mpi_bytes_sent(const pdshm_mpi *m);
 
+/* A barrier of this host's group (pdshm_group_barrier) with the death path
+ * above: 0, ETIMEDOUT after timeout_ns (< 0: none), EOWNERDEAD after a
+ * replacement took a dead member's rank over.  Collective over the host. */
+PDSHM_MPI_API int pdshm_mpi_host_barrier(pdshm_mpi *m, int64_t timeout_ns);
+
 /*
  * Hierarchical allreduce, collective over the job.  Every process passes its
  * own tensor v in its host's segment (as for pdshm_group_allreduce: same

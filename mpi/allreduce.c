@@ -7,9 +7,11 @@
  *     MEAN of an integer dtype as SUM, divided at the end so that it
  *     truncates as a flat MEAN does): every local tensor holds the host's
  *     result;
- *  2. the hosts agree on step 1's outcome (a one-int MPI_Allreduce on the
- *     cross communicator), so that a host whose step failed does not leave
- *     the others waiting in step 3's MPI call;
+ *  2. the hosts agree on step 1's outcome and on the call (dtype, element
+ *     count, op: the group checked them only within the host) in one small
+ *     MPI_Allreduce on the cross communicator, so that a host whose step
+ *     failed, or whose call differs, fails at every process instead of
+ *     leaving the others waiting in step 3's MPI call;
  *  3. local rank i allreduces its shard [i n/L, (i+1) n/L) of its own tensor
  *     over cross communicator i, in place in the segment (MEAN: SUM, then the
  *     shard is divided by H for floats, whose step 1 took the host's mean,
@@ -104,6 +106,15 @@ static void cross_hosts(pdshm_mpi *m, pdshm_var *v, pdshm_reduce_op op) {
   fill_identity(base, dt, es, n, lo, hi, op);
 }
 
+/* Step 2: rc, or EINVAL when the hosts' calls differ, the same everywhere. */
+static int agree(pdshm_mpi *m, int rc, pdshm_var *v, pdshm_reduce_op op) {
+  int64_t dt = rc ? -1 : pdshm_tensor_dtype(v), n = rc ? -1 : (int64_t)pdshm_tensor_nbytes(v);
+  int64_t w[7] = {rc, dt, -dt, n, -n, op, -(int64_t)op};
+  MPI_Allreduce(MPI_IN_PLACE, w, 7, MPI_INT64_T, MPI_MIN, m->cross);
+  if (w[0]) return (int)w[0];
+  return w[1] == -w[2] && w[3] == -w[4] && w[5] == -w[6] ? 0 : PDSHM_EINVAL;
+}
+
 int pdshm_mpi_allreduce(pdshm_mpi *m, pdshm_var *v, pdshm_reduce_op op, int64_t timeout_ns) {
   if (!m) return PDSHM_EINVAL;
   if (m->hosts == 1)
@@ -113,8 +124,7 @@ int pdshm_mpi_allreduce(pdshm_mpi *m, pdshm_var *v, pdshm_reduce_op op, int64_t 
   pdshm_reduce_op in_host = op == PDSHM_MEAN && is_int(dt) ? PDSHM_SUM : op;
   int rc = pdshm_group_allreduce(m->group, v, in_host, timeout_ns);
   rc = pdshm__mpi_group_rc(m, rc, "an allreduce");
-  MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MIN, m->cross);
-  if (rc) return rc;
+  if ((rc = agree(m, rc, v, op))) return rc;
   cross_hosts(m, v, op);
   pdshm_reduce_op share = op == PDSHM_MAX || op == PDSHM_MIN ? op : PDSHM_SUM;
   rc = pdshm_group_allreduce(m->group, v, share, timeout_ns);

@@ -33,3 +33,8 @@ int pdshm__mpi_group_rc(pdshm_mpi *m, int rc, const char *what) {
   MPI_Abort(m->job, 128 + 9);
   return PDSHM_EOWNERDEAD; /* not reached: MPI_Abort does not return */
 }
+
+int pdshm_mpi_host_barrier(pdshm_mpi *m, int64_t timeout_ns) {
+  if (!m) return PDSHM_EINVAL;
+  return pdshm__mpi_group_rc(m, pdshm_group_barrier(m->group, timeout_ns), "a barrier");
+}
