@@ -76,9 +76,10 @@ typedef struct pdshm_mpi_options {
  * parameters there) and joins the host's group PDSHM_MPI_GROUP with the local
  * rank (taking over a rank whose holder died).  Errors: EINVAL for a NULL
  * argument or prefix, a local_size (or PDSHM_MPI_LOCAL_SIZE) that is not a
- * positive divisor of comm's size, or hosts of unequal sizes (at every
- * process); the errors of pdshm_create, pdshm_attach and pdshm_group_join
- * (at the process that met them; the others may wait in MPI: abort).
+ * positive divisor of comm's size, or hosts of unequal sizes; the errors of
+ * pdshm_create, pdshm_attach and pdshm_group_join.  It fails at every
+ * process or at none: a process whose own steps succeeded returns the error
+ * another process met (and has undone its own steps).
  */
 PDSHM_MPI_API int pdshm_mpi_open(MPI_Comm comm, const pdshm_mpi_options *o, pdshm_mpi **out);
 /* Leaves the group, detaches the segment (which stays, with its named
@@ -127,10 +128,12 @@ PDSHM_MPI_API int pdshm_mpi_allreduce(pdshm_mpi *m, pdshm_var *v, pdshm_reduce_o
  * for every process of a host (one copy of the parameters per host: a
  * variable of a named scope); on return every host's v holds root_host's
  * tensor (dtype, shape and bytes).  The other hosts' local rank 0 resizes v
- * first when needed; each local rank carries 1/L of the bytes.  Errors:
- * EINVAL for a root_host out of range (at every process), ETYPE when root's
- * v holds no tensor (at every process), the errors of pdshm_tensor_resize,
- * the group's errors as for pdshm_mpi_allreduce.
+ * first when needed; each local rank carries 1/L of the bytes.  Errors, the
+ * same at every process: EINVAL for a root_host out of range, a NULL v at
+ * any process, or processes of one host that passed different variables;
+ * ETYPE when root's v holds no tensor; the errors of pdshm_tensor_resize;
+ * the group's errors as for pdshm_mpi_allreduce.  After an error the
+ * receiving hosts' v may be resized, its bytes unspecified.
  */
 PDSHM_MPI_API int pdshm_mpi_bcast_var(pdshm_mpi *m, pdshm_var *v, int root_host,
                                       int64_t timeout_ns);

@@ -60,16 +60,26 @@ static void send_shard(pdshm_mpi *m, pdshm_var *v, int root_host) {
   if (m->host == root_host) m->bytes_sent += hi - lo;
 }
 
+/* After the resize: v holds the bytes desc describes (else another
+ * variable than its host's local rank 0 resized). */
+static int same_size(pdshm_var *v, const int64_t *desc) {
+  int64_t mine[2 + PDSHM_NDIM_MAX];
+  describe(v, mine);
+  return memcmp(mine, desc, sizeof mine) ? PDSHM_EINVAL : 0;
+}
+
 int pdshm_mpi_bcast_var(pdshm_mpi *m, pdshm_var *v, int root_host, int64_t timeout_ns) {
   if (!m) return PDSHM_EINVAL;
   if (root_host < 0 || root_host >= m->hosts) return PDSHM_EINVAL;
+  int rc = agree(m, v ? 0 : PDSHM_EINVAL);
+  if (rc) return rc;
   int64_t desc[2 + PDSHM_NDIM_MAX];
   if (m->host == root_host) describe(v, desc);
   MPI_Bcast(desc, 2 + PDSHM_NDIM_MAX, MPI_INT64_T, root_host, m->cross);
   if (desc[0] < 0) return (int)desc[0];
-  int rc = 0;
   if (m->host != root_host && m->local_rank == 0) rc = shape_like(v, desc);
   if (!(rc = agree(m, rc))) rc = agree(m, barrier(m, timeout_ns));
+  if (!rc) rc = agree(m, same_size(v, desc));
   if (rc) return rc;
   send_shard(m, v, root_host);
   return agree(m, barrier(m, timeout_ns));

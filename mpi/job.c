@@ -12,6 +12,9 @@
  *  3. A host's segment is created only by its local rank 0, and the others
  *     attach after a barrier of the local communicator: nobody attaches a
  *     segment still being made.
+ *  4. open succeeds at every process or at none (the processes agree on the
+ *     outcome last), so that no process goes on to wait in MPI for one that
+ *     failed.
  */
 #include "config.h"
 
@@ -105,6 +108,10 @@ int pdshm_mpi_open(MPI_Comm comm, const pdshm_mpi_options *o, pdshm_mpi **out) {
   if (!rc) rc = pdshm_group_join(m->seg, PDSHM_MPI_GROUP, (unsigned)m->local_size,
                                  m->local_rank, &m->group);
   if (!rc) rc = pdshm__mpi_ops_create(m);
+  /* invariant 4: a failure anywhere is a failure everywhere */
+  int all = rc;
+  MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, comm);
+  if (!rc) rc = all;
   if (rc) {
     if (m->group) pdshm_group_leave(m->group);
     if (m->seg) pdshm_detach(m->seg);

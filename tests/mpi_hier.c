@@ -10,7 +10,9 @@
  *  2. each process handed MPI 1/L of the tensor's bytes (none on one host);
  *  3. mismatched calls (another element count on one host) fail at every
  *     process, none waits;
- *  4. pdshm_mpi_bcast_scope makes every host's scope equal the root's.
+ *  4. pdshm_mpi_bcast_scope makes every host's scope equal the root's;
+ *  5. when one host's segment is not a segment, pdshm_mpi_open fails at
+ *     every process, none waits.
  * Prints "ok N - what" / "not ok N - what" (TAP) at rank 0; exits non-zero
  * on any failure.
  *
@@ -126,6 +128,29 @@ static void mismatch(pdshm_mpi *m, pdshm_scope *local) {
   report(rc == PDSHM_EINVAL, "another element count on one host: EINVAL at every process");
 }
 
+/* 5: when host 1's segment is not a segment, open fails at every process
+ * (host 0's own steps succeeded: it must not go on alone). */
+static void open_fails_everywhere(const char *prefix) {
+  char bad[256], path[300];
+  snprintf(bad, sizeof bad, "%s-bad", prefix);
+  snprintf(path, sizeof path, "/dev/shm/pdshm.%s.h1", bad);
+  if (world_rank == 0) {
+    FILE *f = fopen(path, "w");
+    if (!f || fputs("not a pdshm segment\n", f) < 0 || fclose(f)) MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  pdshm_mpi *m = NULL;
+  pdshm_mpi_options o = {.prefix = bad, .seg_size = 4u << 20};
+  int rc = pdshm_mpi_open(MPI_COMM_WORLD, &o, &m);
+  report(rc == PDSHM_EBADSEG && !m, "one host's bad segment: open fails at every process");
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank == 0) {
+    remove(path);
+    snprintf(path, sizeof path, "%s.h0", bad);
+    pdshm_unlink(path);
+  }
+}
+
 /* 4: host 0's "params" (made here) into every host's. */
 static void bcast(pdshm_mpi *m) {
   pdshm_scope *root, *params = NULL;
@@ -181,6 +206,7 @@ int main(int argc, char **argv) {
   bcast(m);
   pdshm_scope_release(local);
   pdshm_scope_release(root);
+  if (pdshm_mpi_hosts(m) > 1) open_fails_everywhere(argv[1]);
   if (world_rank == 0) printf("1..%d\n", tests);
   int rc = pdshm_mpi_close(m);
   MPI_Finalize();

@@ -171,8 +171,24 @@ class Job:
         self.local_comm = self._split_hosts(local_size)
         self.local_rank, self.local_size = self.local_comm.Get_rank(), self.local_comm.Get_size()
         self._split_cross()
-        self.segment = self._open_segment(f"{prefix}.h{self.host}", size)
-        self.group = self.segment.group(GROUP, self.local_size, rank=self.local_rank)
+        self.segment = self.group = None
+        failure = None
+        try:
+            self.segment = self._open_segment(f"{prefix}.h{self.host}", size)
+            self.group = self.segment.group(GROUP, self.local_size, rank=self.local_rank)
+        except _pdshm.Error as e:
+            failure = e
+        # every process opens, or none does: nobody waits in MPI for one that failed
+        code = self.comm.allreduce(failure.code if failure is not None else 0, op=MPI.MIN)
+        if code:
+            if self.group is not None:
+                self.group.leave()
+            if self.segment is not None:
+                self.segment.detach()
+            self.cross_comm.Free()
+            self.local_comm.Free()
+            raise failure if failure is not None else \
+                _error(code, "another process could not open its host's segment or group")
         self._half_ops = {(d, o): _half_op(MPI, d, o) for d in _WIDEN for o in _COMBINE}
 
     def _split_hosts(self, local_size: Optional[int]) -> Any:
@@ -212,8 +228,9 @@ class Job:
                     why = e
             except _pdshm.Error as e:
                 why = e
-        if self.local_comm.bcast(why is None, root=0) is False:
-            raise why if why is not None else _error(_pdshm.ENOENT, f"host {self.host}'s {name}")
+        code = self.local_comm.bcast(why.code if why is not None else 0, root=0)
+        if code:
+            raise why if why is not None else _error(code, f"host {self.host}'s segment {name}")
         return seg if seg is not None else _pdshm.attach(name)
 
     # ---- a Group's face, for DataParallel ------------------------------------
