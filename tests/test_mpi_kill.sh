@@ -1,8 +1,9 @@
 #!/bin/sh
-# A trainer killed with SIGKILL ends the whole MPI job within seconds (its
-# host's group sees the death; with no replacement within --replace-ms, the
-# host calls MPI_Abort), never a hang; then a restart on the same segments
-# resumes from the step the job had reached.
+# A trainer killed with SIGKILL ends the whole MPI job within seconds, never
+# a hang: its host's group sees the death and, with no replacement within
+# --replace-ms, the host calls MPI_Abort; OpenMPI's mpirun also ends a job
+# one of whose ranks died by a signal (whichever comes first).  Then a
+# restart on the same segments resumes from the step the job had reached.
 set -eu
 . "${PDSHM_SRCDIR:-.}/tests/mpi_common.sh"
 start=$(date +%s)
