@@ -148,6 +148,8 @@ PDSHM_MPI_API int pdshm_mpi_bcast_scope(pdshm_mpi *m, pdshm_scope *s, int root_h
 /*
  * The lowest host whose `have` is nonzero, into *host (-1 when none): which
  * host a restarted job re-seeds the others from.  Collective over the job.
+ * EINVAL for a NULL m or host (then this process takes no part: the others
+ * wait in MPI).
  */
 PDSHM_MPI_API int pdshm_mpi_first_host(pdshm_mpi *m, int have, int *host);
 
