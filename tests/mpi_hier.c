@@ -7,6 +7,8 @@
  *     the same values over the whole job, byte for byte (values are small
  *     integers, so that every order of summation is exact; F16 and BF16 are
  *     reduced flat in float32, MEAN flat as a sum divided once);
+ *     and for the float dtypes, a sum of values that round stays within
+ *     the roundings' bound of the exact sum;
  *  2. each process handed MPI 1/L of the tensor's bytes (none on one host);
  *  3. mismatched calls (another element count on one host) fail at every
  *     process, none waits;
@@ -117,6 +119,53 @@ static void one_case(pdshm_mpi *m, pdshm_scope *local, int t, int o) {
   else report(sent >= (share - 1) * es && sent <= share * es, what);
 }
 
+/* Process r's element i for the rounding case: in [-1, 1), not exact. */
+static double noisy(int r, size_t i) {
+  uint64_t x = (uint64_t)(r + 1) * 0x9e3779b97f4a7c15ull ^ (uint64_t)(i + 1) * 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 31;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 29;
+  return (double)(x >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static double load(const void *p, pdshm_dtype dt, size_t i) {
+  switch (dt) {
+  case PDSHM_F16: return pdshm__half_load(((const uint16_t *)p)[i]);
+  case PDSHM_BF16: return pdshm__bf16_load(((const uint16_t *)p)[i]);
+  case PDSHM_F32: return ((const float *)p)[i];
+  default: return ((const double *)p)[i];
+  }
+}
+
+/* 1b: values that round: the hierarchical sum of the floats is within the
+ * dtype's rounding of the exact sum (summed flat in double), a few units in
+ * the last place of the inputs' magnitude. */
+static void rounding_case(pdshm_mpi *m, pdshm_scope *local, int t) {
+  pdshm_dtype dt = dtypes[t].dt;
+  static const double ulp[] = {[PDSHM_F16] = 0x1p-10, [PDSHM_BF16] = 0x1p-7,
+                               [PDSHM_F32] = 0x1p-23, [PDSHM_F64] = 0x1p-52};
+  pdshm_var *v;
+  int64_t dims[1] = {N};
+  DIE(pdshm_var_get(local, "g", &v));
+  DIE(pdshm_tensor_resize(v, dt, 1, dims));
+  double d[N];
+  for (size_t i = 0; i < N; i++) store(pdshm_tensor_data(v), dt, i, noisy(world_rank, i));
+  for (size_t i = 0; i < N; i++) d[i] = load(pdshm_tensor_data(v), dt, i); /* as stored */
+  int rc = pdshm_mpi_allreduce(m, v, PDSHM_SUM, 10000000000ll);
+  MPI_Allreduce(MPI_IN_PLACE, d, N, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  double worst = 0;
+  for (size_t i = 0; i < N; i++) worst = fmax(worst, fabs(load(pdshm_tensor_data(v), dt, i) - d[i]));
+  /* each of the log2(size)+2 roundings of a sum of magnitude <= size costs
+   * at most half a unit of that magnitude */
+  double bound = ulp[dt] * world_size * (log2((double)world_size) + 2);
+  char what[128];
+  snprintf(what, sizeof what, "hierarchical %s sum of values that round: within %g of exact",
+           dtypes[t].name, bound);
+  if (rc || worst > bound)
+    fprintf(stderr, "rank %d %s: rc %d, largest error %g\n", world_rank, dtypes[t].name, rc, worst);
+  report(rc == 0 && worst <= bound, what);
+}
+
 /* 3: host 1's processes pass another element count than host 0's. */
 static void mismatch(pdshm_mpi *m, pdshm_scope *local) {
   pdshm_var *v;
@@ -202,6 +251,7 @@ int main(int argc, char **argv) {
   DIE(pdshm_scope_new(root, NULL, &local));
   for (size_t t = 0; t < sizeof dtypes / sizeof *dtypes; t++)
     for (size_t o2 = 0; o2 < sizeof ops / sizeof *ops; o2++) one_case(m, local, (int)t, (int)o2);
+  for (size_t t = 0; t < 4; t++) rounding_case(m, local, (int)t); /* the float dtypes */
   if (pdshm_mpi_hosts(m) > 1) mismatch(m, local);
   bcast(m);
   pdshm_scope_release(local);
