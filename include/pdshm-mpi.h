@@ -115,10 +115,14 @@ PDSHM_MPI_API int pdshm_mpi_host_barrier(pdshm_mpi *m, int64_t timeout_ns);
  * pdshm_group_allreduce (F16 and BF16 cross hosts through MPI ops that
  * compute in float32; MEAN divides once, at the end, integers truncating
  * towards zero, sums that overflow an integer dtype wrap).  timeout_ns bounds
- * each wait in the host (< 0: none).  Errors: those of pdshm_group_allreduce
- * at every member of the host (EINVAL, ETYPE, ETIMEDOUT, EBADSEG: the
- * tensors are then unspecified and the other hosts wait in MPI: abort);
- * EOWNERDEAD after a replacement took a dead member's rank over (see above).
+ * each wait in the host (< 0: none).  Errors of the first, in-host round
+ * (those of pdshm_group_allreduce: EINVAL, ETYPE, ETIMEDOUT, EBADSEG, and
+ * EOWNERDEAD after a replacement took a dead member's rank over, see above)
+ * are agreed on by the hosts before any data crosses, and returned at every
+ * process of the job, as is EINVAL when hosts passed different dtypes,
+ * element counts or ops; the tensors are then unspecified.  An error of the
+ * last round (ETIMEDOUT, EOWNERDEAD) is its host's only: the other hosts
+ * have their result.
  */
 PDSHM_MPI_API int pdshm_mpi_allreduce(pdshm_mpi *m, pdshm_var *v, pdshm_reduce_op op,
                                       int64_t timeout_ns);
