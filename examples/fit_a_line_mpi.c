@@ -16,7 +16,10 @@
  * source, and every host's "params" is re-seeded from it
  * (pdshm_mpi_bcast_scope): a host whose segment is gone gets the others'
  * parameters, and training resumes at the step they reached.  --fresh
- * starts from zero parameters instead.
+ * starts from zero parameters instead.  (The step counter is written after
+ * W and b: local rank 0 killed between the two leaves its host one step
+ * ahead of its counter, and that step is applied again after a restart.  A
+ * death anywhere else leaves every host's parameters and counter in step.)
  *
  * usage: mpirun -np P fit_a_line_mpi [--epochs E] [--fresh] [--die STEP:RANK]
  *                                    [--replace-ms MS] [PREFIX]
