@@ -28,39 +28,18 @@
 #include <unistd.h>
 
 #include "example.h"
+#include "synth.h"
 
-#define FEATURES 13
-#define ROWS 4096
 #define GLOBAL_BATCH 256 /* rows per step, split between the trainers, so that an
                            epoch is the same SGD steps whatever their number */
 #define SEG_SIZE (8u << 20) /* small: /dev/shm in a container is often 64 MiB */
 #define LEARNING_RATE 0.02f
-#define NOISE 0.1f
 #define MAX_TRAINERS 64
 
 struct opts {
   const char *name;
   int trainers, epochs, keep;
 };
-
-/* ---- deterministic synthetic data ------------------------------------------- */
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-
-static float uniform01(void) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0));
-}
-
-static float gaussian(void) {
-  float u = uniform01() + 1e-12f, v = uniform01();
-  return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
-}
-
-static float true_weight(int j) { return (float)(j % 5) - 2.0f + 0.25f * (float)j / FEATURES; }
-#define TRUE_BIAS 0.5f
 
 static pdshm_var *tensor(pdshm_scope *s, const char *name, const char *label, int64_t rows,
                          int64_t cols) {
@@ -86,14 +65,7 @@ static void build_model(pdshm_seg *seg) {
   CHECK(pdshm_var_add_reader(w, "fc"));
   float *x = pdshm_tensor_data(tensor(data, "X", "input", ROWS, FEATURES));
   float *y = pdshm_tensor_data(tensor(data, "Y", "input", ROWS, 1));
-  for (int i = 0; i < ROWS; i++) {
-    float t = TRUE_BIAS + NOISE * gaussian();
-    for (int j = 0; j < FEATURES; j++) {
-      x[i * FEATURES + j] = gaussian();
-      t += true_weight(j) * x[i * FEATURES + j];
-    }
-    y[i] = t;
-  }
+  synth_rows(x, y);
   tensor(grads, "dW", "gradient", FEATURES, 1);
   tensor(grads, "db", "gradient", 1, 1);
   tensor(grads, "loss", "objective", 1, 1);

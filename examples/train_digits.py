@@ -8,6 +8,21 @@ segment (pdshm.torch.DataParallel).
     ... --kill-one       SIGKILL a trainer mid-epoch, start a replacement
     ... --plot loss.png  the loss curve (needs matplotlib)
 
+Across hosts (pdshm.mpi over mpi4py): every MPI rank is a trainer, the
+trainers of a host share that host's segment, and the gradients are averaged
+over the whole job (in the host through the segment, across hosts over MPI):
+
+    PDSHM_MPI_LOCAL_SIZE=2 tests/mpirun.sh -np 4 -x PDSHM_MPI_LOCAL_SIZE \
+        -x PYTHONPATH /usr/bin/python3 examples/train_digits.py --mpi digits
+    ... --mpi digits --epochs 20   resumes at the step the last run reached
+    ... --mpi digits --fresh       starts over
+
+(PDSHM_MPI_LOCAL_SIZE=2: 2 simulated hosts of 2 trainers on one machine;
+without it MPI's shared-memory split finds the real hosts.)  The parameters
+and the optimizer's state live in the named scope "digits" of each host's
+segment, so a run resumes from the segments without a checkpoint file; a
+host whose segment is gone is re-seeded from another host.
+
 Every step takes one global batch (--batch rows, the same for any number of
 trainers, so the run does not depend on it) and gives each trainer an equal
 share; the gradients are averaged through the group, and each trainer
@@ -167,6 +182,65 @@ def plot(losses, path):
     print(f"loss curve written to {path}")
 
 
+def mpi_main(args):
+    """The --mpi run: this MPI rank is one trainer of the job (see above)."""
+    import torch
+    import pdshm.mpi
+    import pdshm.torch as pt
+    from mpi4py import MPI
+    torch.set_num_threads(1)
+    world, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    if args.batch % size:
+        raise SystemExit(f"the job's {size} processes must divide --batch {args.batch}")
+    x_train, y_train, x_test, y_test = load_data()
+    per = steps_per_epoch(len(x_train), args.batch)
+    total = per * args.epochs
+    with pdshm.mpi.Job(args.mpi, size=segment_bytes(args)) as job:
+        if args.fresh and job.local_rank == 0:
+            try:
+                job.segment.root.unlink(SCOPE)
+            except pdshm.NotFound:
+                pass
+        job.local_comm.Barrier()
+        scope, had = job.host_scope(SCOPE)
+        # the lowest host with a previous run's state re-seeds every host's copy
+        source = job.first_host(had and scope.find_local_var("progress") is not None)
+        if source is not None:
+            if not had and job.local_rank == 0:
+                print(f"host {job.host}: no state in its segment; re-seeded from host {source}",
+                      flush=True)
+            job.bcast_scope(scope, root_host=source, timeout=60)
+        model = make_model(torch, args.hidden)
+        dp = pt.DataParallel(model, scope, job, make_optimizer(args), timeout=120.0)
+        if world == 0:
+            print(f"digits over MPI: {job.hosts} hosts x {job.local_size} trainers, global batch "
+                  f"{args.batch}, {per} steps per epoch; "
+                  + (f"resumed at step {dp.steps_done}" if dp.steps_done else "fresh start"),
+                  flush=True)
+        started, losses = time.monotonic(), []
+        while dp.steps_done < total:
+            step = dp.steps_done + 1
+            rows = batch_rows(step, len(x_train), args.batch, size, world)
+            dp.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x_train[rows])),
+                                                     torch.from_numpy(y_train[rows]))
+            loss.backward()
+            if not dp.step():
+                continue
+            losses.append(loss.item())
+            if world == 0 and step % per == 0:
+                now = time.monotonic()
+                print(f"epoch {step // per:3d}  loss {np.mean(losses[-per:]):.4f}  "
+                      f"test accuracy {accuracy(torch, model, x_test, y_test):.4f}  "
+                      f"{now - started:.3f} s", flush=True)
+                started = now
+        if world == 0:
+            print(f"final test accuracy {accuracy(torch, model, x_test, y_test):.4f}  "
+                  f"({job.bytes_sent / max(1, len(losses)) / 1024:.1f} KiB a step over MPI "
+                  f"from this process)", flush=True)
+        del dp, model  # the views of the segment go before the detach
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trainers", type=int, default=2)
@@ -178,6 +252,10 @@ def main(argv=None):
     ap.add_argument("--kill-one", action="store_true",
                     help="SIGKILL the last trainer mid-epoch and start a replacement")
     ap.add_argument("--plot", metavar="FILE", help="write the loss curve as a PNG")
+    ap.add_argument("--mpi", metavar="PREFIX",
+                    help="run as one MPI rank of a job across hosts (under mpirun); host h's "
+                         "segment is PREFIX.h<h>, kept for a restart")
+    ap.add_argument("--fresh", action="store_true", help="--mpi: start over, not resume")
     args = ap.parse_args(argv)
     if args.lr is None:
         args.lr = 0.05 if args.optimizer == "sgd" else 0.002
@@ -185,6 +263,10 @@ def main(argv=None):
         ap.error("--trainers must be >= 1 and divide --batch")
     if args.kill_one and args.trainers < 2:
         ap.error("--kill-one needs at least 2 trainers")
+    if args.mpi:
+        if args.kill_one or args.plot:
+            ap.error("--mpi runs without --kill-one and --plot")
+        return mpi_main(args)
 
     import torch
     import pdshm.torch as pt

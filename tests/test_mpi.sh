@@ -1,0 +1,25 @@
+#!/bin/sh
+# libpdshm-mpi under mpirun (tests/mpirun.sh): tests/mpi_hier with 2
+# simulated hosts of 2 processes (the case the component is for), then 4
+# hosts of 1 and 1 host of 4 (the edges: no sharing in a host, no MPI
+# between hosts).  Each host's segment is removed afterwards.
+set -eu
+build=${abs_top_builddir:-.}
+src=${PDSHM_SRCDIR:-.}
+if [ -z "${MPIRUN:-}" ] || ! command -v "$MPIRUN" >/dev/null 2>&1; then
+  echo "no mpirun: skipped"
+  exit 77
+fi
+prefix=t-mpi-$$
+cleanup() { rm -f /dev/shm/pdshm."$prefix"-*; }
+trap cleanup EXIT
+for layout in 2x2 4x1 1x4; do
+  hosts=${layout%x*} local=${layout#*x}
+  echo "# $hosts hosts x $local"
+  PDSHM_MPI_LOCAL_SIZE=$local PDSHM_MPIRUN_TIMEOUT=60 \
+    "$src/tests/mpirun.sh" -np $((hosts * local)) -x PDSHM_MPI_LOCAL_SIZE \
+    "$build/tests/mpi_hier" "$prefix-$layout"
+  for h in $(seq 0 $((hosts - 1))); do
+    [ -e "/dev/shm/pdshm.$prefix-$layout.h$h" ] || { echo "host $h's segment is missing"; exit 1; }
+  done
+done
