@@ -74,8 +74,16 @@ PDSHM_SEQLOCK_READ static bool var_is(const pdshm_seg *seg, pdshm_off_t v, const
 
 /* The key an index entry carries for a name. */
 static void tab_key(const char *name, size_t len, uint64_t key[PDSHM_KEY_BYTES / 8]) {
-  memset(key, 0, PDSHM_KEY_BYTES);
-  memcpy(key, name, len < PDSHM_KEY_BYTES ? len : PDSHM_KEY_BYTES);
+  _Static_assert(PDSHM_KEY_BYTES == 16, "the key is two words");
+  if (len >= 16) {
+    memcpy(key, name, 16);
+  } else if (len >= 8) {
+    memcpy(&key[0], name, 8);
+    key[1] = pdshm__tail_word(name + 8, len - 8);
+  } else {
+    key[0] = pdshm__tail_word(name, len);
+    key[1] = 0;
+  }
 }
 
 /* Does entry e hold (name, len)?  Names that fit in the key are decided by
@@ -117,6 +125,13 @@ static bool tab_wait(unsigned tries) {
 
 PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
                               size_t len, uint64_t hash) {
+  uint64_t seq;
+  return pdshm__table_find_seq(seg, x, name, len, hash, &seq);
+}
+
+PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdshm_scope_rec *x,
+                                                     const char *name, size_t len, uint64_t hash,
+                                                     uint64_t *seq) {
   for (unsigned tries = 0;; tries++) {
     uint64_t s1 = atomic_load_explicit(&x->seq, memory_order_acquire);
     if (s1 & 1) {
@@ -133,7 +148,10 @@ PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_sc
     int64_t i = t ? tab_probe(seg, t, cap, name, len, hash) : -1;
     if (i >= 0) v = ld(&t->ent[i].var);
     atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&x->seq, memory_order_relaxed) == s1) return v;
+    if (atomic_load_explicit(&x->seq, memory_order_relaxed) == s1) {
+      *seq = s1;
+      return v;
+    }
   }
 }
 

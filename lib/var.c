@@ -77,15 +77,18 @@ static int var_make(pdshm_scope *s, const char *name, enum var_mode mode, pdshm_
   if (rc) return rc;
   pdshm_seg *seg = s->seg;
   struct pdshm_scope_rec *x = pdshm__scope_at(seg, s->rec);
-  uint64_t hash = pdshm__hash(name, len);
-  pdshm_off_t v = mode == VAR_GET ? pdshm__table_find(seg, x, name, len, hash) : 0;
+  uint64_t hash = pdshm__hash(name, len), missed_at = 0;
+  pdshm_off_t v = mode == VAR_GET ? pdshm__table_find_seq(seg, x, name, len, hash, &missed_at) : 0;
   if (v) {
     *out = pdshm__var_handle(pdshm__var_at(seg, v));
     return 0;
   }
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
   if ((rc = pdshm__j_begin(seg, ln, x->lock, PDSHM_OP_VAR_NEW))) goto out;
-  int64_t i = pdshm__table_find_locked(seg, x, name, len, hash);
+  /* The miss still holds when no writer touched the table since (seq even
+   * and unchanged): no second probe. */
+  bool unchanged = mode == VAR_GET && atomic_load_explicit(&x->seq, memory_order_relaxed) == missed_at;
+  int64_t i = unchanged ? -1 : pdshm__table_find_locked(seg, x, name, len, hash);
   if (i >= 0) {
     v = pdshm__table_ent(seg, x, i)->var;
     if (mode == VAR_CREATE) rc = pdshm__fail(PDSHM_EEXIST, "variable \"%s\" exists", name);
