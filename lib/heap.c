@@ -59,17 +59,30 @@ unsigned pdshm__class_of(size_t bytes) {
   if (bytes > PDSHM_CLASS_MAX) return PDSHM_NCLASSES;
   /* base = 512 << d with base < bytes <= 2 base; quarters of base above it */
   unsigned d = 63u - (unsigned)__builtin_clzll((bytes - 1) / 512);
-  uint64_t base = 512ull << d, q = (bytes - base + base / 4 - 1) / (base / 4);
+  /* base / 4 is 128 << d: a shift, not a division, on every allocation */
+  uint64_t base = 512ull << d, q = (bytes - base + base / 4 - 1) >> (d + 7);
   return SMALL_CLASSES + d * 4 + (unsigned)q - 1;
 }
 
-/* Blocks of class c a lane may cache: about 1/2048 of the arena per class
- * (16 KiB to 256 KiB), so that what caches strand stays a small share. */
-static unsigned cache_limit(const pdshm_seg *seg, unsigned c) {
+/* Bytes of one class a lane may cache: about 1/2048 of the arena (16 KiB to
+ * 256 KiB), so that what caches strand stays a small share. */
+static uint64_t cache_bytes(const pdshm_seg *seg) {
   uint64_t bytes = (seg->hdr->arena_end - seg->hdr->arena_off) / 2048;
-  bytes = bytes < (16u << 10) ? (16u << 10) : bytes > (256u << 10) ? (256u << 10) : bytes;
-  uint64_t n = bytes / pdshm__class_size(c);
+  return bytes < (16u << 10) ? (16u << 10) : bytes > (256u << 10) ? (256u << 10) : bytes;
+}
+
+/* Blocks of class c a lane may cache: cache_bytes' worth, CACHE_MIN to
+ * CACHE_MAX of them. */
+static unsigned cache_limit(const pdshm_seg *seg, unsigned c) {
+  uint64_t n = cache_bytes(seg) / pdshm__class_size(c);
   return n < CACHE_MIN ? CACHE_MIN : n > CACHE_MAX ? CACHE_MAX : n;
+}
+
+/* count <= cache_limit(seg, c), with a multiply instead of the division: it
+ * is asked on every free. */
+static bool cache_within(const pdshm_seg *seg, unsigned c, uint32_t count) {
+  if (count <= CACHE_MIN) return true;
+  return count <= CACHE_MAX && (uint64_t)count * pdshm__class_size(c) <= cache_bytes(seg);
 }
 
 /* The bin a FREE block of that size lives in. */
@@ -490,7 +503,7 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
   if (ln && c < PDSHM_NCLASSES && pdshm__class_size(c) == size) {
     struct pdshm_cache_bin *cb = &ln->rec->cache[c];
     cache_push(seg, cb, off, ln->tag);
-    if (cb->count <= cache_limit(seg, c)) return;
+    if (cache_within(seg, c, cb->count)) return;
     if (pdshm__lock(seg, PDSHM_LOCK_HEAP)) return;
     cache_drain(seg, cb, cb->count / 2);
     pdshm__unlock(seg, PDSHM_LOCK_HEAP);
