@@ -218,11 +218,13 @@ static bool retain(pdshm_seg *seg, uint64_t bytes) {
 static void punch_extent(pdshm_seg *seg, pdshm_off_t off, pdshm_off_t at, uint64_t len);
 
 /* Gives back the pages of backed FREE blocks above PUNCH_MIN, biggest bins
- * first, until `want` bytes are punched or none is left (heap lock held).
- * Each block is flagged HOLEY before its pages go, as heap_release does, and
- * stays where it is in its bin: a death between the two leaves a HOLEY block
- * whose pages are still there, which invariant H1 allows.  Returns the bytes
- * punched. */
+ * first, until `want` bytes are punched or none is left (heap lock held);
+ * of a block bigger than what is still wanted, only its front.  Retained
+ * frees merge with their FREE neighbours, so which pages were retained is
+ * not known: the bytes are what counts.  Each block is flagged HOLEY before
+ * its pages go, as heap_release does, and stays where it is in its bin: a
+ * death between the two leaves a HOLEY block whose pages are still there,
+ * which invariant H1 allows.  Returns the bytes punched. */
 static uint64_t heap_trim(pdshm_seg *seg, uint64_t want) {
   struct pdshm_heap *h = heap(seg);
   uint64_t done = 0, was = h->punched;
@@ -233,7 +235,9 @@ static uint64_t heap_trim(pdshm_seg *seg, uint64_t want) {
       if (w & PDSHM_BLK_HOLEY) continue;
       set_word(blk, w | PDSHM_BLK_HOLEY);
       PDSHM_CRASHPOINT("heap.trim.holey");
-      punch_extent(seg, o, o, pdshm__blk_size(w));
+      uint64_t size = pdshm__blk_size(w), len = size; /* the header is spared */
+      if (want - done < size - PDSHM_BLK_MIN) len = want - done + PDSHM_BLK_MIN;
+      punch_extent(seg, o, o, len);
       done = h->punched - was;
     }
   }

@@ -224,6 +224,25 @@ START_TEST(large_frees_kept_within_budget) {
 }
 END_TEST
 
+/* Retained bytes that sat unused past their age go back at the next locked
+ * allocation: as many as were retained, not every free page. */
+START_TEST(kept_pages_go_back_when_unused) {
+  pdshm_off_t a = alloc(2u << 20);
+  memset(seg->base + a, 1, 2u << 20);
+  release(a);
+  uint64_t punched = punched_total(seg), before = file_blocks();
+  ck_assert_uint_ge(seg->hdr->heap.retained, 2u << 20);
+  seg->hdr->heap.retained_ns = 0; /* kept since boot */
+  release(alloc(200u << 10));
+  uint64_t gone = punched_total(seg) - punched;
+  ck_assert_uint_ge(gone, (2u << 20) - 8192);
+  ck_assert_uint_le(gone, (2u << 20) + 8192);
+  /* the 200 KiB were carved from the punched front: reserved again */
+  ck_assert_uint_le(file_blocks(), before - (2u << 20) + (256u << 10));
+  ck_assert_int_eq(pdshm__heap_check(seg, stderr), 0);
+}
+END_TEST
+
 /* A 24 MiB /dev/shm of this test's own (a mount namespace), or false. */
 static bool small_dev_shm(void) {
   if (unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
@@ -475,6 +494,7 @@ static Suite *heap_suite(void) {
   tcase_add_test(tc, pages_go_back);
   tcase_add_test(tc, large_frees_kept_within_budget);
   tcase_add_test(tc, kept_pages_go_back_when_dev_shm_is_full);
+  tcase_add_test(tc, kept_pages_go_back_when_unused);
   tcase_add_test(tc, processes_at_once);
   tcase_add_test(tc, threads_at_once);
   tcase_add_test(tc, sweep_dead_slot);
