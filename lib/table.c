@@ -237,10 +237,14 @@ static int tab_put(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope
   if (t) cap = t->cap;
   if (!t || (t->used + 1) * 2 > cap) return tab_rebuild(seg, ln, x, add, nlive);
   struct pdshm_table_ent *e = &t->ent[tab_slot_for(t, cap, add->hash)];
+  /* The entry is empty or a tombstone, which every probe passes without
+   * reading its hash or key: those are stored in place now, and only var,
+   * which makes the entry live, goes through the journal (a death or an
+   * abort leaves them in an entry nobody reads; lib/CRASH-SAFETY.md). */
+  __atomic_store_n(&e->hash, add->hash, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->key[0], add->key[0], __ATOMIC_RELAXED);
+  __atomic_store_n(&e->key[1], add->key[1], __ATOMIC_RELAXED);
   if (e->var == 0) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, used), t->used + 1);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, hash), add->hash);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, key[0]), add->key[0]);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, key[1]), add->key[1]);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, var), add->var);
   return 0;
 }
