@@ -71,6 +71,11 @@ static uint64_t cache_bytes(const pdshm_seg *seg) {
   return bytes < (16u << 10) ? (16u << 10) : bytes > (256u << 10) ? (256u << 10) : bytes;
 }
 
+/* pdshm__class_of for the fast paths: the small classes without a call. */
+static inline unsigned class_of_fast(uint64_t bytes) {
+  return bytes <= 512 ? (bytes <= 32 ? 0 : (unsigned)((bytes + 15) / 16 - 2)) : pdshm__class_of(bytes);
+}
+
 /* Blocks of class c a lane may cache: cache_bytes' worth, CACHE_MIN to
  * CACHE_MAX of them. */
 static unsigned cache_limit(const pdshm_seg *seg, unsigned c) {
@@ -187,7 +192,7 @@ static int reserve(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
  * for a pin, the heap lock) fills them in (model.h, layout.h invariant 6),
  * and a tensor buffer starts with no pin: they are zeroed before they
  * become USED. */
-static void zero_if_record(pdshm_seg *seg, pdshm_off_t off, uint64_t size, unsigned type) {
+static inline void zero_if_record(pdshm_seg *seg, pdshm_off_t off, uint64_t size, unsigned type) {
   if (type == PDSHM_T_HANDLE || type == PDSHM_T_HOLD || type == PDSHM_T_PIN)
     memset(PDSHM_AT(seg->base, off + PDSHM_BLK_HDR, void), 0, size - PDSHM_BLK_HDR);
   if (type == PDSHM_T_TENSOR && size >= PDSHM_BLK_HDR + sizeof(struct pdshm_tensor_buf))
@@ -460,7 +465,7 @@ int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsign
     return pdshm__fail(PDSHM_EOVERFLOW, "%zu bytes is more than one block can hold", bytes);
   uint64_t n = (bytes + PDSHM_BLK_HDR + PDSHM_ALIGN - 1) & ~(uint64_t)(PDSHM_ALIGN - 1);
   if (n < PDSHM_BLK_MIN) n = PDSHM_BLK_MIN;
-  unsigned c = pdshm__class_of(n);
+  unsigned c = class_of_fast(n);
   struct pdshm_cache_bin *cb = c < PDSHM_NCLASSES ? &ln->rec->cache[c] : NULL;
   pdshm_off_t blk = 0;
   if (cb && cb->head) {
@@ -503,7 +508,7 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
     free_pinned(seg, payload);
     return;
   }
-  unsigned c = size <= PDSHM_CLASS_MAX ? pdshm__class_of(size) : PDSHM_NCLASSES;
+  unsigned c = size <= PDSHM_CLASS_MAX ? class_of_fast(size) : PDSHM_NCLASSES;
   if (ln && c < PDSHM_NCLASSES && pdshm__class_size(c) == size) {
     struct pdshm_cache_bin *cb = &ln->rec->cache[c];
     cache_push(seg, cb, off, ln->tag);

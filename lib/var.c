@@ -177,10 +177,13 @@ PDSHM_API int pdshm_scope_foreach_var(pdshm_scope *s, const char *label,
 
 unsigned pdshm__var_blocks(pdshm_seg *seg, pdshm_off_t v, pdshm_off_t out[8]) {
   const struct pdshm_var_rec *r = pdshm__var_at(seg, v);
-  const pdshm_off_t parts[] = {v, r->name, r->label, r->readers, r->writers, r->buf};
   unsigned n = 0;
-  for (unsigned i = 0; i < sizeof parts / sizeof parts[0]; i++)
-    if (parts[i]) out[n++] = parts[i];
+  out[n++] = v; /* then the parts it has, without a copy of all of them first */
+  if (r->name) out[n++] = r->name;
+  if (r->label) out[n++] = r->label;
+  if (r->readers) out[n++] = r->readers;
+  if (r->writers) out[n++] = r->writers;
+  if (r->buf) out[n++] = r->buf;
   return n;
 }
 
