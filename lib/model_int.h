@@ -94,9 +94,9 @@ const struct pdshm_name *pdshm__name_at(const pdshm_seg *seg, pdshm_off_t off);
  * the call, or 0.  Writes nothing shared unless a writer died mid-update. */
 pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
                               size_t len, uint64_t hash);
-/* The same, and the (even) seq at which the answer held: a writer that
- * takes x's lock and finds seq still there knows the table did not change
- * since (table.c, invariant 1). */
+/* The same, and the (even) seq at which the answer held, or 1 when it gave
+ * up without one: a writer that takes x's lock and finds seq still there
+ * knows the table did not change since (table.c, invariant 1). */
 pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
                                   size_t len, uint64_t hash, uint64_t *seq);
 /* With x's lock held: the entry index of that name, or -1. */

@@ -133,6 +133,7 @@ PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_sc
 PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdshm_scope_rec *x,
                                                      const char *name, size_t len, uint64_t hash,
                                                      uint64_t *seq) {
+  *seq = 1; /* odd: no answer held at any seq (a give-up below) */
   for (unsigned tries = 0;; tries++) {
     uint64_t s1 = atomic_load_explicit(&x->seq, memory_order_acquire);
     if (s1 & 1) {

@@ -77,7 +77,7 @@ static int var_make(pdshm_scope *s, const char *name, enum var_mode mode, pdshm_
   if (rc) return rc;
   pdshm_seg *seg = s->seg;
   struct pdshm_scope_rec *x = pdshm__scope_at(seg, s->rec);
-  uint64_t hash = pdshm__hash(name, len), missed_at = 0;
+  uint64_t hash = pdshm__hash(name, len), missed_at = 1; /* odd: no miss seen */
   pdshm_off_t v = mode == VAR_GET ? pdshm__table_find_seq(seg, x, name, len, hash, &missed_at) : 0;
   if (v) {
     *out = pdshm__var_handle(pdshm__var_at(seg, v));
