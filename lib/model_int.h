@@ -90,6 +90,14 @@ int pdshm__name_new(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const char *s, si
 const struct pdshm_name *pdshm__name_at(const pdshm_seg *seg, pdshm_off_t off);
 
 /* ---- table.c ---- */
+/* How full a table of cap entries may get, in eighths, tombstones counted:
+ * half up to 32 Ki entries (1 MiB), where fewer probes pay; 5/8 above, where
+ * a bigger table's footprint in the caches costs more than its probes save
+ * (renames at 100k names: 15% slower at half). */
+#define PDSHM_TABLE_DENSE_CAP 32768u
+static inline uint64_t pdshm__table_fill_eighths(uint64_t cap) {
+  return cap <= PDSHM_TABLE_DENSE_CAP ? 4 : 5;
+}
 /* Lock-free lookup (seqlock): the variable of that name at some instant of
  * the call, or 0.  Writes nothing shared unless a writer died mid-update. */
 pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,

@@ -9,9 +9,9 @@
  *     stores are applied, even otherwise.
  *  2. A table is never resized in place: growth or clean-up builds a new one
  *     off to the side and publishes it with the journal's store of x->table.
- *     At most half of a table's entries are used (live or tombstone), so
- *     every probe sequence reaches an empty entry, a hit takes about 1.5
- *     probes and a miss about 2.5.
+ *     At most half of a table's entries are used (live or tombstone), 5/8
+ *     for big tables (pdshm__table_fill_eighths), so every probe sequence
+ *     reaches an empty entry.
  *  3. Readers never store to shared memory.  They read seq, probe, read seq
  *     again, and retry when it moved; every offset they follow is
  *     bounds-checked first, so racing a writer (or reading memory freed and
@@ -203,12 +203,12 @@ static uint64_t tab_slot_for(const struct pdshm_table *t, uint64_t cap, uint64_t
 }
 
 /* Invariant 2: a fresh table holding x's live entries but v, then (v, hash);
- * nlive live entries in all.  At most 3/8 full, so that cap/8 insertions at
- * least come before the next rebuild (at 1/2). */
+ * nlive live entries in all.  An eighth below its bound, so that cap/8
+ * insertions at least come before the next rebuild. */
 static int tab_rebuild(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
                        const struct pdshm_table_ent *add, uint64_t nlive) {
   uint64_t cap = TABLE_MIN_CAP;
-  while (cap * 3 < nlive * 8) cap <<= 1;
+  while (cap * (pdshm__table_fill_eighths(cap) - 1) < nlive * 8) cap <<= 1;
   pdshm_off_t off;
   int rc = pdshm__j_alloc(seg, ln, sizeof(struct pdshm_table) + cap * sizeof(struct pdshm_table_ent),
                           PDSHM_T_TABLE, &off);
@@ -236,7 +236,8 @@ static int tab_put(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope
   uint64_t cap = 0;
   struct pdshm_table *t = x->table ? PDSHM_AT(seg->base, x->table, struct pdshm_table) : NULL;
   if (t) cap = t->cap;
-  if (!t || (t->used + 1) * 2 > cap) return tab_rebuild(seg, ln, x, add, nlive);
+  if (!t || (t->used + 1) * 8 > cap * pdshm__table_fill_eighths(cap))
+    return tab_rebuild(seg, ln, x, add, nlive);
   struct pdshm_table_ent *e = &t->ent[tab_slot_for(t, cap, add->hash)];
   /* The entry is empty or a tombstone, which every probe passes without
    * reading its hash or key: those are stored in place now, and only var,
