@@ -124,6 +124,50 @@ static void scaling_targets(void) {
   }
 }
 
+/* A time ratio pdshm / peer on one row (ns/op: at most bound to pass). */
+static void time_target(const char *what, const char *scenario, const char *param,
+                        const char *peer, double bound) {
+  double me = result_get(scenario, param, "pdshm"), them = result_get(scenario, param, peer);
+  if (me && them) target_add(what, ratio(me, them), bound, false, NULL);
+}
+
+/* A throughput ratio pdshm / peer on one row (M ops/s: at least bound). */
+static void rate_target(const char *what, const char *scenario, const char *param,
+                        const char *peer, double bound) {
+  double me = result_get(scenario, param, "pdshm"), them = result_get(scenario, param, peer);
+  if (me && them) target_add(what, ratio(me, them), bound, true, NULL);
+}
+
+/* The hot paths of issue 14, each against its peer of the same run. */
+static void hot_path_targets(void) {
+  time_target("lookup hit at 10k names, time vs the private hash table",
+              "lookup hit, in the scope", "10000", "hash", 1.25);
+  time_target("get-or-create + erase at 10k names, time vs paddle",
+              "get-or-create + erase (a pair)", "10000", "paddle", 1.5);
+  time_target("rename at 10k names, time vs paddle", "rename", "10000", "paddle", 1.0);
+  time_target("step cycle (new scope, 10 x 4 KiB, release), time vs paddle",
+              "step cycle: new scope, 10 vars x 4 KiB, release", "10", "paddle", 1.0);
+  static const struct {
+    const char *size;
+    double bound;
+  } sizes[] = {{"64 B", 3.0}, {"4 KiB", 3.0}, {"16 MiB", 2.0}};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    char what[96];
+    snprintf(what, sizeof what, "tensor alloc + free %s, time vs jemalloc", sizes[i].size);
+    time_target(what, "tensor alloc + free (a pair)", sizes[i].size, "jemalloc", sizes[i].bound);
+  }
+  static const char e[] = "5e shared locks, one variable";
+  static const char *const procs[] = {"2", "4", "8"};
+  for (size_t i = 0; i < 3; i++) {
+    char what[96];
+    snprintf(what, sizeof what, "shared locks, %s processes: pdshm vs robust mutex", procs[i]);
+    rate_target(what, e, procs[i], "mutex", 1.0);
+  }
+  static const char f[] = "5f trainer step (scope, 10 finds, 4 tensors, 2 locks)";
+  rate_target("trainer step, 1 process: pdshm vs paddle + mutex", f, "1", "paddle", 1.0);
+  rate_target("trainer step, 2 processes: pdshm vs paddle + mutex", f, "2", "paddle", 1.0);
+}
+
 static void read_target(void) {
   static const char s[] = "6 read a 256 MiB tensor (memcpy out, best of 3)";
   if (result_get(s, "1", "pdshm"))
@@ -175,6 +219,7 @@ int main(int argc, char **argv) {
     if (wanted(only, scenarios[i].key)) scenarios[i].run();
   lookup_targets();
   scaling_targets();
+  hot_path_targets();
   read_target();
   report_write(stdout, fmt);
   bench_progress("done in %.0f s", bench_now() - t0);

@@ -182,7 +182,7 @@ static void ck_table(struct ck *c, pdshm_off_t x, const struct pdshm_scope_rec *
   }
   /* A dying scope's variables are freed without its lock, entry by entry
    * (PDSHM_DESTROY_VARS): its counts may lag. */
-  if (!r->dying && (live != r->nvars || used != t->used || used * 8 > cap * 5))
+  if (!r->dying && (live != r->nvars || used != t->used || used * 8 > cap * pdshm__table_fill_eighths(cap)))
     ck_say(c, "scope %#llx: table counts disagree (live %llu/%llu, used %llu/%llu of %llu)",
            (unsigned long long)x, (unsigned long long)live, (unsigned long long)r->nvars,
            (unsigned long long)used, (unsigned long long)t->used, (unsigned long long)cap);

@@ -16,12 +16,16 @@
  *  - a cache pop or push is two stores (the block's word, the lane's head):
  *    dead lanes' lists are never read again; the reaper's sweep goes by the
  *    blocks' owner field instead;
- *  - inside the heap lock: anything, repaired by the rebuild.
+ *  - inside the heap lock: anything, repaired by the rebuild;
+ *  - a trim (heap_trim: pressure on /dev/shm, or retained pages that sat
+ *    unused) flags a FREE block HOLEY, then punches it: a death between
+ *    leaves a HOLEY block with its pages, which H1 allows.
  */
 #include "config.h"
 
 #include <fcntl.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef HAVE_PUNCH_HOLE
 #include <linux/falloc.h>
@@ -35,7 +39,11 @@
 #define CACHE_MIN 4u
 #define CACHE_MAX 512u
 #define PUNCH_MIN (PDSHM_CLASS_MAX + 1) /* frees above this give pages back */
-#define RETAIN_MAX (32ull << 20)        /* large frees kept backed, at most */
+#define RETAIN_SHARE 4u                 /* large frees kept backed: 1/4 of the arena */
+#define RETAIN_MAX (1ull << 30)         /* ... and at most this                */
+#define RETAIN_AGE_NS (5ull * 1000000000) /* no large free kept backed this long:
+                                             the retained bytes go back at the next
+                                             large free or locked allocation */
 
 /* ---- sizes ---------------------------------------------------------------- */
 
@@ -51,17 +59,35 @@ unsigned pdshm__class_of(size_t bytes) {
   if (bytes > PDSHM_CLASS_MAX) return PDSHM_NCLASSES;
   /* base = 512 << d with base < bytes <= 2 base; quarters of base above it */
   unsigned d = 63u - (unsigned)__builtin_clzll((bytes - 1) / 512);
-  uint64_t base = 512ull << d, q = (bytes - base + base / 4 - 1) / (base / 4);
+  /* base / 4 is 128 << d: a shift, not a division, on every allocation */
+  uint64_t base = 512ull << d, q = (bytes - base + base / 4 - 1) >> (d + 7);
   return SMALL_CLASSES + d * 4 + (unsigned)q - 1;
 }
 
-/* Blocks of class c a lane may cache: about 1/2048 of the arena per class
- * (16 KiB to 256 KiB), so that what caches strand stays a small share. */
-static unsigned cache_limit(const pdshm_seg *seg, unsigned c) {
+/* Bytes of one class a lane may cache: about 1/2048 of the arena (16 KiB to
+ * 256 KiB), so that what caches strand stays a small share. */
+static uint64_t cache_bytes(const pdshm_seg *seg) {
   uint64_t bytes = (seg->hdr->arena_end - seg->hdr->arena_off) / 2048;
-  bytes = bytes < (16u << 10) ? (16u << 10) : bytes > (256u << 10) ? (256u << 10) : bytes;
-  uint64_t n = bytes / pdshm__class_size(c);
+  return bytes < (16u << 10) ? (16u << 10) : bytes > (256u << 10) ? (256u << 10) : bytes;
+}
+
+/* pdshm__class_of for the fast paths: the small classes without a call. */
+static inline unsigned class_of_fast(uint64_t bytes) {
+  return bytes <= 512 ? (bytes <= 32 ? 0 : (unsigned)((bytes + 15) / 16 - 2)) : pdshm__class_of(bytes);
+}
+
+/* Blocks of class c a lane may cache: cache_bytes' worth, CACHE_MIN to
+ * CACHE_MAX of them. */
+static unsigned cache_limit(const pdshm_seg *seg, unsigned c) {
+  uint64_t n = cache_bytes(seg) / pdshm__class_size(c);
   return n < CACHE_MIN ? CACHE_MIN : n > CACHE_MAX ? CACHE_MAX : n;
+}
+
+/* count <= cache_limit(seg, c), with a multiply instead of the division: it
+ * is asked on every free. */
+static bool cache_within(const pdshm_seg *seg, unsigned c, uint32_t count) {
+  if (count <= CACHE_MIN) return true;
+  return count <= CACHE_MAX && (uint64_t)count * pdshm__class_size(c) <= cache_bytes(seg);
 }
 
 /* The bin a FREE block of that size lives in. */
@@ -147,10 +173,17 @@ static pdshm_off_t bin_search(pdshm_seg *seg, uint64_t n) {
 
 /* ---- giving pages back, taking them again ------------------------------------------ */
 
-/* Invariant H1: reserve the whole pages under [off, off+size). */
+static uint64_t heap_trim(pdshm_seg *seg, uint64_t want);
+
+/* Invariant H1: reserve the whole pages under [off, off+size).  When /dev/shm
+ * is full, the backed FREE blocks of the segment give their pages back first
+ * (the block being carved is spared: its pages are the ones wanted). */
 static int reserve(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
   uint64_t pg = seg->hdr->page_size, lo = off / pg * pg, hi = (off + size + pg - 1) / pg * pg;
   if (fallocate(seg->fd, 0, (off_t)lo, (off_t)(hi - lo)) == 0) return 0;
+  if (errno == ENOSPC && heap_trim(seg, UINT64_MAX) &&
+      fallocate(seg->fd, 0, (off_t)lo, (off_t)(hi - lo)) == 0)
+    return 0;
   if (errno == ENOSPC) return pdshm__shmfs_full(seg->fd, hi - lo);
   return pdshm__fail(-errno, "fallocate: %s", strerror(errno));
 }
@@ -159,24 +192,68 @@ static int reserve(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
  * for a pin, the heap lock) fills them in (model.h, layout.h invariant 6),
  * and a tensor buffer starts with no pin: they are zeroed before they
  * become USED. */
-static void zero_if_record(pdshm_seg *seg, pdshm_off_t off, uint64_t size, unsigned type) {
+static inline void zero_if_record(pdshm_seg *seg, pdshm_off_t off, uint64_t size, unsigned type) {
   if (type == PDSHM_T_HANDLE || type == PDSHM_T_HOLD || type == PDSHM_T_PIN)
     memset(PDSHM_AT(seg->base, off + PDSHM_BLK_HDR, void), 0, size - PDSHM_BLK_HDR);
   if (type == PDSHM_T_TENSOR && size >= PDSHM_BLK_HDR + sizeof(struct pdshm_tensor_buf))
     memset(PDSHM_AT(seg->base, off + PDSHM_BLK_HDR, void), 0, sizeof(struct pdshm_tensor_buf));
 }
 
-/* Keeps a large free backed while the budget (1/16 of the arena, at most
- * RETAIN_MAX) allows: a tensor freed and allocated again each step then costs
- * neither a punch nor a re-reserve.  Carving a large block spends it. */
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Keeps a large free backed while the budget (1/RETAIN_SHARE of the arena, at
+ * most RETAIN_MAX) allows: a tensor freed and allocated again each step then
+ * costs neither a punch nor a re-reserve.  Carving a large block spends it;
+ * pressure on /dev/shm and age give it back (heap_trim). */
 static bool retain(pdshm_seg *seg, uint64_t bytes) {
   struct pdshm_heap *h = heap(seg);
-  uint64_t budget = (seg->hdr->arena_end - seg->hdr->arena_off) / 16;
+  uint64_t budget = (seg->hdr->arena_end - seg->hdr->arena_off) / RETAIN_SHARE;
   if (budget > RETAIN_MAX) budget = RETAIN_MAX;
   if (h->retained > budget) h->retained = budget; /* a hint: clamp after a death */
   if (h->retained + bytes > budget) return false;
   h->retained += bytes;
+  h->retained_ns = mono_ns();
   return true;
+}
+
+static void punch_extent(pdshm_seg *seg, pdshm_off_t off, pdshm_off_t at, uint64_t len);
+
+/* Gives back the pages of backed FREE blocks above PUNCH_MIN, biggest bins
+ * first, until `want` bytes are punched or none is left (heap lock held);
+ * of a block bigger than what is still wanted, only its front.  Retained
+ * frees merge with their FREE neighbours, so which pages were retained is
+ * not known: the bytes are what counts.  Each block is flagged HOLEY before
+ * its pages go, as heap_release does, and stays where it is in its bin: a
+ * death between the two leaves a HOLEY block whose pages are still there,
+ * which invariant H1 allows.  Returns the bytes punched. */
+static uint64_t heap_trim(pdshm_seg *seg, uint64_t want) {
+  struct pdshm_heap *h = heap(seg);
+  uint64_t done = 0, was = h->punched;
+  for (unsigned b = PDSHM_NBINS; b-- > pdshm__bin_of(PUNCH_MIN) && done < want;) {
+    for (pdshm_off_t o = h->bins[b]; o && done < want; o = links(seg, o)->next) {
+      struct pdshm_blk *blk = heap_blk(seg, o);
+      uint64_t w = word(blk);
+      if (w & PDSHM_BLK_HOLEY) continue;
+      set_word(blk, w | PDSHM_BLK_HOLEY);
+      PDSHM_CRASHPOINT("heap.trim.holey");
+      uint64_t size = pdshm__blk_size(w), len = size; /* the header is spared */
+      if (want - done < size - PDSHM_BLK_MIN) len = want - done + PDSHM_BLK_MIN;
+      punch_extent(seg, o, o, len);
+      done = h->punched - was;
+    }
+  }
+  h->retained = done >= h->retained ? 0 : h->retained - done;
+  return done;
+}
+
+/* Retained bytes that sat unused for RETAIN_AGE_NS go back (heap lock held). */
+static void trim_aged(pdshm_seg *seg) {
+  struct pdshm_heap *h = heap(seg);
+  if (h->retained && mono_ns() - h->retained_ns > RETAIN_AGE_NS) heap_trim(seg, h->retained);
 }
 
 /* ---- carving and freeing (heap lock) -------------------------------------------------- */
@@ -264,6 +341,7 @@ static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
       PDSHM_CRASHPOINT("heap.release.merge_prev");
     }
   }
+  if (freed >= PUNCH_MIN) trim_aged(seg);
   bool give_back = freed >= PUNCH_MIN && !retain(seg, freed);
   if (give_back) set_word(b, size | PDSHM_BLK_FREE | PDSHM_BLK_HOLEY);
   fix_next_prev(seg, off, size);
@@ -364,6 +442,7 @@ static int alloc_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint64_t n, u
   int rc = pdshm__lock(seg, PDSHM_LOCK_HEAP);
   if (rc) return rc;
   PDSHM_CRASHPOINT("heap.locked");
+  trim_aged(seg);
   if (c < PDSHM_NCLASSES) n = pdshm__class_size(c);
   pdshm_off_t off = bin_search(seg, n);
   rc = off ? carve(seg, off, n, PDSHM_BLK_USED, ln->tag, type) : PDSHM_ENOMEM;
@@ -392,7 +471,7 @@ int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsign
     return pdshm__fail(PDSHM_EOVERFLOW, "%zu bytes is more than one block can hold", bytes);
   uint64_t n = (bytes + PDSHM_BLK_HDR + PDSHM_ALIGN - 1) & ~(uint64_t)(PDSHM_ALIGN - 1);
   if (n < PDSHM_BLK_MIN) n = PDSHM_BLK_MIN;
-  unsigned c = pdshm__class_of(n);
+  unsigned c = class_of_fast(n);
   struct pdshm_cache_bin *cb = c < PDSHM_NCLASSES ? &ln->rec->cache[c] : NULL;
   pdshm_off_t blk = 0;
   if (cb && cb->head) {
@@ -435,11 +514,11 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
     free_pinned(seg, payload);
     return;
   }
-  unsigned c = size <= PDSHM_CLASS_MAX ? pdshm__class_of(size) : PDSHM_NCLASSES;
+  unsigned c = size <= PDSHM_CLASS_MAX ? class_of_fast(size) : PDSHM_NCLASSES;
   if (ln && c < PDSHM_NCLASSES && pdshm__class_size(c) == size) {
     struct pdshm_cache_bin *cb = &ln->rec->cache[c];
     cache_push(seg, cb, off, ln->tag);
-    if (cb->count <= cache_limit(seg, c)) return;
+    if (cache_within(seg, c, cb->count)) return;
     if (pdshm__lock(seg, PDSHM_LOCK_HEAP)) return;
     cache_drain(seg, cb, cb->count / 2);
     pdshm__unlock(seg, PDSHM_LOCK_HEAP);

@@ -50,7 +50,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PDSHM_LAYOUT_VERSION 6u
+#define PDSHM_LAYOUT_VERSION 7u
 #define PDSHM_MAGIC "\x89PDSHM\r\n" /* 8 bytes, no NUL needed */
 #define PDSHM_MAGIC_LEN 8
 #define PDSHM_CACHELINE 64
@@ -144,6 +144,8 @@ struct pdshm_heap {
   uint64_t retained;                   /* bytes of large frees kept backed: up to
                                           a budget, to spare alloc/free cycles a
                                           punch and a re-reserve each; a hint     */
+  uint64_t retained_ns;                /* CLOCK_MONOTONIC instant of the last
+                                          large free kept backed; a hint          */
 };
 
 /* ---- Locks -------------------------------------------------------------- */

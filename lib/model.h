@@ -64,7 +64,8 @@ struct pdshm_scope_rec {
 };
 
 /* A scope's variable index: open addressing, linear probing, power-of-two
- * capacity, at most 5/8 full counting tombstones; replaced (not resized in
+ * capacity, at most half full counting tombstones (5/8 above 32 Ki entries,
+ * pdshm__table_fill_eighths); replaced (not resized in
  * place) when it grows or is cleaned, so a lock-free reader always probes a
  * whole table. */
 #define PDSHM_KEY_BYTES 16 /* name bytes an index entry carries */

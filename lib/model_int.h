@@ -5,6 +5,8 @@
 #ifndef PDSHM_MODEL_INT_H
 #define PDSHM_MODEL_INT_H
 
+#include <string.h>
+
 #include "internal.h"
 #include "model.h"
 
@@ -68,6 +70,19 @@ static inline pdshm_var *pdshm__var_handle(struct pdshm_var_rec *r) {
 /* 0, EINVAL (NULL, empty, '/' in a scope name) or ENAMETOOLONG; *len set. */
 int pdshm__name_check(const char *name, bool scope, size_t *len);
 uint64_t pdshm__hash(const char *s, size_t n);
+/* The n < 8 bytes at s as a little-endian word, zero above them (what
+ * memcpy into a zeroed word gives, without a call for a variable n). */
+static inline uint64_t pdshm__tail_word(const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  if (n >= 4) {
+    uint32_t lo, hi;
+    memcpy(&lo, u, 4);
+    memcpy(&hi, u + n - 4, 4);
+    return (uint64_t)lo | (uint64_t)hi << ((n - 4) * 8);
+  }
+  if (!n) return 0;
+  return (uint64_t)u[0] | (uint64_t)u[n / 2] << (n / 2 * 8) | (uint64_t)u[n - 1] << ((n - 1) * 8);
+}
 /* A journaled NAME block holding s[0..len). */
 int pdshm__name_new(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const char *s, size_t len,
                     pdshm_off_t *out);
@@ -75,10 +90,23 @@ int pdshm__name_new(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const char *s, si
 const struct pdshm_name *pdshm__name_at(const pdshm_seg *seg, pdshm_off_t off);
 
 /* ---- table.c ---- */
+/* How full a table of cap entries may get, in eighths, tombstones counted:
+ * half up to 32 Ki entries (1 MiB), where fewer probes pay; 5/8 above, where
+ * a bigger table's footprint in the caches costs more than its probes save
+ * (renames at 100k names: 15% slower at half). */
+#define PDSHM_TABLE_DENSE_CAP 32768u
+static inline uint64_t pdshm__table_fill_eighths(uint64_t cap) {
+  return cap <= PDSHM_TABLE_DENSE_CAP ? 4 : 5;
+}
 /* Lock-free lookup (seqlock): the variable of that name at some instant of
  * the call, or 0.  Writes nothing shared unless a writer died mid-update. */
 pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
                               size_t len, uint64_t hash);
+/* The same, and the (even) seq at which the answer held, or 1 when it gave
+ * up without one: a writer that takes x's lock and finds seq still there
+ * knows the table did not change since (table.c, invariant 1). */
+pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
+                                  size_t len, uint64_t hash, uint64_t *seq);
 /* With x's lock held: the entry index of that name, or -1. */
 int64_t pdshm__table_find_locked(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
                                  size_t len, uint64_t hash);

@@ -33,9 +33,7 @@ uint64_t pdshm__hash(const char *s, size_t n) {
     h = (h ^ w) * 0xff51afd7ed558ccdull;
     h ^= h >> 32;
   }
-  uint64_t w = 0;
-  memcpy(&w, s, n);
-  h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+  h = (h ^ pdshm__tail_word(s, n)) * 0xc4ceb9fe1a85ec53ull;
   h ^= h >> 29;
   h *= 0xff51afd7ed558ccdull;
   return h ^ (h >> 32);

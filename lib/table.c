@@ -9,8 +9,9 @@
  *     stores are applied, even otherwise.
  *  2. A table is never resized in place: growth or clean-up builds a new one
  *     off to the side and publishes it with the journal's store of x->table.
- *     At most 5/8 of a table's entries are used (live or tombstone), so every
- *     probe sequence reaches an empty entry.
+ *     At most half of a table's entries are used (live or tombstone), 5/8
+ *     for big tables (pdshm__table_fill_eighths), so every probe sequence
+ *     reaches an empty entry.
  *  3. Readers never store to shared memory.  They read seq, probe, read seq
  *     again, and retry when it moved; every offset they follow is
  *     bounds-checked first, so racing a writer (or reading memory freed and
@@ -74,8 +75,16 @@ PDSHM_SEQLOCK_READ static bool var_is(const pdshm_seg *seg, pdshm_off_t v, const
 
 /* The key an index entry carries for a name. */
 static void tab_key(const char *name, size_t len, uint64_t key[PDSHM_KEY_BYTES / 8]) {
-  memset(key, 0, PDSHM_KEY_BYTES);
-  memcpy(key, name, len < PDSHM_KEY_BYTES ? len : PDSHM_KEY_BYTES);
+  _Static_assert(PDSHM_KEY_BYTES == 16, "the key is two words");
+  if (len >= 16) {
+    memcpy(key, name, 16);
+  } else if (len >= 8) {
+    memcpy(&key[0], name, 8);
+    key[1] = pdshm__tail_word(name + 8, len - 8);
+  } else {
+    key[0] = pdshm__tail_word(name, len);
+    key[1] = 0;
+  }
 }
 
 /* Does entry e hold (name, len)?  Names that fit in the key are decided by
@@ -117,6 +126,14 @@ static bool tab_wait(unsigned tries) {
 
 PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
                               size_t len, uint64_t hash) {
+  uint64_t seq;
+  return pdshm__table_find_seq(seg, x, name, len, hash, &seq);
+}
+
+PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdshm_scope_rec *x,
+                                                     const char *name, size_t len, uint64_t hash,
+                                                     uint64_t *seq) {
+  *seq = 1; /* odd: no answer held at any seq (a give-up below) */
   for (unsigned tries = 0;; tries++) {
     uint64_t s1 = atomic_load_explicit(&x->seq, memory_order_acquire);
     if (s1 & 1) {
@@ -133,7 +150,10 @@ PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_sc
     int64_t i = t ? tab_probe(seg, t, cap, name, len, hash) : -1;
     if (i >= 0) v = ld(&t->ent[i].var);
     atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&x->seq, memory_order_relaxed) == s1) return v;
+    if (atomic_load_explicit(&x->seq, memory_order_relaxed) == s1) {
+      *seq = s1;
+      return v;
+    }
   }
 }
 
@@ -183,11 +203,12 @@ static uint64_t tab_slot_for(const struct pdshm_table *t, uint64_t cap, uint64_t
 }
 
 /* Invariant 2: a fresh table holding x's live entries but v, then (v, hash);
- * nlive live entries in all. */
+ * nlive live entries in all.  An eighth below its bound, so that cap/8
+ * insertions at least come before the next rebuild. */
 static int tab_rebuild(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
                        const struct pdshm_table_ent *add, uint64_t nlive) {
   uint64_t cap = TABLE_MIN_CAP;
-  while (cap < nlive * 2) cap <<= 1;
+  while (cap * (pdshm__table_fill_eighths(cap) - 1) < nlive * 8) cap <<= 1;
   pdshm_off_t off;
   int rc = pdshm__j_alloc(seg, ln, sizeof(struct pdshm_table) + cap * sizeof(struct pdshm_table_ent),
                           PDSHM_T_TABLE, &off);
@@ -215,12 +236,17 @@ static int tab_put(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope
   uint64_t cap = 0;
   struct pdshm_table *t = x->table ? PDSHM_AT(seg->base, x->table, struct pdshm_table) : NULL;
   if (t) cap = t->cap;
-  if (!t || (t->used + 1) * 8 > cap * 5) return tab_rebuild(seg, ln, x, add, nlive);
+  if (!t || (t->used + 1) * 8 > cap * pdshm__table_fill_eighths(cap))
+    return tab_rebuild(seg, ln, x, add, nlive);
   struct pdshm_table_ent *e = &t->ent[tab_slot_for(t, cap, add->hash)];
+  /* The entry is empty or a tombstone, which every probe passes without
+   * reading its hash or key: those are stored in place now, and only var,
+   * which makes the entry live, goes through the journal (a death or an
+   * abort leaves them in an entry nobody reads; lib/CRASH-SAFETY.md). */
+  __atomic_store_n(&e->hash, add->hash, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->key[0], add->key[0], __ATOMIC_RELAXED);
+  __atomic_store_n(&e->key[1], add->key[1], __ATOMIC_RELAXED);
   if (e->var == 0) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, used), t->used + 1);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, hash), add->hash);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, key[0]), add->key[0]);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, key[1]), add->key[1]);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, var), add->var);
   return 0;
 }

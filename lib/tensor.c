@@ -94,14 +94,18 @@ static int resize_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm
   if (rc) return rc;
   pdshm_off_t data = (buf + sizeof(struct pdshm_tensor_buf) + PDSHM_TENSOR_ALIGN - 1) &
                      ~(pdshm_off_t)(PDSHM_TENSOR_ALIGN - 1);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, dtype_ndim), (uint64_t)a->dt | (uint64_t)a->ndim << 32);
+  /* Only the words that change are journaled (the scope's lock keeps the
+   * others as they are): a resize to a shape of the same rank in the same
+   * buffer stores its dims, its size and the version. */
+  uint64_t dtype_ndim = (uint64_t)a->dt | (uint64_t)a->ndim << 32;
+  if (r->dtype_ndim != dtype_ndim) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, dtype_ndim), dtype_ndim);
   for (int i = 0; i < PDSHM_NDIM_MAX; i++)
     if (r->dims[i] != (i < a->ndim ? a->dims[i] : 0))
       pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, dims[i]), (uint64_t)(i < a->ndim ? a->dims[i] : 0));
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, buf), buf);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, data), data);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, nbytes), a->nbytes);
-  pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, vtype), PDSHM_V_TENSOR);
+  if (r->buf != buf) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, buf), buf);
+  if (r->data != data) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, data), data);
+  if (r->nbytes != a->nbytes) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, nbytes), a->nbytes);
+  if (r->vtype != PDSHM_V_TENSOR) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, vtype), PDSHM_V_TENSOR);
   pdshm__j_bump(seg, ln, PDSHM_FOFF(seg, r, version)); /* invariant 1 */
   return 0;
 }

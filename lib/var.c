@@ -77,15 +77,18 @@ static int var_make(pdshm_scope *s, const char *name, enum var_mode mode, pdshm_
   if (rc) return rc;
   pdshm_seg *seg = s->seg;
   struct pdshm_scope_rec *x = pdshm__scope_at(seg, s->rec);
-  uint64_t hash = pdshm__hash(name, len);
-  pdshm_off_t v = mode == VAR_GET ? pdshm__table_find(seg, x, name, len, hash) : 0;
+  uint64_t hash = pdshm__hash(name, len), missed_at = 1; /* odd: no miss seen */
+  pdshm_off_t v = mode == VAR_GET ? pdshm__table_find_seq(seg, x, name, len, hash, &missed_at) : 0;
   if (v) {
     *out = pdshm__var_handle(pdshm__var_at(seg, v));
     return 0;
   }
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
   if ((rc = pdshm__j_begin(seg, ln, x->lock, PDSHM_OP_VAR_NEW))) goto out;
-  int64_t i = pdshm__table_find_locked(seg, x, name, len, hash);
+  /* The miss still holds when no writer touched the table since (seq even
+   * and unchanged): no second probe. */
+  bool unchanged = mode == VAR_GET && atomic_load_explicit(&x->seq, memory_order_relaxed) == missed_at;
+  int64_t i = unchanged ? -1 : pdshm__table_find_locked(seg, x, name, len, hash);
   if (i >= 0) {
     v = pdshm__table_ent(seg, x, i)->var;
     if (mode == VAR_CREATE) rc = pdshm__fail(PDSHM_EEXIST, "variable \"%s\" exists", name);
@@ -174,10 +177,13 @@ PDSHM_API int pdshm_scope_foreach_var(pdshm_scope *s, const char *label,
 
 unsigned pdshm__var_blocks(pdshm_seg *seg, pdshm_off_t v, pdshm_off_t out[8]) {
   const struct pdshm_var_rec *r = pdshm__var_at(seg, v);
-  const pdshm_off_t parts[] = {v, r->name, r->label, r->readers, r->writers, r->buf};
   unsigned n = 0;
-  for (unsigned i = 0; i < sizeof parts / sizeof parts[0]; i++)
-    if (parts[i]) out[n++] = parts[i];
+  out[n++] = v; /* then the parts it has, without a copy of all of them first */
+  if (r->name) out[n++] = r->name;
+  if (r->label) out[n++] = r->label;
+  if (r->readers) out[n++] = r->readers;
+  if (r->writers) out[n++] = r->writers;
+  if (r->buf) out[n++] = r->buf;
   return n;
 }
 

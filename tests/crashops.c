@@ -44,13 +44,14 @@ static int prep_chain(struct cx *c) {
   return pdshm_scope_release(a);
 }
 
-/* big's 320 KiB freed (more than the retain budget of a 2 MiB segment): its
+/* big's 320 KiB freed with the retain budget spent (a hint this sets): its
  * pages are given back, and e's resize below carves from a block whose pages
  * must be reserved again. */
 static int prep_holey(struct cx *c) {
   pdshm_var *big;
   int64_t one = 1;
   if (prep_e(c) || !(big = pdshm_find_local_var(c->params, "big"))) return 1;
+  c->seg->hdr->heap.retained = CRASH_SEG_SIZE;
   return pdshm_tensor_resize(big, PDSHM_U8, 1, &one);
 }
 
@@ -147,6 +148,30 @@ static int run_heap(struct cx *c) {
   return rc;
 }
 
+/* A large free kept backed that sat unused past its age: the next locked
+ * allocation gives its pages back (heap_trim). */
+static int prep_aged(struct cx *c) {
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(c->seg);
+  pdshm_off_t p;
+  c->seg->hdr->heap.retained = 0; /* the budget free for it */
+  int rc = pdshm__alloc(c->seg, ln, 300u << 10, PDSHM_T_RAW, &p);
+  if (!rc) pdshm__free(c->seg, ln, p);
+  pdshm__lane_put(ln);
+  if (!rc && !c->seg->hdr->heap.retained) return 1; /* nothing kept: nothing to age */
+  c->seg->hdr->heap.retained_ns = 0; /* kept since boot */
+  return rc;
+}
+
+static int run_trim(struct cx *c) {
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(c->seg);
+  pdshm_off_t p;
+  int rc = pdshm__alloc(c->seg, ln, 200u << 10, PDSHM_T_RAW, &p);
+  bool trimmed = c->seg->hdr->heap.retained == 0;
+  if (!rc) pdshm__free(c->seg, ln, p);
+  pdshm__lane_put(ln);
+  return rc || !trimmed;
+}
+
 /* A resize that happened bumped the version, whenever its process died: the
  * version is what other processes poll to see a change. */
 static void resized_means_bumped(pdshm_seg *seg) {
@@ -162,6 +187,7 @@ const struct op crash_ops[] = {
     {"attach", NULL, run_attach, NULL, true, NULL, NULL},
     {"detach", prep_local, run_detach, NULL, false, NULL, NULL},
     {"heap", NULL, run_heap, NULL, false, NULL, NULL},
+    {"heap_trim", prep_aged, run_trim, NULL, false, NULL, NULL},
     {"scope_new_named", crash_open_params, run_new_named, NULL, false, NULL, NULL},
     {"scope_new_anon", crash_open_params, run_new_anon, NULL, false, NULL, NULL},
     {"scope_release", prep_local, run_release, NULL, false, NULL, NULL},

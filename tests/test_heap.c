@@ -1,11 +1,19 @@
 /* test_heap.c - the in-segment allocator: classes, alignment, a randomised
  * run against a shadow model, exhaustion, several processes and threads,
  * pages given back, sweeping a dead slot, rebuilding after damage. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* unshare, fallocate */
+#endif
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -176,7 +184,7 @@ START_TEST(pages_go_back) {
   uint64_t before = file_blocks();
   pdshm_off_t big = alloc(12u << 20);
   memset(seg->base + big, 1, 12u << 20);
-  release(big); /* beyond the retain budget (1/16 of the arena) */
+  release(big); /* beyond the retain budget (1/4 of the arena) */
   uint64_t punched = file_blocks();
   ck_assert_uint_lt(punched, before - (8u << 20));
   struct pdshm_heap_stats hs;
@@ -187,6 +195,98 @@ START_TEST(pages_go_back) {
   memset(seg->base + big, 2, 12u << 20);
   release(big);
   ck_assert_int_eq(pdshm__heap_check(seg, stderr), 0);
+}
+END_TEST
+
+static uint64_t punched_total(pdshm_seg *s) {
+  struct pdshm_heap_stats hs;
+  ck_assert_int_eq(pdshm__heap_stats(s, &hs), 0);
+  return hs.punched;
+}
+
+/* Large frees stay backed while they fit the budget (1/4 of the arena,
+ * about 3.9 MiB here); the free that would pass it gives its pages back. */
+START_TEST(large_frees_kept_within_budget) {
+  uint64_t before = file_blocks(), punched = punched_total(seg);
+  pdshm_off_t a = alloc(2u << 20), b = alloc(3u << 20);
+  memset(seg->base + a, 1, 2u << 20);
+  memset(seg->base + b, 1, 3u << 20);
+  release(a);
+  ck_assert_uint_eq(punched_total(seg), punched);
+  ck_assert_uint_eq(file_blocks(), before);
+  a = alloc(2u << 20); /* the kept block, carved again: nothing to reserve */
+  ck_assert_uint_eq(file_blocks(), before);
+  release(a);
+  release(b); /* 2 + 3 MiB: over the budget */
+  ck_assert_uint_ge(punched_total(seg), punched + (2u << 20));
+  ck_assert_uint_le(file_blocks(), before - (2u << 20));
+  ck_assert_int_eq(pdshm__heap_check(seg, stderr), 0);
+}
+END_TEST
+
+/* Retained bytes that sat unused past their age go back at the next locked
+ * allocation: as many as were retained, not every free page. */
+START_TEST(kept_pages_go_back_when_unused) {
+  pdshm_off_t a = alloc(2u << 20);
+  memset(seg->base + a, 1, 2u << 20);
+  release(a);
+  uint64_t punched = punched_total(seg), before = file_blocks();
+  ck_assert_uint_ge(seg->hdr->heap.retained, 2u << 20);
+  seg->hdr->heap.retained_ns = 0; /* kept since boot */
+  release(alloc(200u << 10));
+  uint64_t gone = punched_total(seg) - punched;
+  ck_assert_uint_ge(gone, (2u << 20) - 8192);
+  ck_assert_uint_le(gone, (2u << 20) + 8192);
+  /* the 200 KiB were carved from the punched front: reserved again */
+  ck_assert_uint_le(file_blocks(), before - (2u << 20) + (256u << 10));
+  ck_assert_int_eq(pdshm__heap_check(seg, stderr), 0);
+}
+END_TEST
+
+/* A 24 MiB /dev/shm of this test's own (a mount namespace), or false. */
+static bool small_dev_shm(void) {
+  if (unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+      mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=24m") == 0)
+    return true;
+  fprintf(stderr, "a small /dev/shm cannot be mounted here (%s): not tested\n", strerror(errno));
+  return false;
+}
+
+/* When /dev/shm cannot hold the pages a carve must reserve, the segment's
+ * backed FREE blocks give theirs back first, and the carve succeeds. */
+START_TEST(kept_pages_go_back_when_dev_shm_is_full) {
+  if (!small_dev_shm()) return;
+  pdshm_seg *s = tu_create("pressure", 16u << 20, 8);
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(s);
+  pdshm_off_t kept, sep1, holey, sep2, rest[256];
+  ck_assert_int_eq(pdshm__alloc(s, ln, 3u << 20, PDSHM_T_RAW, &kept), 0);
+  ck_assert_int_eq(pdshm__alloc(s, ln, 100000, PDSHM_T_RAW, &sep1), 0);
+  ck_assert_int_eq(pdshm__alloc(s, ln, 6u << 20, PDSHM_T_RAW, &holey), 0);
+  ck_assert_int_eq(pdshm__alloc(s, ln, 100000, PDSHM_T_RAW, &sep2), 0);
+  int n = 0; /* the rest of the arena in use: only the two blocks below are FREE */
+  while (n < 256 && pdshm__alloc(s, ln, 100000, PDSHM_T_RAW, &rest[n]) == 0) n++;
+  ck_assert_int_lt(n, 256);
+  pdshm__free(s, ln, holey); /* over the budget: punched, flagged HOLEY */
+  pdshm__free(s, ln, kept);  /* within it: kept backed */
+  uint64_t punched = punched_total(s);
+  /* /dev/shm filled up to 2 MiB: the 4 MiB carve needs the kept block's pages */
+  struct statvfs vf;
+  ck_assert_int_eq(statvfs("/dev/shm", &vf), 0);
+  uint64_t avail = (uint64_t)vf.f_bavail * vf.f_frsize;
+  ck_assert_uint_gt(avail, 6u << 20);
+  int fd = open("/dev/shm/filler", O_RDWR | O_CREAT, 0600);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(fallocate(fd, 0, 0, (off_t)(avail - (2u << 20))), 0);
+  pdshm_off_t big;
+  int rc = pdshm__alloc(s, ln, 4u << 20, PDSHM_T_RAW, &big);
+  ck_assert_msg(rc == 0, "alloc under pressure: %s (%s)", pdshm_strerror(rc), pdshm_last_error());
+  ck_assert_uint_ge(punched_total(s), punched + (2u << 20));
+  memset(s->base + big, 3, 4u << 20); /* reserved: no SIGBUS */
+  pdshm__lane_put(ln);
+  ck_assert_int_eq(pdshm__heap_check(s, stderr), 0);
+  close(fd);
+  unlink("/dev/shm/filler");
+  pdshm_detach(s);
 }
 END_TEST
 
@@ -392,6 +492,9 @@ static Suite *heap_suite(void) {
   tcase_add_test(tc, random_against_shadow);
   tcase_add_test(tc, exhaustion);
   tcase_add_test(tc, pages_go_back);
+  tcase_add_test(tc, large_frees_kept_within_budget);
+  tcase_add_test(tc, kept_pages_go_back_when_dev_shm_is_full);
+  tcase_add_test(tc, kept_pages_go_back_when_unused);
   tcase_add_test(tc, processes_at_once);
   tcase_add_test(tc, threads_at_once);
   tcase_add_test(tc, sweep_dead_slot);
