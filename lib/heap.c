@@ -199,12 +199,6 @@ static inline void zero_if_record(pdshm_seg *seg, pdshm_off_t off, uint64_t size
     memset(PDSHM_AT(seg->base, off + PDSHM_BLK_HDR, void), 0, sizeof(struct pdshm_tensor_buf));
 }
 
-static uint64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Keeps a large free backed while the budget (1/RETAIN_SHARE of the arena, at
  * most RETAIN_MAX) allows: a tensor freed and allocated again each step then
  * costs neither a punch nor a re-reserve.  Carving a large block spends it;
@@ -216,7 +210,7 @@ static bool retain(pdshm_seg *seg, uint64_t bytes) {
   if (h->retained > budget) h->retained = budget; /* a hint: clamp after a death */
   if (h->retained + bytes > budget) return false;
   h->retained += bytes;
-  h->retained_ns = mono_ns();
+  h->retained_ns = pdshm__now_ns(CLOCK_MONOTONIC);
   return true;
 }
 
@@ -253,7 +247,7 @@ static uint64_t heap_trim(pdshm_seg *seg, uint64_t want) {
 /* Retained bytes that sat unused for RETAIN_AGE_NS go back (heap lock held). */
 static void trim_aged(pdshm_seg *seg) {
   struct pdshm_heap *h = heap(seg);
-  if (h->retained && mono_ns() - h->retained_ns > RETAIN_AGE_NS) heap_trim(seg, h->retained);
+  if (h->retained && pdshm__now_ns(CLOCK_MONOTONIC) - h->retained_ns > RETAIN_AGE_NS) heap_trim(seg, h->retained);
 }
 
 /* ---- carving and freeing (heap lock) -------------------------------------------------- */
