@@ -16,6 +16,11 @@
  *     wakers a needless FUTEX_WAKE, it never loses one.
  *  3. Sleeps are bounded by the caller's slice, so that whoever waits on
  *     another process checks that process's liveness between slices.
+ *  4. A word may carry its own waiter count: the high half of a 64-bit word
+ *     whose low half is the futex word (a variable's lock word, varlock.c).
+ *     Invariant 1 then holds on one location: a waker's read-modify-write
+ *     of the word returns the count, so it needs no second load and no
+ *     fence, and a waiter's count change leaves the futex half alone.
  */
 #include "config.h"
 
@@ -56,4 +61,20 @@ void pdshm__futex_wake(_Atomic uint32_t *word, _Atomic uint32_t *waiters) {
 _Atomic uint32_t *pdshm__futex_low(_Atomic uint64_t *w64) {
   _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "futex words are the low halves");
   return (_Atomic uint32_t *)(void *)w64;
+}
+
+int pdshm__futex_wait_counted(_Atomic uint64_t *word, uint32_t expect, int64_t slice_ns) {
+  uint64_t w = atomic_fetch_add_explicit(word, PDSHM_FUTEX_SLEEPER, memory_order_seq_cst);
+  int rc = 0;
+  if ((uint32_t)w == expect) {
+    struct timespec ts = {.tv_sec = slice_ns / 1000000000, .tv_nsec = slice_ns % 1000000000};
+    if (futex_call(pdshm__futex_low(word), FUTEX_WAIT, expect, slice_ns >= 0 ? &ts : NULL) < 0)
+      rc = errno == ETIMEDOUT ? PDSHM_ETIMEDOUT : 0; /* EAGAIN, EINTR: look again */
+  }
+  atomic_fetch_sub_explicit(word, PDSHM_FUTEX_SLEEPER, memory_order_seq_cst);
+  return rc;
+}
+
+void pdshm__futex_wake_counted(_Atomic uint64_t *word, uint64_t old) {
+  if (old >= PDSHM_FUTEX_SLEEPER) futex_call(pdshm__futex_low(word), FUTEX_WAKE, INT_MAX, NULL);
 }

@@ -65,12 +65,8 @@ struct pdshm_held_lock {
   uint64_t forkgen;  /* pdshm__forkgen when taken: a fork child's new
                         attachment may map the segment where its parent's
                         was, and must not take the parent's holds for its own */
-  pdshm_off_t hold;  /* our HOLD block when shared                          */
   uint32_t count;    /* shared re-entries                                   */
-  uint32_t lock;     /* the lock-table entry taken: unlock lets go of this
-                        one, whatever the record says by then (an erase
-                        gives the entry back, and it may guard another
-                        variable since)                                    */
+  uint32_t ent;      /* its record in our slot's vl[] (layout.h)           */
   bool excl;
 };
 
@@ -223,6 +219,14 @@ int pdshm__futex_wait(_Atomic uint32_t *word, _Atomic uint32_t *waiters, uint32_
 void pdshm__futex_wake(_Atomic uint32_t *word, _Atomic uint32_t *waiters);
 /* The futex word (low 32 bits) of a 64-bit counter. */
 _Atomic uint32_t *pdshm__futex_low(_Atomic uint64_t *w64);
+/* A 64-bit word whose high half counts the sleepers on its low half (futex.c,
+ * invariant 4): sleeps up to slice_ns (< 0: no limit) while the low half is
+ * `expect`; 0 when woken or it differs, PDSHM_ETIMEDOUT after the slice. */
+#define PDSHM_FUTEX_SLEEPER (1ull << 32)
+int pdshm__futex_wait_counted(_Atomic uint64_t *word, uint32_t expect, int64_t slice_ns);
+/* After the caller's read-modify-write changed the low half, returning
+ * `old`: wakes every sleeper when old counted any. */
+void pdshm__futex_wake_counted(_Atomic uint64_t *word, uint64_t old);
 
 /* ---- group.c ---------------------------------------------------------------- */
 /* Detach: leaves every group of the attachment (when it still may) and

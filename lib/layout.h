@@ -50,7 +50,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PDSHM_LAYOUT_VERSION 6u
+#define PDSHM_LAYOUT_VERSION 7u
 #define PDSHM_MAGIC "\x89PDSHM\r\n" /* 8 bytes, no NUL needed */
 #define PDSHM_MAGIC_LEN 8
 #define PDSHM_CACHELINE 64
@@ -281,6 +281,27 @@ struct pdshm_lane {
   struct pdshm_lane_todo todo;
 };
 
+/* A variable lock one thread of the slot's process holds or is taking
+ * (lib/varlock.c owns the protocol): written only by that process, read by
+ * reapers, and by a reaper recounting a variable's shared holders. */
+#define PDSHM_VL_SLOT_HOLDS 256u
+
+enum pdshm_vl_state {
+  PDSHM_VL_IDLE = 0,   /* free                                                 */
+  PDSHM_VL_CLAIMED,    /* a thread's, naming nothing counted                   */
+  PDSHM_VL_TAKING,     /* a shared take: the count's CAS may have happened     */
+  PDSHM_VL_HELD,       /* a shared hold, counted in the variable's word        */
+  PDSHM_VL_RELEASING,  /* a shared release: the count's CAS may have happened  */
+  PDSHM_VL_EXCL        /* an exclusive take or hold: the word's owner tells    */
+};
+
+struct pdshm_vl_hold {
+  _Atomic uint32_t state; /* enum pdshm_vl_state                               */
+  uint32_t pad;
+  pdshm_off_t var;        /* the variable's record, set before state leaves    */
+  uint64_t gen;           /* CLAIMED, with its generation                      */
+};
+
 struct pdshm_slot {
   _Atomic uint32_t state; /* enum pdshm_slot_state; written by the slot's owner */
   uint32_t pid;           /* of the attacher, in its own pid namespace       */
@@ -291,6 +312,7 @@ struct pdshm_slot {
   uint32_t pad;
   uint64_t reserved[3];
   struct pdshm_lane lane[PDSHM_LANES];
+  struct pdshm_vl_hold vl[PDSHM_VL_SLOT_HOLDS]; /* varlock.c                  */
 } __attribute__((aligned(PDSHM_CACHELINE)));
 
 /* ---- The header --------------------------------------------------------- */
