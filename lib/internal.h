@@ -217,16 +217,19 @@ int pdshm__futex_wait(_Atomic uint32_t *word, _Atomic uint32_t *waiters, uint32_
 /* Wakes every waiter of word, with no system call when *waiters is 0.  Call
  * it after changing the word. */
 void pdshm__futex_wake(_Atomic uint32_t *word, _Atomic uint32_t *waiters);
+/* The same after the caller changed the word by a sequentially consistent
+ * read-modify-write, which orders it before the count's load (invariant 1)
+ * without a fence. */
+void pdshm__futex_wake_after_rmw(_Atomic uint32_t *word, _Atomic uint32_t *waiters);
 /* The futex word (low 32 bits) of a 64-bit counter. */
 _Atomic uint32_t *pdshm__futex_low(_Atomic uint64_t *w64);
-/* A 64-bit word whose high half counts the sleepers on its low half (futex.c,
- * invariant 4): sleeps up to slice_ns (< 0: no limit) while the low half is
- * `expect`; 0 when woken or it differs, PDSHM_ETIMEDOUT after the slice. */
-#define PDSHM_FUTEX_SLEEPER (1ull << 32)
-int pdshm__futex_wait_counted(_Atomic uint64_t *word, uint32_t expect, int64_t slice_ns);
-/* After the caller's read-modify-write changed the low half, returning
- * `old`: wakes every sleeper when old counted any. */
-void pdshm__futex_wake_counted(_Atomic uint64_t *word, uint64_t old);
+/* A word with a contended bit of its own (futex.c, invariant 4): sleeps up
+ * to slice_ns (>= 0) while it is `expect`, as one of the waiters of class
+ * `bits`; 0 when woken or it differs, PDSHM_ETIMEDOUT after the slice. */
+int pdshm__futex_wait_bits(_Atomic uint32_t *word, uint32_t expect, uint32_t bits,
+                           int64_t slice_ns);
+/* Wakes up to n waiters of the classes in `bits`; returns how many woke. */
+int pdshm__futex_wake_bits(_Atomic uint32_t *word, uint32_t bits, int n);
 
 /* ---- group.c ---------------------------------------------------------------- */
 /* Detach: leaves every group of the attachment (when it still may) and

@@ -10,16 +10,22 @@
  *   bits  0-12  owner: slot+1 of the exclusive holder; while FROZEN, slot+1
  *               of the dead slot whose reaper recounts the readers
  *   bit  13     FROZEN: a reaper recounts the shared holders (invariant 4)
- *   bits 14-31  shared holders
- *   bits 32-63  sleepers on the low half (futex.c, invariant 4)
- * Every change a waiter waits for (an owner leaving, the last reader
- * leaving, a thaw) changes the low half, which is the futex word.
+ *   bits 14-30  shared holders
+ *   bit  31     CONTENDED: someone may sleep on the word (futex.c, inv. 4)
+ *   bits 32-63  0
+ * The low half is the futex word.  A waiter sets CONTENDED before it
+ * sleeps, as a writer or a reader (a futex bitset); whoever takes away what
+ * waiters wait for (an owner leaving, the last reader leaving, a thaw)
+ * clears it in the same read-modify-write and, when it was set, wakes one
+ * writer, else every reader (a thaw wakes all).  A waiter that was woken
+ * and takes the lock sets CONTENDED again, so that its release wakes the
+ * next: one wake per hand-off, none while nobody sleeps.
  *
  * Invariants:
  *  1. Exclusive = owner set; then readers are 0 and the word is not FROZEN.
  *     Uncontended, lock is one CAS (0 -> owner) and unlock one version bump
- *     and one CAS back; sleepers are counted in the word itself, so the
- *     unlock's CAS tells whether there is anyone to wake.
+ *     and one read-modify-write back, whose old value tells whether there
+ *     is anyone to wake.
  *  2. Every hold, and every take or release in flight, is recorded in a
  *     struct pdshm_vl_hold of the holder's slot, written only by that
  *     process: CLAIMED (naming the variable and its generation) before the
@@ -81,11 +87,15 @@
 #define VL_OWNER 0x1fffull
 #define VL_FROZEN (1ull << 13)
 #define VL_READER (1ull << 14)
-#define VL_READERS (0x3ffffull << 14)
+#define VL_READERS (0x1ffffull << 14)
+#define VL_CONTENDED (1ull << 31)
 #define VL_BUSY (VL_OWNER | VL_FROZEN) /* what blocks a shared take        */
+#define VL_AS_WRITER 1u               /* futex bitsets: a waiter's class   */
+#define VL_AS_READER 2u
+#define VL_AS_ANY 0xffffffffu
 _Static_assert(PDSHM_PROCS_MAX < VL_OWNER, "an owner's slot+1 fits bits 0-12");
 
-#define VL_SPIN 64                    /* looks at the word before sleeping */
+#define VL_SPIN 1                     /* looks at the word before sleeping */
 #define VL_SLICE_NS 10000000ll        /* a sleep; then liveness is checked */
 #define VL_REAP_EVERY_NS 10000000ull  /* a writer blocked by readers reaps */
 #define VL_READER_BACKOFF 2000        /* rounds a reader defers to a writer */
@@ -100,26 +110,33 @@ static PDSHM_TLS_HOT unsigned vl_top;
 static PDSHM_TLS_HOT unsigned vl_hint;
 
 /* This thread's entry for var of generation vgen (any generation when
- * any_gen), or (var NULL) a free one; entries made before a fork are free
- * in the child. */
-static struct pdshm_held_lock *vl_find_gen(const void *var, uint64_t vgen, bool any_gen) {
+ * any_gen), or NULL; *hole, when asked for, gets the first free entry below
+ * vl_top (or NULL) on the same walk.  Entries made before a fork are free in
+ * the child. */
+static struct pdshm_held_lock *vl_find_gen(const void *var, uint64_t vgen, bool any_gen,
+                                           struct pdshm_held_lock **hole) {
   uint64_t gen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
-  struct pdshm_held_lock *held = vl_top ? pdshm__self->held : NULL;
+  struct pdshm_held_lock *held = vl_top ? pdshm__self->held : NULL, *free = NULL;
   for (unsigned i = 0; i < vl_top; i++) {
-    bool live = held[i].var && held[i].forkgen == gen;
-    if (live ? held[i].var == var && (any_gen || held[i].gen == vgen) : !var) return &held[i];
+    if (!held[i].var || held[i].forkgen != gen) {
+      if (!free) free = &held[i];
+    } else if (held[i].var == var && (any_gen || held[i].gen == vgen)) {
+      return &held[i];
+    }
   }
+  if (hole) *hole = free;
   return NULL;
 }
 
-static struct pdshm_held_lock *vl_find(const void *var) { return vl_find_gen(var, 0, true); }
+static struct pdshm_held_lock *vl_find(const void *var) { return vl_find_gen(var, 0, true, NULL); }
 
-/* A free entry: a hole below vl_top, else the one at vl_top.  ENOLCK when
- * the table is full, ENOMEM when the thread's block cannot be made. */
-static int vl_held_free(struct pdshm_held_lock **out) {
+/* A free entry: the hole vl_find_gen found below vl_top, else the one at
+ * vl_top.  ENOLCK when the table is full, ENOMEM when the thread's block
+ * cannot be made. */
+static int vl_held_free(struct pdshm_held_lock *hole, struct pdshm_held_lock **out) {
   struct pdshm_thread *t = pdshm__thread();
   if (!t) return pdshm__fail(PDSHM_ENOMEM, "out of private memory for this thread's lock table");
-  struct pdshm_held_lock *h = vl_find(NULL);
+  struct pdshm_held_lock *h = hole;
   if (!h && vl_top < PDSHM_VL_HELD_MAX) h = &t->held[vl_top++];
   if (!h) return pdshm__fail(PDSHM_ENOLCK, "this thread holds %d variable locks", PDSHM_VL_HELD_MAX);
   *out = h;
@@ -178,14 +195,17 @@ static bool vl_slot_abandoned(pdshm_seg *seg, uint32_t s) {
 
 struct vl_waiter {
   unsigned round;
+  uint32_t as;        /* VL_AS_WRITER or VL_AS_READER                              */
+  bool slept;         /* so the take sets CONTENDED: its release wakes the next    */
   uint64_t next_reap; /* CLOCK_MONOTONIC ns; 0 before the first timed-out sleep */
 };
 
-/* One wait of a taker that the word w stops: spins a little, then sleeps on
- * the low half in slices.  After a slice that timed out it reaps when the
- * word names an abandoned slot (an owner, or a reaper's frozen recount), or,
- * stopped by readers alone, every VL_REAP_EVERY_NS (a dead reader's share).
- * ESTALE when the variable is gone. */
+/* One wait of a taker that the word w stops: spins a little, then sets
+ * CONTENDED and sleeps on the low half in slices.  After a slice that timed
+ * out it reaps when the word names an abandoned slot (an owner, or a
+ * reaper's frozen recount), or, stopped by readers alone, every
+ * VL_REAP_EVERY_NS (a dead reader's share).  ESTALE when the variable is
+ * gone; 0 to look at the word again. */
 static int vl_wait(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64_t w,
                    struct vl_waiter *wt) {
   if (wt->round++ < VL_SPIN) {
@@ -193,7 +213,14 @@ static int vl_wait(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64
     return 0;
   }
   if (!vl_same(seg, r, gen)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
-  if (pdshm__futex_wait_counted(&r->lk, (uint32_t)w, VL_SLICE_NS) != PDSHM_ETIMEDOUT) return 0;
+  if (!(w & VL_CONTENDED) &&
+      !atomic_compare_exchange_strong_explicit(&r->lk, &w, w | VL_CONTENDED,
+                                               memory_order_relaxed, memory_order_relaxed))
+    return 0;
+  wt->slept = true;
+  if (pdshm__futex_wait_bits(pdshm__futex_low(&r->lk), (uint32_t)(w | VL_CONTENDED), wt->as,
+                             VL_SLICE_NS) != PDSHM_ETIMEDOUT)
+    return 0;
   uint32_t who = (uint32_t)(w & VL_OWNER);
   bool reap = who && vl_slot_abandoned(seg, who - 1);
   if (!who && (w & VL_READERS)) {
@@ -203,6 +230,16 @@ static int vl_wait(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64
   }
   if (reap) return pdshm__reap_dead(seg, NULL);
   return 0;
+}
+
+/* After a read-modify-write that took away what waiters wait for, whose
+ * old value was `old` and which cleared CONTENDED: one writer, else every
+ * reader, or (everyone) all. */
+static void vl_wake(struct pdshm_var_rec *r, uint64_t old, bool everyone) {
+  if (!(old & VL_CONTENDED)) return;
+  _Atomic uint32_t *f = pdshm__futex_low(&r->lk);
+  if (everyone) pdshm__futex_wake_bits(f, VL_AS_ANY, INT32_MAX);
+  else if (!pdshm__futex_wake_bits(f, VL_AS_WRITER, 1)) pdshm__futex_wake_bits(f, VL_AS_READER, INT32_MAX);
 }
 
 static void vl_pause(unsigned round) {
@@ -239,10 +276,11 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
   vl_state(e, PDSHM_VL_EXCL);
   PDSHM_CRASHPOINT("varlock.excl.recorded");
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed), mark = 0;
-  struct vl_waiter wt = {0};
+  struct vl_waiter wt = {.as = VL_AS_WRITER};
   for (;;) {
     if (!(w & (VL_BUSY | VL_READERS))) {
-      if (atomic_compare_exchange_weak_explicit(&r->lk, &w, w | me, memory_order_acquire,
+      uint64_t next = w | me | (wt.slept ? VL_CONTENDED : 0);
+      if (atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acquire,
                                                 memory_order_relaxed))
         break;
       continue;
@@ -261,8 +299,8 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
   }
   PDSHM_CRASHPOINT("varlock.excl.held");
   if (!vl_same(seg, r, gen)) { /* invariant 5: not ours to hold */
-    w = atomic_fetch_and_explicit(&r->lk, ~VL_OWNER, memory_order_release);
-    pdshm__futex_wake_counted(&r->lk, w);
+    vl_wake(r, atomic_fetch_and_explicit(&r->lk, ~(VL_OWNER | VL_CONTENDED), memory_order_release),
+            false);
     return pdshm__fail(PDSHM_ESTALE, "variable was erased");
   }
   if (mark || atomic_load_explicit(&r->lk_wwait, memory_order_relaxed)) /* no store when clear */
@@ -272,32 +310,40 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
 
 static void vl_unlock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen) {
   if (!vl_same(seg, r, gen)) return; /* erased: the word is not ours (invariant 5) */
-  atomic_fetch_add_explicit(&r->version, 1, memory_order_release);
+  atomic_fetch_add_explicit(&r->version, 1, memory_order_seq_cst);
   PDSHM_CRASHPOINT("varlock.excl.bumped");
-  uint64_t w = atomic_fetch_and_explicit(&r->lk, ~VL_OWNER, memory_order_release);
+  uint64_t w = atomic_fetch_and_explicit(&r->lk, ~(VL_OWNER | VL_CONTENDED), memory_order_release);
   PDSHM_CRASHPOINT("varlock.excl.released");
-  pdshm__futex_wake_counted(&r->lk, w);
-  pdshm__futex_wake(pdshm__futex_low(&r->version), &r->vwaiters);
+  vl_wake(r, w, false);
+  pdshm__futex_wake_after_rmw(pdshm__futex_low(&r->version), &r->vwaiters);
 }
 
 /* ---- shared ------------------------------------------------------------------------- */
+
+/* One share less: the last one clears CONTENDED (only writers wait for
+ * readers).  False when the word changed from w first; *w is then new. */
+static bool vl_uncount(struct pdshm_var_rec *r, uint64_t *w) {
+  uint64_t next = *w - VL_READER;
+  if (!(next & VL_READERS)) next &= ~VL_CONTENDED;
+  if (!atomic_compare_exchange_weak_explicit(&r->lk, w, next, memory_order_acq_rel,
+                                             memory_order_relaxed))
+    return false;
+  if (!(next & VL_READERS)) vl_wake(r, *w, false);
+  return true;
+}
 
 /* Invariant 5 after a counted CAS on a record reused since: takes the count
  * back, unless a recount (FROZEN) drops it anyway. */
 static void vl_uncount_stale(struct pdshm_var_rec *r) {
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
-  while (!(w & VL_FROZEN) && (w & VL_READERS))
-    if (atomic_compare_exchange_weak_explicit(&r->lk, &w, w - VL_READER, memory_order_release,
-                                              memory_order_relaxed)) {
-      if (!((w - VL_READER) & VL_READERS)) pdshm__futex_wake_counted(&r->lk, w);
-      break;
-    }
+  while (!(w & VL_FROZEN) && (w & VL_READERS) && !vl_uncount(r, &w)) {
+  }
 }
 
 static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
                           struct pdshm_vl_hold *e) {
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
-  struct vl_waiter wt = {0};
+  struct vl_waiter wt = {.as = VL_AS_READER};
   for (unsigned round = 0;; round++) {
     bool defer = atomic_load_explicit(&r->lk_wwait, memory_order_relaxed) &&
                  round < VL_READER_BACKOFF && vl_writer_waits(seg, r);
@@ -307,7 +353,8 @@ static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
                            (unsigned long long)(VL_READERS / VL_READER));
       vl_state(e, PDSHM_VL_TAKING);
       PDSHM_CRASHPOINT("varlock.shared.taking");
-      if (atomic_compare_exchange_weak_explicit(&r->lk, &w, w + VL_READER, memory_order_acq_rel,
+      uint64_t next = (w + VL_READER) | (wt.slept ? VL_CONTENDED : 0);
+      if (atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acq_rel,
                                                 memory_order_relaxed))
         break;
       continue;
@@ -331,17 +378,15 @@ static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
 /* Gives a share back; a frozen word waits for its recount (invariant 4). */
 static int vl_unlock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
                             struct pdshm_vl_hold *e) {
-  struct vl_waiter wt = {.round = VL_SPIN}; /* a recount takes long: sleep at once */
+  struct vl_waiter wt = {.round = VL_SPIN, .as = VL_AS_READER}; /* a recount: sleep at once */
   for (;;) {
     if (!vl_same(seg, r, gen)) return 0; /* erased: nothing of ours is counted there */
     vl_state(e, PDSHM_VL_RELEASING);
     PDSHM_CRASHPOINT("varlock.shared.releasing");
     uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
     while (!(w & VL_FROZEN)) {
-      if (atomic_compare_exchange_weak_explicit(&r->lk, &w, w - VL_READER, memory_order_acq_rel,
-                                                memory_order_relaxed)) {
+      if (vl_uncount(r, &w)) {
         PDSHM_CRASHPOINT("varlock.shared.uncounted");
-        if (!((w - VL_READER) & VL_READERS)) pdshm__futex_wake_counted(&r->lk, w);
         return 0;
       }
     }
@@ -361,7 +406,7 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   if (!seg) return rc;
   struct pdshm_var_rec *r = pdshm__var_rec(v);
   uint64_t gen = r->gen;
-  struct pdshm_held_lock *held = vl_find_gen(r, gen, false);
+  struct pdshm_held_lock *hole = NULL, *held = vl_find_gen(r, gen, false, &hole);
   if (held && (held->excl || exclusive))
     return pdshm__fail(PDSHM_EDEADLK, "this thread already holds the lock of \"%s\"",
                        pdshm_var_name(v));
@@ -371,7 +416,7 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   }
   if (!vl_same(seg, r, gen)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
   uint32_t ent = 0;
-  if ((rc = vl_held_free(&held))) return rc;
+  if ((rc = vl_held_free(hole, &held))) return rc;
   if ((rc = vl_claim(seg, r, gen, &ent))) {
     vl_held_release(held);
     return rc;
@@ -398,7 +443,7 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
   struct pdshm_var_rec *r = pdshm__var_rec(v);
   /* The hold on the variable at r now, else one on an erased one that was
    * there (invariant 7). */
-  struct pdshm_held_lock *held = vl_find_gen(r, r->gen, false);
+  struct pdshm_held_lock *held = vl_find_gen(r, r->gen, false, NULL);
   if (!held) held = vl_find(r);
   if (!held) return pdshm__fail(PDSHM_EPERM, "this thread does not hold that variable's lock");
   if (!held->excl && --held->count) return 0;
@@ -432,10 +477,10 @@ static struct pdshm_var_rec *vl_var_at(pdshm_seg *seg, pdshm_off_t off) {
 static void vl_reap_excl(struct pdshm_var_rec *r, uint32_t d) {
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
   while ((w & VL_OWNER) == d + 1u && !(w & VL_FROZEN))
-    if (atomic_compare_exchange_weak_explicit(&r->lk, &w, w & ~VL_OWNER, memory_order_acq_rel,
-                                              memory_order_relaxed)) {
+    if (atomic_compare_exchange_weak_explicit(&r->lk, &w, w & ~(VL_OWNER | VL_CONTENDED),
+                                              memory_order_acq_rel, memory_order_relaxed)) {
       PDSHM_CRASHPOINT("varlock.reap.released");
-      pdshm__futex_wake_counted(&r->lk, w);
+      vl_wake(r, w, true);
       return;
     }
 }
@@ -495,11 +540,11 @@ static void vl_recount(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t d) {
   }
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed), next;
   do
-    next = (w & ~(VL_OWNER | VL_FROZEN | VL_READERS)) | n * VL_READER;
+    next = (w & ~(VL_OWNER | VL_FROZEN | VL_READERS | VL_CONTENDED)) | n * VL_READER;
   while (!atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acq_rel,
                                                 memory_order_relaxed));
   PDSHM_CRASHPOINT("varlock.reap.thawed");
-  pdshm__futex_wake_counted(&r->lk, w);
+  vl_wake(r, w, true);
 }
 
 /* Reaper (or detach) of slot d: every lock its records show it held or was
