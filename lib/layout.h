@@ -83,7 +83,8 @@ enum pdshm_type {
   PDSHM_T_TENSOR,   /* a tensor's data buffer                            */
   PDSHM_T_HANDLE,   /* a process's reference record on a scope           */
   PDSHM_T_OPLIST,   /* a variable's readers or writers                   */
-  PDSHM_T_HOLD,     /* a process's shared hold on a variable lock        */
+  PDSHM_T_HOLD,     /* none made since layout 7 (a shared hold on a
+                       variable lock is a struct pdshm_vl_hold of the slot) */
   PDSHM_T_PIN,      /* a process's pin on a tensor buffer (struct pdshm_pin_rec) */
   PDSHM_T_GROUP,    /* a trainer group (struct pdshm_group_rec, group.h)  */
   PDSHM_T_COUNT
@@ -155,12 +156,13 @@ struct pdshm_heap {
 #define PDSHM_LOCK_PUBLISHED (~0ull) /* alloc: borrowed by a live object       */
                                          /* any other value: slot+1 creating   */
 
-enum pdshm_lock_kind { PDSHM_LK_NONE, PDSHM_LK_HEAP, PDSHM_LK_SCOPE, PDSHM_LK_VAR, PDSHM_LK_GROUPS };
+/* A variable's lock is no kind of entry: it is a word of the variable's
+ * record (lib/varlock.c), taken before any entry (lib/lockorder.c). */
+enum pdshm_lock_kind { PDSHM_LK_NONE, PDSHM_LK_HEAP, PDSHM_LK_SCOPE, PDSHM_LK_GROUPS };
 
 /* Ranks (struct pdshm_lock.rank): a thread takes locks in rising rank
  * (lib/lockorder.c).  0 is an entry nobody ranked: never checked. */
-#define PDSHM_RANK_VAR 1u         /* a variable's lock                         */
-#define PDSHM_RANK_SCOPE 2u       /* + the scope's depth: a parent's first     */
+#define PDSHM_RANK_SCOPE 1u       /* + the scope's depth: a parent's first     */
 #define PDSHM_RANK_GROUPS (UINT32_MAX - 1) /* the group registry: after any */
                                           /* scope's, before the heap's        */
 #define PDSHM_RANK_HEAP UINT32_MAX /* the heap lock, always last               */

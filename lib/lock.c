@@ -27,10 +27,6 @@
  *     (PDSHM_DESTROY_VARS) gives its entry back by a CAS PUBLISHED ->
  *     AVAILABLE that first checks `guards`: its record is not freed yet, so
  *     no other object can guard an entry with that offset.
- *  5. An AVAILABLE entry whose mutex is held is not claimed: its holder took
- *     it through a variable erased since (varlock.c invariant 5) and lets go
- *     of it at unlock or death; lent meanwhile, the new object's takers
- *     would wait for that holder.
  */
 #include "config.h"
 
@@ -190,16 +186,6 @@ int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_
     if (atomic_load_explicit(&l->alloc, memory_order_relaxed) != expected) continue;
     if (!atomic_compare_exchange_strong(&l->alloc, &expected, seg->owner_tag)) continue;
     PDSHM_CRASHPOINT("lock.claimed");
-    int rc = pdshm__trylock(seg, i); /* invariant 5 */
-    if (rc == PDSHM_EBUSY || rc == -EDEADLK) {
-      pdshm__lock_return(seg, i, seg->owner_tag);
-      continue;
-    }
-    if (rc) {
-      pdshm__lock_return(seg, i, seg->owner_tag);
-      return rc;
-    }
-    pdshm__unlock(seg, i);
     l->kind = kind;
     l->rank = pdshm__lock_rank(kind, 0);
     l->guards = guards;

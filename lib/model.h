@@ -20,8 +20,9 @@
  * death: lib/CRASH-SAFETY.md, "Work longer than one journal".
  *
  * Lock order (ranks, checked by debug builds: lockorder.c): a variable's
- * lock before any scope's (a user holds it across calls that take scope
- * locks, as pdshm_tensor_resize does); a parent's lock before a child's; the
+ * lock (varlock.c: a word of its record, not ranked) before any scope's (a
+ * user holds it across calls that take scope locks, as pdshm_tensor_resize
+ * does, and its waiters reap); a parent's lock before a child's; the
  * group registry's lock after any scope's (group.c); any lock before the
  * heap lock (a pin takes its variable's scope lock, then the heap lock).
  */
