@@ -47,7 +47,7 @@ struct pdshm_lane_ctx {
  * shared by every such library of the process.  So the library has no
  * thread-local of any other model, and its TLS segment stays within
  * PDSHM_TLS_BUDGET bytes (tests/test_load checks the built libpdshm.so):
- * today 44 bytes, the hot words of errors.c, seg.c, lane.c, varlock.c and
+ * today 48 bytes, the hot words of errors.c, seg.c, lane.c, varlock.c and
  * thread.c.  Anything larger lives in the thread's pdshm_thread block. */
 #define PDSHM_TLS_HOT _Thread_local __attribute__((tls_model("initial-exec")))
 #define PDSHM_TLS_BUDGET 64
