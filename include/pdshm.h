@@ -303,7 +303,7 @@ PDSHM_API int pdshm_var_writers(const pdshm_var *v, const char **ops, int cap);
  * reap).  EDEADLK when this thread already holds it; ENOMEM when (a thread's
  * first lock) there is no private memory for the thread's table of held
  * locks; ENOLCK when this thread holds 256 variable locks already, the
- * process 256 (all its threads together), or the variable 131071 shared
+ * process 256 (all its threads together), or the variable 65535 shared
  * holders; ESTALE when v was erased (unlock then lets go of what lock took,
  * whatever v has become).  A failure holds nothing. */
 PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive);

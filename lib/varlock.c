@@ -10,16 +10,18 @@
  *   bits  0-12  owner: slot+1 of the exclusive holder; while FROZEN, slot+1
  *               of the dead slot whose reaper recounts the readers
  *   bit  13     FROZEN: a reaper recounts the shared holders (invariant 4)
- *   bits 14-30  shared holders
- *   bit  31     CONTENDED: someone may sleep on the word (futex.c, inv. 4)
+ *   bits 14-29  shared holders
+ *   bit  30     RSLEEP: a reader may sleep on the word (futex.c, inv. 4)
+ *   bit  31     WSLEEP: a writer may sleep on the word
  *   bits 32-63  0
- * The low half is the futex word.  A waiter sets CONTENDED before it
- * sleeps, as a writer or a reader (a futex bitset); whoever takes away what
- * waiters wait for (an owner leaving, the last reader leaving, a thaw)
- * clears it in the same read-modify-write and, when it was set, wakes one
- * writer, else every reader (a thaw wakes all).  A waiter that was woken
- * and takes the lock sets CONTENDED again, so that its release wakes the
- * next: one wake per hand-off, none while nobody sleeps.
+ * The low half is the futex word.  A waiter sets its class's bit before it
+ * sleeps, as a writer or a reader (a futex bitset).  Whoever takes away what
+ * waiters wait for clears the bits in the same read-modify-write and, for
+ * each that was set, wakes: an owner leaving, one writer and every reader;
+ * the last reader leaving, one writer (readers do not wait for readers); a
+ * thaw, everyone.  A writer that slept and takes the lock sets WSLEEP again,
+ * since other writers may still sleep: its release wakes the next.  So a
+ * hand-off costs one wake, and a release nobody waits for none.
  *
  * Invariants:
  *  1. Exclusive = owner set; then readers are 0 and the word is not FROZEN.
@@ -87,16 +89,17 @@
 #define VL_OWNER 0x1fffull
 #define VL_FROZEN (1ull << 13)
 #define VL_READER (1ull << 14)
-#define VL_READERS (0x1ffffull << 14)
-#define VL_CONTENDED (1ull << 31)
+#define VL_READERS (0xffffull << 14)
+#define VL_RSLEEP (1ull << 30)
+#define VL_WSLEEP (1ull << 31)
 #define VL_BUSY (VL_OWNER | VL_FROZEN) /* what blocks a shared take        */
+#define VL_SLEEPERS (VL_RSLEEP | VL_WSLEEP)
 #define VL_AS_WRITER 1u               /* futex bitsets: a waiter's class   */
 #define VL_AS_READER 2u
-#define VL_AS_ANY 0xffffffffu
 _Static_assert(PDSHM_PROCS_MAX < VL_OWNER, "an owner's slot+1 fits bits 0-12");
 
 #define VL_SPIN 1                     /* looks at the word before sleeping */
-#define VL_SLICE_NS 10000000ll        /* a sleep; then liveness is checked */
+#define VL_SLICE_NS 2000000ll         /* a sleep; then liveness is checked */
 #define VL_REAP_EVERY_NS 10000000ull  /* a writer blocked by readers reaps */
 #define VL_READER_BACKOFF 2000        /* rounds a reader defers to a writer */
 
@@ -196,12 +199,12 @@ static bool vl_slot_abandoned(pdshm_seg *seg, uint32_t s) {
 struct vl_waiter {
   unsigned round;
   uint32_t as;        /* VL_AS_WRITER or VL_AS_READER                              */
-  bool slept;         /* so the take sets CONTENDED: its release wakes the next    */
+  bool slept;         /* a writer's take then sets WSLEEP: its release wakes the next */
   uint64_t next_reap; /* CLOCK_MONOTONIC ns; 0 before the first timed-out sleep */
 };
 
-/* One wait of a taker that the word w stops: spins a little, then sets
- * CONTENDED and sleeps on the low half in slices.  After a slice that timed
+/* One wait of a taker that the word w stops: spins a little, then sets its
+ * class's sleep bit and sleeps on the low half in slices.  After a slice that timed
  * out it reaps when the word names an abandoned slot (an owner, or a
  * reaper's frozen recount), or, stopped by readers alone, every
  * VL_REAP_EVERY_NS (a dead reader's share).  ESTALE when the variable is
@@ -213,12 +216,13 @@ static int vl_wait(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64
     return 0;
   }
   if (!vl_same(seg, r, gen)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
-  if (!(w & VL_CONTENDED) &&
-      !atomic_compare_exchange_strong_explicit(&r->lk, &w, w | VL_CONTENDED,
-                                               memory_order_relaxed, memory_order_relaxed))
+  uint64_t bit = wt->as == VL_AS_WRITER ? VL_WSLEEP : VL_RSLEEP;
+  if (!(w & bit) && !atomic_compare_exchange_strong_explicit(&r->lk, &w, w | bit,
+                                                             memory_order_relaxed,
+                                                             memory_order_relaxed))
     return 0;
   wt->slept = true;
-  if (pdshm__futex_wait_bits(pdshm__futex_low(&r->lk), (uint32_t)(w | VL_CONTENDED), wt->as,
+  if (pdshm__futex_wait_bits(pdshm__futex_low(&r->lk), (uint32_t)(w | bit), wt->as,
                              VL_SLICE_NS) != PDSHM_ETIMEDOUT)
     return 0;
   uint32_t who = (uint32_t)(w & VL_OWNER);
@@ -232,14 +236,13 @@ static int vl_wait(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64
   return 0;
 }
 
-/* After a read-modify-write that took away what waiters wait for, whose
- * old value was `old` and which cleared CONTENDED: one writer, else every
- * reader, or (everyone) all. */
-static void vl_wake(struct pdshm_var_rec *r, uint64_t old, bool everyone) {
-  if (!(old & VL_CONTENDED)) return;
+/* After a read-modify-write that took away what waiters wait for and
+ * cleared the sleep bits set in `cleared` (its old value, masked): one
+ * writer (every writer when all_writers) and every reader. */
+static void vl_wake(struct pdshm_var_rec *r, uint64_t cleared, bool all_writers) {
   _Atomic uint32_t *f = pdshm__futex_low(&r->lk);
-  if (everyone) pdshm__futex_wake_bits(f, VL_AS_ANY, INT32_MAX);
-  else if (!pdshm__futex_wake_bits(f, VL_AS_WRITER, 1)) pdshm__futex_wake_bits(f, VL_AS_READER, INT32_MAX);
+  if (cleared & VL_WSLEEP) pdshm__futex_wake_bits(f, VL_AS_WRITER, all_writers ? INT32_MAX : 1);
+  if (cleared & VL_RSLEEP) pdshm__futex_wake_bits(f, VL_AS_READER, INT32_MAX);
 }
 
 static void vl_pause(unsigned round) {
@@ -279,7 +282,7 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
   struct vl_waiter wt = {.as = VL_AS_WRITER};
   for (;;) {
     if (!(w & (VL_BUSY | VL_READERS))) {
-      uint64_t next = w | me | (wt.slept ? VL_CONTENDED : 0);
+      uint64_t next = w | me | (wt.slept ? VL_WSLEEP : 0);
       if (atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acquire,
                                                 memory_order_relaxed))
         break;
@@ -299,7 +302,7 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
   }
   PDSHM_CRASHPOINT("varlock.excl.held");
   if (!vl_same(seg, r, gen)) { /* invariant 5: not ours to hold */
-    vl_wake(r, atomic_fetch_and_explicit(&r->lk, ~(VL_OWNER | VL_CONTENDED), memory_order_release),
+    vl_wake(r, atomic_fetch_and_explicit(&r->lk, ~(VL_OWNER | VL_SLEEPERS), memory_order_release),
             false);
     return pdshm__fail(PDSHM_ESTALE, "variable was erased");
   }
@@ -312,7 +315,7 @@ static void vl_unlock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen
   if (!vl_same(seg, r, gen)) return; /* erased: the word is not ours (invariant 5) */
   atomic_fetch_add_explicit(&r->version, 1, memory_order_seq_cst);
   PDSHM_CRASHPOINT("varlock.excl.bumped");
-  uint64_t w = atomic_fetch_and_explicit(&r->lk, ~(VL_OWNER | VL_CONTENDED), memory_order_release);
+  uint64_t w = atomic_fetch_and_explicit(&r->lk, ~(VL_OWNER | VL_SLEEPERS), memory_order_release);
   PDSHM_CRASHPOINT("varlock.excl.released");
   vl_wake(r, w, false);
   pdshm__futex_wake_after_rmw(pdshm__futex_low(&r->version), &r->vwaiters);
@@ -320,15 +323,17 @@ static void vl_unlock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen
 
 /* ---- shared ------------------------------------------------------------------------- */
 
-/* One share less: the last one clears CONTENDED (only writers wait for
- * readers).  False when the word changed from w first; *w is then new. */
+/* One share less: the last one clears WSLEEP and wakes a writer (only
+ * writers wait for readers).  False when the word changed from *w first;
+ * *w is then what it is now. */
 static bool vl_uncount(struct pdshm_var_rec *r, uint64_t *w) {
   uint64_t next = *w - VL_READER;
-  if (!(next & VL_READERS)) next &= ~VL_CONTENDED;
+  bool last = !(next & VL_READERS);
+  if (last) next &= ~VL_WSLEEP;
   if (!atomic_compare_exchange_weak_explicit(&r->lk, w, next, memory_order_acq_rel,
                                              memory_order_relaxed))
     return false;
-  if (!(next & VL_READERS)) vl_wake(r, *w, false);
+  if (last) vl_wake(r, *w & VL_WSLEEP, false);
   return true;
 }
 
@@ -353,7 +358,7 @@ static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
                            (unsigned long long)(VL_READERS / VL_READER));
       vl_state(e, PDSHM_VL_TAKING);
       PDSHM_CRASHPOINT("varlock.shared.taking");
-      uint64_t next = (w + VL_READER) | (wt.slept ? VL_CONTENDED : 0);
+      uint64_t next = w + VL_READER;
       if (atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acq_rel,
                                                 memory_order_relaxed))
         break;
@@ -477,7 +482,7 @@ static struct pdshm_var_rec *vl_var_at(pdshm_seg *seg, pdshm_off_t off) {
 static void vl_reap_excl(struct pdshm_var_rec *r, uint32_t d) {
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
   while ((w & VL_OWNER) == d + 1u && !(w & VL_FROZEN))
-    if (atomic_compare_exchange_weak_explicit(&r->lk, &w, w & ~(VL_OWNER | VL_CONTENDED),
+    if (atomic_compare_exchange_weak_explicit(&r->lk, &w, w & ~(VL_OWNER | VL_SLEEPERS),
                                               memory_order_acq_rel, memory_order_relaxed)) {
       PDSHM_CRASHPOINT("varlock.reap.released");
       vl_wake(r, w, true);
@@ -540,7 +545,7 @@ static void vl_recount(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t d) {
   }
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed), next;
   do
-    next = (w & ~(VL_OWNER | VL_FROZEN | VL_READERS | VL_CONTENDED)) | n * VL_READER;
+    next = (w & ~(VL_OWNER | VL_FROZEN | VL_READERS | VL_SLEEPERS)) | n * VL_READER;
   while (!atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acq_rel,
                                                 memory_order_relaxed));
   PDSHM_CRASHPOINT("varlock.reap.thawed");
