@@ -99,7 +99,8 @@
 _Static_assert(PDSHM_PROCS_MAX < VL_OWNER, "an owner's slot+1 fits bits 0-12");
 
 #define VL_SPIN 1                     /* looks at the word before sleeping */
-#define VL_SLICE_NS 2000000ll         /* a sleep; then liveness is checked */
+#define VL_SLICE_MIN_NS 250000ll      /* a first sleep; then liveness is   */
+#define VL_SLICE_NS 2000000ll         /* checked, and the sleep doubles    */
 #define VL_REAP_EVERY_NS 10000000ull  /* a writer blocked by readers reaps */
 #define VL_READER_BACKOFF 2000        /* rounds a reader defers to a writer */
 
@@ -200,6 +201,7 @@ struct vl_waiter {
   unsigned round;
   uint32_t as;        /* VL_AS_WRITER or VL_AS_READER                              */
   bool slept;         /* a writer's take then sets WSLEEP: its release wakes the next */
+  int64_t slice;      /* the next sleep's bound, ns (0: VL_SLICE_MIN_NS)             */
   uint64_t next_reap; /* CLOCK_MONOTONIC ns; 0 before the first timed-out sleep */
 };
 
@@ -223,8 +225,10 @@ static int vl_wait(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64
     return 0;
   wt->slept = true;
   if (pdshm__futex_wait_bits(pdshm__futex_low(&r->lk), (uint32_t)(w | bit), wt->as,
-                             VL_SLICE_NS) != PDSHM_ETIMEDOUT)
+                             wt->slice ? wt->slice : VL_SLICE_MIN_NS) != PDSHM_ETIMEDOUT)
     return 0;
+  wt->slice = wt->slice ? (wt->slice * 2 < VL_SLICE_NS ? wt->slice * 2 : VL_SLICE_NS)
+                        : 2 * VL_SLICE_MIN_NS;
   uint32_t who = (uint32_t)(w & VL_OWNER);
   bool reap = who && vl_slot_abandoned(seg, who - 1);
   if (!who && (w & VL_READERS)) {
