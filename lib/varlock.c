@@ -502,7 +502,8 @@ static bool vl_freeze(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t d) {
     uint32_t who = (uint32_t)(w & VL_OWNER);
     if (!(w & VL_FROZEN) && who) return false;
     if (w & VL_FROZEN && who == d + 1u) return true; /* our slot's reaper died here */
-    if (!(w & VL_FROZEN) || vl_slot_abandoned(seg, who - 1)) { /* free, or left by a dead reaper */
+    bool nobody = !who || who > seg->hdr->max_procs; /* a freeze no reaper could have made */
+    if (!(w & VL_FROZEN) || nobody || vl_slot_abandoned(seg, who - 1)) { /* or left by a dead reaper */
       uint64_t next = (w & ~VL_OWNER) | VL_FROZEN | (d + 1u);
       if (atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acq_rel,
                                                 memory_order_acquire))
@@ -548,10 +549,11 @@ static void vl_recount(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t d) {
     }
   }
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed), next;
-  do
+  do {
+    if ((w & (VL_FROZEN | VL_OWNER)) != (VL_FROZEN | (d + 1u))) return; /* erased meanwhile */
     next = (w & ~(VL_OWNER | VL_FROZEN | VL_READERS | VL_SLEEPERS)) | n * VL_READER;
-  while (!atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acq_rel,
-                                                memory_order_relaxed));
+  } while (!atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acq_rel,
+                                                  memory_order_relaxed));
   PDSHM_CRASHPOINT("varlock.reap.thawed");
   vl_wake(r, w, true);
 }
