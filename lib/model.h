@@ -7,7 +7,10 @@
  * Who guards what (X is a scope, P its parent):
  *  - X's lock (X->lock, an entry of the lock table) guards X->refs, X->table
  *    and everything in it, X->nvars, X->first_kid, and for each kid K of X:
- *    K->next_sib, K->prev_sib, K->inlist; and every field of X's variables.
+ *    K->next_sib, K->prev_sib, K->inlist; and every field of X's variables
+ *    but these: a variable's lk and lk_wwait (its lock itself: atomic, by
+ *    varlock.c's protocol) and version (atomic bumps, one of them in the
+ *    resize's journal).
  *  - K->linked is written under both P's lock and K's lock, so either one is
  *    enough to read it.
  *  - X->parent, X->name, X->id, X->lock never change while X lives.
