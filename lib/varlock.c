@@ -38,13 +38,15 @@
  *     state its taker stored before it.
  *  3. A dead exclusive holder: its word names its slot.  Its reaper (found
  *     by a waiter that saw the owner's slot dead between sleeps, which then
- *     reaps) clears the owner of every variable an EXCL record of that slot
- *     names, by CAS from exactly that owner, whatever the record's state
- *     says: only that slot ever wrote its number there, so the word alone
- *     tells whether the CAS happened.  No journal runs under a variable
- *     lock (resize journals under the scope's lock), so there is nothing
- *     more to repair: the next taker gets the lock, the data as the dead
- *     holder left it, and the version it had.
+ *     reaps) clears the owner of the live variable at the address of each
+ *     EXCL record of that slot (of any generation: a take's CAS may have
+ *     landed on a record reused since, invariant 5), by CAS from exactly
+ *     that owner: only that slot ever wrote its number there, so the word
+ *     alone tells whether the take's CAS happened.  No journal runs under
+ *     a variable lock (resize journals under the scope's lock, whose own
+ *     repair finishes it), so there is nothing more to repair: the next
+ *     taker gets the lock, the data as the dead holder left it, and the
+ *     version it had.
  *  4. A dead shared holder: whether its CAS happened is not known from the
  *     word (others change it too), so nothing guesses.  Its reaper freezes
  *     the word (FROZEN, owner = the dead slot+1; takers and releasers that
