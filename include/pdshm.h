@@ -299,11 +299,13 @@ PDSHM_API int pdshm_var_add_writer(pdshm_var *v, const char *op);
 PDSHM_API int pdshm_var_readers(const pdshm_var *v, const char **ops, int cap);
 PDSHM_API int pdshm_var_writers(const pdshm_var *v, const char **ops, int cap);
 /* A robust lock, shared (exclusive == 0) or exclusive; a holder's death
- * releases it.  EDEADLK when this thread already holds it; ENOMEM when a
- * shared hold finds no block for its record in the segment, or (a thread's
- * first lock) no private memory for the thread's table of held locks; ENOLCK
- * when this thread holds 256 variable locks already; ESTALE when v was
- * erased (unlock then lets go of what lock took, whatever v has become). */
+ * releases it (found when a waiter sees the holder's process gone, or by any
+ * reap).  EDEADLK when this thread already holds it; ENOMEM when (a thread's
+ * first lock) there is no private memory for the thread's table of held
+ * locks; ENOLCK when this thread holds 256 variable locks already, the
+ * process 256 (all its threads together), or the variable 65535 shared
+ * holders; ESTALE when v was erased (unlock then lets go of what lock took,
+ * whatever v has become).  A failure holds nothing. */
 PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive);
 PDSHM_API int pdshm_var_unlock(pdshm_var *v); /* EPERM when not held */
 /* Bumped by resize and by each unlock of an exclusive lock. */
@@ -574,9 +576,9 @@ typedef struct pdshm_var_info {
   int lock_state;          /* PDSHM_VLOCK_*                                      */
   uint64_t lock_readers;   /* shared holders                                     */
   uint32_t lock_holder_pid;/* the exclusive holder (best effort), else 0         */
-                           /* (EXCLUSIVE is never reported where                 */
-                           /* pdshm_lock_info.held cannot tell)                  */
-  uint32_t lock;           /* its lock-table entry, 0 before its first lock      */
+  uint32_t lock;           /* always 0: a variable's lock is a word of its own,  */
+                           /* not a lock-table entry (kept for the layout of     */
+                           /* this struct)                                       */
   uint32_t nreaders, nwriters;   /* operators reading / writing it               */
   const char *const *readers;    /* their names: valid during the callback only  */
   const char *const *writers;
@@ -587,6 +589,8 @@ typedef struct pdshm_var_info {
 PDSHM_API int pdshm_inspect_vars(pdshm_seg *seg, uint64_t scope_id,
                                  int (*fn)(const pdshm_var_info *vi, void *arg), void *arg);
 
+/* PDSHM_LOCK_OF_VAR is never reported any more: a variable's lock is a word
+ * of its record, not a lock-table entry (pdshm_inspect_vars shows it). */
 enum { PDSHM_LOCK_OF_HEAP = 1, PDSHM_LOCK_OF_SCOPE = 2, PDSHM_LOCK_OF_VAR = 3 };
 typedef struct pdshm_lock_info {
   uint32_t index;          /* in the lock table                                  */

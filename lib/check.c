@@ -275,15 +275,12 @@ static void ck_locks(struct ck *c) {
   for (uint32_t i = PDSHM_LOCK_FIXED; i < c->seg->hdr->max_locks; i++) {
     const struct pdshm_lock *l = pdshm__lockent(c->seg, i);
     if (atomic_load(&l->alloc) != PDSHM_LOCK_PUBLISHED) continue;
-    bool scope = l->kind == PDSHM_LK_SCOPE, var = l->kind == PDSHM_LK_VAR;
-    struct ck_blk *b = scope || var ? ck_find(c, l->guards) : NULL;
+    bool scope = l->kind == PDSHM_LK_SCOPE;
+    struct ck_blk *b = scope ? ck_find(c, l->guards) : NULL;
     uint64_t named = UINT64_MAX;
-    if (b && b->state == PDSHM_BLK_USED && scope && b->type == PDSHM_T_SCOPE &&
+    if (b && b->state == PDSHM_BLK_USED && b->type == PDSHM_T_SCOPE &&
         b->size - PDSHM_BLK_HDR >= sizeof(struct pdshm_scope_rec))
       named = pdshm__scope_at(c->seg, b->off)->lock;
-    if (b && b->state == PDSHM_BLK_USED && var && b->type == PDSHM_T_VAR &&
-        b->size - PDSHM_BLK_HDR >= sizeof(struct pdshm_var_rec))
-      named = pdshm__var_at(c->seg, b->off)->lock;
     if (named != i)
       ck_say(c, "lock %u (kind %u) guards %#llx, which does not use it", i, l->kind,
              (unsigned long long)l->guards);

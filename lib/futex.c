@@ -16,6 +16,12 @@
  *     wakers a needless FUTEX_WAKE, it never loses one.
  *  3. Sleeps are bounded by the caller's slice, so that whoever waits on
  *     another process checks that process's liveness between slices.
+ *  4. A word may instead carry a "contended" bit of its own (a variable's
+ *     lock word, varlock.c): a waiter sets it by CAS before it sleeps on the
+ *     value with the bit, and a waker's read-modify-write that clears it
+ *     tells whether anyone may sleep, so it needs no second load and no
+ *     fence.  Such waiters name a class (a bitset) so that a waker can wake
+ *     one writer, or else every reader, rather than everyone.
  */
 #include "config.h"
 
@@ -47,6 +53,10 @@ int pdshm__futex_wait(_Atomic uint32_t *word, _Atomic uint32_t *waiters, uint32_
 
 void pdshm__futex_wake(_Atomic uint32_t *word, _Atomic uint32_t *waiters) {
   atomic_thread_fence(memory_order_seq_cst); /* invariant 1: the change first */
+  pdshm__futex_wake_after_rmw(word, waiters);
+}
+
+void pdshm__futex_wake_after_rmw(_Atomic uint32_t *word, _Atomic uint32_t *waiters) {
   if (atomic_load_explicit(waiters, memory_order_seq_cst))
     futex_call(word, FUTEX_WAKE, INT_MAX, NULL);
 }
@@ -56,4 +66,24 @@ void pdshm__futex_wake(_Atomic uint32_t *word, _Atomic uint32_t *waiters) {
 _Atomic uint32_t *pdshm__futex_low(_Atomic uint64_t *w64) {
   _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "futex words are the low halves");
   return (_Atomic uint32_t *)(void *)w64;
+}
+
+int pdshm__futex_wait_bits(_Atomic uint32_t *word, uint32_t expect, uint32_t bits,
+                           int64_t slice_ns) {
+  struct timespec ts; /* FUTEX_WAIT_BITSET's timeout is a CLOCK_MONOTONIC instant */
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += slice_ns / 1000000000;
+  ts.tv_nsec += slice_ns % 1000000000;
+  if (ts.tv_nsec >= 1000000000) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000;
+  }
+  if (syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_BITSET, expect, &ts, NULL, bits) < 0)
+    return errno == ETIMEDOUT ? PDSHM_ETIMEDOUT : 0; /* EAGAIN, EINTR: look again */
+  return 0;
+}
+
+int pdshm__futex_wake_bits(_Atomic uint32_t *word, uint32_t bits, int n) {
+  long woken = syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_BITSET, n, NULL, NULL, bits);
+  return woken > 0 ? (int)woken : 0;
 }

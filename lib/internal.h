@@ -47,7 +47,7 @@ struct pdshm_lane_ctx {
  * shared by every such library of the process.  So the library has no
  * thread-local of any other model, and its TLS segment stays within
  * PDSHM_TLS_BUDGET bytes (tests/test_load checks the built libpdshm.so):
- * today 44 bytes, the hot words of errors.c, seg_list.c, lane.c, varlock.c and
+ * today 48 bytes, the hot words of errors.c, seg_list.c, lane.c, varlock.c and
  * thread.c.  Anything larger lives in the thread's pdshm_thread block. */
 #define PDSHM_TLS_HOT _Thread_local __attribute__((tls_model("initial-exec")))
 #define PDSHM_TLS_BUDGET 64
@@ -65,12 +65,8 @@ struct pdshm_held_lock {
   uint64_t forkgen;  /* pdshm__forkgen when taken: a fork child's new
                         attachment may map the segment where its parent's
                         was, and must not take the parent's holds for its own */
-  pdshm_off_t hold;  /* our HOLD block when shared                          */
   uint32_t count;    /* shared re-entries                                   */
-  uint32_t lock;     /* the lock-table entry taken: unlock lets go of this
-                        one, whatever the record says by then (an erase
-                        gives the entry back, and it may guard another
-                        variable since)                                    */
+  uint32_t ent;      /* its record in our slot's vl[] (layout.h)           */
   bool excl;
 };
 
@@ -237,8 +233,19 @@ int pdshm__futex_wait(_Atomic uint32_t *word, _Atomic uint32_t *waiters, uint32_
 /* Wakes every waiter of word, with no system call when *waiters is 0.  Call
  * it after changing the word. */
 void pdshm__futex_wake(_Atomic uint32_t *word, _Atomic uint32_t *waiters);
+/* The same after the caller changed the word by a sequentially consistent
+ * read-modify-write, which orders it before the count's load (invariant 1)
+ * without a fence. */
+void pdshm__futex_wake_after_rmw(_Atomic uint32_t *word, _Atomic uint32_t *waiters);
 /* The futex word (low 32 bits) of a 64-bit counter. */
 _Atomic uint32_t *pdshm__futex_low(_Atomic uint64_t *w64);
+/* A word with a contended bit of its own (futex.c, invariant 4): sleeps up
+ * to slice_ns (>= 0) while it is `expect`, as one of the waiters of class
+ * `bits`; 0 when woken or it differs, PDSHM_ETIMEDOUT after the slice. */
+int pdshm__futex_wait_bits(_Atomic uint32_t *word, uint32_t expect, uint32_t bits,
+                           int64_t slice_ns);
+/* Wakes up to n waiters of the classes in `bits`; returns how many woke. */
+int pdshm__futex_wake_bits(_Atomic uint32_t *word, uint32_t bits, int n);
 
 /* ---- group.c ---------------------------------------------------------------- */
 /* Detach: leaves every group of the attachment (when it still may) and

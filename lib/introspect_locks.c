@@ -24,16 +24,7 @@ struct lk_walk {
 /* What entry l guards, from the snapshot. */
 static int lk_guards(struct lk_walk *w, const struct pdshm_lock *l, pdshm_lock_info *li) {
   pdshm_off_t at = l->guards;
-  const struct pdshm_scope_rec *x = NULL;
-  if (li->kind == PDSHM_LOCK_OF_VAR) {
-    const struct pdshm_var_rec *r = pdshm__snap_want(&w->snap, at, PDSHM_T_VAR, sizeof *r);
-    if (!r || r->magic != PDSHM_VAR_MAGIC)
-      return pdshm__fail(PDSHM_EBADSEG, "lock %u: guards no variable", li->index);
-    int rc = pdshm__snap_name(&w->snap, r->name, li->var);
-    if (rc) return rc;
-    at = r->scope;
-  }
-  x = pdshm__snap_want(&w->snap, at, PDSHM_T_SCOPE, sizeof *x);
+  const struct pdshm_scope_rec *x = pdshm__snap_want(&w->snap, at, PDSHM_T_SCOPE, sizeof *x);
   if (!x || x->magic != PDSHM_SCOPE_MAGIC)
     return pdshm__fail(PDSHM_EBADSEG, "lock %u: guards no scope", li->index);
   li->scope_id = x->id;
@@ -57,7 +48,6 @@ static int lk_entry(struct lk_walk *w, uint32_t i) {
   switch (l->kind) {
   case PDSHM_LK_HEAP: li->kind = PDSHM_LOCK_OF_HEAP; break;
   case PDSHM_LK_SCOPE: li->kind = PDSHM_LOCK_OF_SCOPE; break;
-  case PDSHM_LK_VAR: li->kind = PDSHM_LOCK_OF_VAR; break;
   default: return pdshm__fail(PDSHM_EBADSEG, "lock %u: unknown kind %u", i, l->kind);
   }
   if ((i == PDSHM_LOCK_HEAP) != (li->kind == PDSHM_LOCK_OF_HEAP))

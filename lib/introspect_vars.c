@@ -89,21 +89,18 @@ static int vr_ops(struct vr_walk *w, const struct pdshm_var_rec *r, struct vr_en
   return 0;
 }
 
-/* The variable lock: its entry's mutex word and best-effort holder. */
+/* The variable lock: its word (varlock.c), and the exclusive holder's pid
+ * from its slot. */
 static int vr_lock(struct vr_walk *w, const struct pdshm_var_rec *r, pdshm_var_info *vi) {
-  uint64_t idx = __atomic_load_n(&r->lock, __ATOMIC_RELAXED);
-  vi->lock_readers = r->lk_readers;
+  int owner;
+  vi->lock_readers = pdshm__varlock_readers(r, &owner);
   vi->lock_state = vi->lock_readers ? PDSHM_VLOCK_SHARED : PDSHM_VLOCK_FREE;
-  if (!idx) return 0;
-  if (idx >= w->seg->hdr->max_locks || !pdshm__locks_sane(w->seg))
-    return pdshm__fail(PDSHM_EBADSEG, "variable lock %llu is out of the table",
-                       (unsigned long long)idx);
-  const struct pdshm_lock *l = pdshm__lockent(w->seg, (uint32_t)idx);
-  vi->lock = (uint32_t)idx;
-  if (pdshm__lock_held_hint(w->seg, (uint32_t)idx) == 1 && !vi->lock_readers) {
-    vi->lock_state = PDSHM_VLOCK_EXCLUSIVE;
-    vi->lock_holder_pid = atomic_load_explicit(&l->holder_pid, memory_order_relaxed);
-  }
+  if (owner < 0) return 0;
+  if ((uint32_t)owner >= w->seg->hdr->max_procs)
+    return pdshm__fail(PDSHM_EBADSEG, "variable lock held by slot %d of %u", owner,
+                       w->seg->hdr->max_procs);
+  vi->lock_state = PDSHM_VLOCK_EXCLUSIVE;
+  vi->lock_holder_pid = pdshm__slot(w->seg, (uint32_t)owner)->pid;
   return 0;
 }
 

@@ -35,7 +35,7 @@
  *     handed at once to another thread of the same slot, with the same owner
  *     tag, and must not be freed again by a repair re-running the journal.
  *     Blocks not yet freed are still the slot's, freed by its reaper's sweep
- *     (a retired HANDLE or HOLD record has its scope cleared by then).
+ *     (a retired HANDLE record has its scope cleared by then).
  *
  * Crash windows (each one is finished by pdshm__journal_repair_lock):
  *  - after alloc, before newb is recorded: the block stays owned by the dead

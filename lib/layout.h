@@ -83,7 +83,8 @@ enum pdshm_type {
   PDSHM_T_TENSOR,   /* a tensor's data buffer                            */
   PDSHM_T_HANDLE,   /* a process's reference record on a scope           */
   PDSHM_T_OPLIST,   /* a variable's readers or writers                   */
-  PDSHM_T_HOLD,     /* a process's shared hold on a variable lock        */
+  PDSHM_T_HOLD,     /* none made since layout 7 (a shared hold on a
+                       variable lock is a struct pdshm_vl_hold of the slot) */
   PDSHM_T_PIN,      /* a process's pin on a tensor buffer (struct pdshm_pin_rec) */
   PDSHM_T_GROUP,    /* a trainer group (struct pdshm_group_rec, group.h)  */
   PDSHM_T_COUNT
@@ -157,15 +158,16 @@ struct pdshm_heap {
 #define PDSHM_LOCK_PUBLISHED (~0ull) /* alloc: borrowed by a live object       */
                                          /* any other value: slot+1 creating   */
 
+/* A variable's lock is no kind of entry: it is a word of the variable's
+ * record (lib/varlock.c), taken before any entry (lib/lockorder.c). */
 enum pdshm_lock_kind {
-  PDSHM_LK_NONE, PDSHM_LK_HEAP, PDSHM_LK_SCOPE, PDSHM_LK_VAR, PDSHM_LK_GROUPS,
+  PDSHM_LK_NONE, PDSHM_LK_HEAP, PDSHM_LK_SCOPE, PDSHM_LK_GROUPS,
   PDSHM_LK_COUNT /* not a kind: how many there are (lock.c's repair table) */
 };
 
 /* Ranks (struct pdshm_lock.rank): a thread takes locks in rising rank
  * (lib/lockorder.c).  0 is an entry nobody ranked: never checked. */
-#define PDSHM_RANK_VAR 1u         /* a variable's lock                         */
-#define PDSHM_RANK_SCOPE 2u       /* + the scope's depth: a parent's first     */
+#define PDSHM_RANK_SCOPE 1u       /* + the scope's depth: a parent's first     */
 #define PDSHM_RANK_GROUPS (UINT32_MAX - 1) /* the group registry: after any */
                                           /* scope's, before the heap's        */
 #define PDSHM_RANK_HEAP UINT32_MAX /* the heap lock, always last               */
@@ -286,6 +288,27 @@ struct pdshm_lane {
   struct pdshm_lane_todo todo;
 };
 
+/* A variable lock one thread of the slot's process holds or is taking
+ * (lib/varlock.c owns the protocol): written only by that process, read by
+ * reapers, and by a reaper recounting a variable's shared holders. */
+#define PDSHM_VL_SLOT_HOLDS 256u
+
+enum pdshm_vl_state {
+  PDSHM_VL_IDLE = 0,   /* free                                                 */
+  PDSHM_VL_CLAIMED,    /* a thread's, naming nothing counted                   */
+  PDSHM_VL_TAKING,     /* a shared take: the count's CAS may have happened     */
+  PDSHM_VL_HELD,       /* a shared hold, counted in the variable's word        */
+  PDSHM_VL_RELEASING,  /* a shared release: the count's CAS may have happened  */
+  PDSHM_VL_EXCL        /* an exclusive take or hold: the word's owner tells    */
+};
+
+struct pdshm_vl_hold {
+  _Atomic uint32_t state; /* enum pdshm_vl_state                               */
+  uint32_t pad;
+  pdshm_off_t var;        /* the variable's record, set before state leaves    */
+  uint64_t gen;           /* CLAIMED, with its generation                      */
+};
+
 struct pdshm_slot {
   _Atomic uint32_t state; /* enum pdshm_slot_state; written by the slot's owner */
   uint32_t pid;           /* of the attacher, in its own pid namespace       */
@@ -296,6 +319,7 @@ struct pdshm_slot {
   uint32_t pad;
   uint64_t reserved[3];
   struct pdshm_lane lane[PDSHM_LANES];
+  struct pdshm_vl_hold vl[PDSHM_VL_SLOT_HOLDS]; /* varlock.c                  */
 } __attribute__((aligned(PDSHM_CACHELINE)));
 
 /* ---- The header --------------------------------------------------------- */

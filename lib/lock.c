@@ -31,10 +31,6 @@
  *     (PDSHM_DESTROY_VARS) gives its entry back by a CAS PUBLISHED ->
  *     AVAILABLE that first checks `guards`: its record is not freed yet, so
  *     no other object can guard an entry with that offset.
- *  5. An AVAILABLE entry whose mutex is held is not claimed: its holder took
- *     it through a variable erased since (varlock.c invariant 5) and lets go
- *     of it at unlock or death; lent meanwhile, the new object's takers
- *     would wait for that holder.
  */
 #include "config.h"
 
@@ -91,14 +87,14 @@ void pdshm__lock_on_repair(unsigned kind, unsigned step, pdshm_lock_repair_fn fn
 
 /* The kind whose repairs lock i gets: a fixed entry's by its index, so that
  * a kind scribbled in the segment cannot run the heap's repair under another
- * lock; a lent entry's as recorded when it is a kind entries are lent for,
+ * lock; a lent entry's as recorded when it is a scope's (the one kind entries are lent for),
  * else NONE, which has the repairs registered for every kind (the
  * journal's). */
 static unsigned lock_repair_kind(const pdshm_seg *seg, uint32_t i) {
   if (i == PDSHM_LOCK_HEAP) return PDSHM_LK_HEAP;
   if (i == PDSHM_LOCK_GROUPS) return PDSHM_LK_GROUPS;
   unsigned kind = pdshm__lockent(seg, i)->kind;
-  return kind == PDSHM_LK_SCOPE || kind == PDSHM_LK_VAR ? kind : PDSHM_LK_NONE;
+  return kind == PDSHM_LK_SCOPE ? kind : PDSHM_LK_NONE;
 }
 
 /* Repairs what lock i guards; 0 or a negative code. */
@@ -220,16 +216,6 @@ int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_
     if (atomic_load_explicit(&l->alloc, memory_order_relaxed) != expected) continue;
     if (!atomic_compare_exchange_strong(&l->alloc, &expected, seg->owner_tag)) continue;
     PDSHM_CRASHPOINT("lock.claimed");
-    int rc = pdshm__trylock(seg, i); /* invariant 5 */
-    if (rc == PDSHM_EBUSY || rc == -EDEADLK) {
-      pdshm__lock_return(seg, i, seg->owner_tag);
-      continue;
-    }
-    if (rc) {
-      pdshm__lock_return(seg, i, seg->owner_tag);
-      return rc;
-    }
-    pdshm__unlock(seg, i);
     l->kind = kind;
     l->rank = pdshm__lock_rank(kind, 0);
     l->guards = guards;

@@ -8,11 +8,13 @@
  *
  * Invariants:
  *  1. A thread that waits for a lock holds none of a higher rank in the same
- *     segment.  Ranks rise in the order locks are taken: a variable's lock
- *     (held by a user across calls that take scope locks), then scope locks
- *     by depth (a parent's before its child's), the heap lock last.  Equal
- *     ranks are unordered (sibling scopes; variable locks, whose order among
- *     themselves is the user's).
+ *     segment.  Ranks rise in the order locks are taken: scope locks by
+ *     depth (a parent's before its child's), the groups' registry, the heap
+ *     lock last.  Equal ranks are unordered (sibling scopes).  A variable's
+ *     lock is no entry of the table and has no rank: it comes before all of
+ *     them (a user holds it across calls that take scope locks, and its
+ *     waiters reap, which takes them too), and its order among variable
+ *     locks is the user's.
  *  2. A trylock waits for nothing, so it cannot close a cycle: it is recorded
  *     but not checked (pdshm_check takes every lock that way).
  *  3. Entries recorded before a fork are not the child's (pdshm__forkgen).
@@ -28,7 +30,6 @@
 
 uint32_t pdshm__lock_rank(unsigned kind, uint32_t depth) {
   switch (kind) {
-  case PDSHM_LK_VAR: return PDSHM_RANK_VAR;
   case PDSHM_LK_SCOPE:
     return depth < PDSHM_RANK_GROUPS - PDSHM_RANK_SCOPE ? PDSHM_RANK_SCOPE + depth
                                                         : PDSHM_RANK_GROUPS - 1;

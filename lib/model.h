@@ -7,7 +7,10 @@
  * Who guards what (X is a scope, P its parent):
  *  - X's lock (X->lock, an entry of the lock table) guards X->refs, X->table
  *    and everything in it, X->nvars, X->first_kid, and for each kid K of X:
- *    K->next_sib, K->prev_sib, K->inlist; and every field of X's variables.
+ *    K->next_sib, K->prev_sib, K->inlist; and every field of X's variables
+ *    but these: a variable's lk and lk_wwait (its lock itself: atomic, by
+ *    varlock.c's protocol) and version (atomic bumps, one of them in the
+ *    resize's journal).
  *  - K->linked is written under both P's lock and K's lock, so either one is
  *    enough to read it.
  *  - X->parent, X->name, X->id, X->lock never change while X lives.
@@ -20,8 +23,9 @@
  * death: lib/CRASH-SAFETY.md, "Work longer than one journal".
  *
  * Lock order (ranks, checked by debug builds: lockorder.c): a variable's
- * lock before any scope's (a user holds it across calls that take scope
- * locks, as pdshm_tensor_resize does); a parent's lock before a child's; the
+ * lock (varlock.c: a word of its record, not ranked) before any scope's (a
+ * user holds it across calls that take scope locks, as pdshm_tensor_resize
+ * does, and its waiters reap); a parent's lock before a child's; the
  * group registry's lock after any scope's (group.c); any lock before the
  * heap lock (a pin takes its variable's scope lock, then the heap lock).
  */
@@ -99,7 +103,10 @@ struct pdshm_var_rec {
   pdshm_off_t readers;     /* OPLIST block or 0; scope lock                     */
   pdshm_off_t writers;     /* OPLIST block or 0; scope lock                     */
   uint64_t vtype;          /* enum pdshm_value_type; scope lock                 */
-  uint64_t lock;           /* lock-table entry of pdshm_var_lock, 0 = none yet  */
+  /* lk and version share a 16-byte aligned pair (records are 16-aligned),
+   * so one cache line: an exclusive unlock writes both. */
+  _Atomic uint64_t lk;     /* pdshm_var_lock's word (varlock.c): owner slot,
+                              shared holders, and sleepers on its low half    */
   _Atomic uint64_t version;/* bumped by resize and by exclusive unlocks; its low
                               32 bits are the futex word of pdshm_var_wait    */
   _Atomic uint32_t vwaiters;/* threads in pdshm_var_wait on this variable: a
@@ -112,12 +119,13 @@ struct pdshm_var_rec {
                               0 bytes too; 0 before the first resize          */
   pdshm_off_t data;        /* 64-aligned start of the data inside buf           */
   uint64_t nbytes;
-  /* pdshm_var_lock: shared holds are counted here and recorded per process
-   * in HOLD blocks so that a reaper can give back a dead reader's share. */
-  uint64_t lk_readers;     /* shared holders; var lock                          */
-  uint64_t lk_wwait;       /* a writer waits for readers to drain: its slot+1 |
-                              its slot's epoch << 16, 0 when none; var lock    */
+  _Atomic uint64_t lk_wwait;/* a writer waits for readers to drain: its slot+1
+                              | its slot's epoch << 16, 0 when none (varlock.c,
+                              invariant 6)                                    */
 };
+_Static_assert(offsetof(struct pdshm_var_rec, lk) % 16 == 0 &&
+                   offsetof(struct pdshm_var_rec, version) == offsetof(struct pdshm_var_rec, lk) + 8,
+               "a variable's lock word and version share a cache line");
 
 /* A NAME block: a name or label, NUL-terminated, never changed once
  * published (rename and set_label replace the block). */

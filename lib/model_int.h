@@ -160,7 +160,11 @@ int pdshm__var_j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_v
                        uint32_t op);
 
 /* ---- varlock.c ---- */
-/* Reaper: gives back the shared hold HOLD block h records. */
-int pdshm__varlock_drop_hold(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h);
+/* Reaper (and detach) of slot d: gives back every variable lock its hold
+ * records (layout.h, struct pdshm_vl_hold) show held or being taken. */
+void pdshm__varlock_reap_slot(pdshm_seg *seg, uint32_t d);
+/* A variable lock's shared holders now, and *owner_slot its exclusive
+ * holder's slot, -1 when none: for the inspector, read without a lock. */
+uint64_t pdshm__varlock_readers(const struct pdshm_var_rec *r, int *owner_slot);
 
 #endif /* PDSHM_MODEL_INT_H */

@@ -43,15 +43,10 @@ static int reap_slot_holds(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx 
   for (unsigned k = 0; k < PDSHM_LANES && !rc; k++) rc = pdshm__todo_run(seg, &lanes[k]);
   pdshm_off_t *kept = NULL;
   size_t nkept = 0;
-  if (!rc) rc = pdshm__heap_sweep_slot(seg, slot, 1u << PDSHM_T_HANDLE | 1u << PDSHM_T_HOLD,
-                                       &kept, &nkept);
+  if (!rc) pdshm__varlock_reap_slot(seg, slot);
+  if (!rc) rc = pdshm__heap_sweep_slot(seg, slot, 1u << PDSHM_T_HANDLE, &kept, &nkept);
   PDSHM_CRASHPOINT("reap.todo.done");
-  for (size_t n = 0; n < nkept && !rc; n++) {
-    if (pdshm__blk(seg, kept[n])->type == PDSHM_T_HANDLE)
-      rc = pdshm__handle_drop(seg, &lanes[0], kept[n]);
-    else
-      rc = pdshm__varlock_drop_hold(seg, &lanes[0], kept[n]);
-  }
+  for (size_t n = 0; n < nkept && !rc; n++) rc = pdshm__handle_drop(seg, &lanes[0], kept[n]);
   pdshm__xfree(kept);
   PDSHM_CRASHPOINT("reap.handles.dropped");
   if (!rc) rc = pdshm__heap_sweep_slot(seg, slot, 0, &kept, &nkept);

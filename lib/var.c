@@ -187,16 +187,11 @@ unsigned pdshm__var_blocks(pdshm_seg *seg, pdshm_off_t v, pdshm_off_t out[8]) {
   return n;
 }
 
-/* Journaled: v's blocks go when the journal commits, and its lock entry
- * comes back to us, to give back once the journal is over (lock.c,
- * invariant 4); returns that entry, or 0. */
-static uint32_t var_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t v) {
+/* Journaled: v's blocks go when the journal commits. */
+static void var_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t v) {
   pdshm_off_t blocks[8];
   unsigned n = pdshm__var_blocks(seg, v, blocks);
   for (unsigned i = 0; i < n; i++) pdshm__j_retire(seg, ln, blocks[i]);
-  const uint32_t lk = (uint32_t)pdshm__var_at(seg, v)->lock;
-  if (lk) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pdshm__lockent(seg, lk), alloc), ln->tag);
-  return lk;
 }
 
 void pdshm__var_free_unreachable(pdshm_seg *seg, struct pdshm_lane_ctx *ln,
@@ -208,13 +203,6 @@ void pdshm__var_free_unreachable(pdshm_seg *seg, struct pdshm_lane_ctx *ln,
   for (unsigned i = 0; i < n; i++) {
     pdshm__blk(seg, blocks[i])->owner = ln->tag;
     PDSHM_CRASHPOINT("var.free.mark");
-  }
-  const struct pdshm_var_rec *r = pdshm__var_at(seg, v);
-  if (r->lock) {
-    struct pdshm_lock *l = pdshm__lockent(seg, (uint32_t)r->lock);
-    uint64_t pub = PDSHM_LOCK_PUBLISHED;
-    if (l->guards == v) atomic_compare_exchange_strong(&l->alloc, &pub, PDSHM_LOCK_AVAILABLE);
-    PDSHM_CRASHPOINT("var.free.lock");
   }
   atomic_store_explicit((_Atomic uint64_t *)&e->var, 0, memory_order_release);
   PDSHM_CRASHPOINT("var.free.cleared");
@@ -240,7 +228,6 @@ static int var_edit_end(pdshm_scope *s, struct pdshm_lane_ctx *ln, int rc) {
 
 PDSHM_API int pdshm_var_erase(pdshm_scope *s, const char *name) {
   size_t len;
-  uint32_t lk = 0;
   int rc = pdshm__name_check(name, false, &len);
   struct pdshm_lane_ctx *ln;
   if (rc || (rc = var_edit_begin(s, &ln, PDSHM_OP_VAR_ERASE))) return rc;
@@ -249,12 +236,10 @@ PDSHM_API int pdshm_var_erase(pdshm_scope *s, const char *name) {
   if (i < 0) {
     rc = pdshm__fail(PDSHM_ENOENT, "no variable \"%s\" in this scope", name);
   } else {
-    lk = var_retire(s->seg, ln, pdshm__table_ent(s->seg, x, i)->var);
+    var_retire(s->seg, ln, pdshm__table_ent(s->seg, x, i)->var);
     pdshm__table_remove(s->seg, ln, x, i);
   }
   rc = var_edit_end(s, ln, rc);
-  PDSHM_CRASHPOINT("var.erase.committed");
-  if (!rc && lk) pdshm__lock_return(s->seg, lk, s->seg->owner_tag);
   return rc;
 }
 

@@ -1,42 +1,85 @@
 /*
- * varlock.c - pdshm_var_lock: a shared/exclusive lock on a variable, built
- * from one robust mutex, so that a holder's death never blocks anyone.
+ * varlock.c - pdshm_var_lock: a shared/exclusive lock on a variable, one
+ * 64-bit word of its record, whose holder's death never blocks anyone.
  *
- * Owns: a variable's lock entry (r->lock, claimed on first use), its
- * lk_readers / lk_wwait fields, HOLD blocks, and this thread's table of held
- * variable locks.
+ * Owns: a variable's lk and lk_wwait fields (model.h), the vl[] hold records
+ * of the process slots (layout.h), and this thread's table of held variable
+ * locks (in its block, thread.c).
+ *
+ * The word, r->lk (the version sits beside it: one cache line):
+ *   bits  0-12  owner: slot+1 of the exclusive holder; while FROZEN, slot+1
+ *               of the dead slot whose reaper recounts the readers
+ *   bit  13     FROZEN: a reaper recounts the shared holders (invariant 4)
+ *   bits 14-29  shared holders
+ *   bit  30     RSLEEP: a reader may sleep on the word (futex.c, inv. 4)
+ *   bit  31     WSLEEP: a writer may sleep on the word
+ *   bits 32-63  0
+ * The low half is the futex word.  A waiter sets its class's bit before it
+ * sleeps, as a writer or a reader (a futex bitset).  Whoever takes away what
+ * waiters wait for clears the bits in the same read-modify-write and, for
+ * each that was set, wakes: an owner leaving, one writer and every reader;
+ * the last reader leaving, one writer (readers do not wait for readers); a
+ * thaw, everyone.  A writer that slept and takes the lock sets WSLEEP again,
+ * since other writers may still sleep: its release wakes the next.  So a
+ * hand-off costs one wake, and a release nobody waits for none.
  *
  * Invariants:
- *  1. Exclusive = holding the mutex with lk_readers == 0.  The mutex is
- *     robust, so an exclusive holder's death hands it to the next taker.
- *  2. Shared holders do not hold the mutex: each one owns a HOLD block
- *     (owner = its slot, never published) naming the variable, and
- *     lk_readers counts them; both change together in one journal under the
- *     mutex.  A dead reader's HOLD blocks are found by its reaper, which drops
- *     each share the same way.
- *  3. A writer waiting for readers to drain does not hold the mutex while it
- *     sleeps; it marks lk_wwait with its slot and epoch so new readers back
- *     off (for a bounded time; and not at all once that slot is dead or taken
- *     again: a writer that died waiting must not slow readers), and it reaps
- *     dead processes now and then, since a dead reader's share only goes
- *     away when someone reaps it.
- *  4. pthread mutexes are per thread: a thread unlocks what it locked.  This
- *     thread's holds are kept in a table in its block (thread.c), which
- *     answers EDEADLK and EPERM; a fork child inherits the table but none of
- *     the holds.  An entry remembers the lock-table entry it took, and
- *     unlock lets go of that one.  Entries are found by the record's address
- *     and generation, since a new variable may get an erased one's record:
- *     lock finds only a hold on the variable there now; unlock lets go of
- *     that one, else of a hold on an erased variable that was there.
- *  5. The variable may be erased by another process while a thread holds or
- *     waits for its lock (erase takes the scope's lock, not this one), and
- *     the lock-table entry given back and claimed for another variable.  So
- *     each time the mutex is taken the record is checked to be a live
- *     variable still bound to that entry (vl_bound); one that is not gets
- *     ESTALE, and its fields (readers, waiting writer, version) are written
- *     only while it is.  A thread that holds an entry through an erased
- *     variable gets EDEADLK for another variable the entry now guards,
- *     rather than waiting for itself.
+ *  1. Exclusive = owner set; then readers are 0 and the word is not FROZEN.
+ *     Uncontended, lock is one CAS (0 -> owner) and unlock one version bump
+ *     and one read-modify-write back, whose old value tells whether there
+ *     is anyone to wake.
+ *  2. Every hold, and every take or release in flight, is recorded in a
+ *     struct pdshm_vl_hold of the holder's slot, written only by that
+ *     process: CLAIMED (naming the variable and its generation) before the
+ *     word is touched, then EXCL before an exclusive CAS; TAKING before a
+ *     shared one and HELD after it; RELEASING before the shared release's
+ *     CAS and IDLE after it.  State stores are releases and the word's CASes
+ *     read-modify-writes, so whoever changes the word after a CAS sees the
+ *     state its taker stored before it.
+ *  3. A dead exclusive holder: its word names its slot.  Its reaper (found
+ *     by a waiter that saw the owner's slot dead between sleeps, which then
+ *     reaps) clears the owner of the live variable at the address of each
+ *     EXCL record of that slot (of any generation: a take's CAS may have
+ *     landed on a record reused since, invariant 5), by CAS from exactly
+ *     that owner: only that slot ever wrote its number there, so the word
+ *     alone tells whether the take's CAS happened.  No journal runs under
+ *     a variable lock (resize journals under the scope's lock, whose own
+ *     repair finishes it), so there is nothing more to repair: the next
+ *     taker gets the lock, the data as the dead holder left it, and the
+ *     version it had.
+ *  4. A dead shared holder: whether its CAS happened is not known from the
+ *     word (others change it too), so nothing guesses.  Its reaper freezes
+ *     the word (FROZEN, owner = the dead slot+1; takers and releasers that
+ *     see FROZEN step back to CLAIMED or HELD and wait), waits until no live
+ *     slot's record of that variable is TAKING or RELEASING, counts the
+ *     live slots' HELD records of that variable and generation, and stores
+ *     that count as it thaws the word.  A dead slot's records are never
+ *     counted: each recount is right whoever else is dead.  A reaper killed
+ *     while the word is frozen leaves its dead slot's records in place; the
+ *     next reaper of that slot takes the freeze over (or anyone's, whose
+ *     slot nobody holds any more) and recounts.
+ *  5. A variable erased while held or waited for: the record is checked
+ *     (vl_same) before each take, before each sleep and after each CAS that
+ *     took; a take whose CAS landed on a record reused since undoes it (or,
+ *     the word frozen meanwhile, leaves it to the recount, which waits for
+ *     TAKING records of that address, any generation) and returns ESTALE.
+ *     Unlock touches the word only while the record is still the variable
+ *     it locked; of an erased one it drops the records alone.  What remains
+ *     is the caller's race the header describes: an unlock whose variable
+ *     is erased and its record made again between the unlock's generation
+ *     check and its CAS, a few instructions.
+ *  6. Writer preference: a writer waiting for readers to drain marks
+ *     lk_wwait with its slot and epoch, and new readers back off for a
+ *     bounded time, and not at all once that slot is dead or taken again (a
+ *     writer that died waiting must not slow readers).  It reaps now and
+ *     then, since a dead reader's share only goes away when someone reaps it.
+ *  7. Holds are per thread: a thread unlocks what it locked.  This thread's
+ *     holds are kept in a table in its block (thread.c), which answers
+ *     EDEADLK and EPERM; a fork child inherits the table but none of the
+ *     holds.  Entries are found by the record's address and generation,
+ *     since a new variable may get an erased one's record: lock finds only a
+ *     hold on the variable there now; unlock lets go of that one, else of a
+ *     hold on an erased variable that was there.
  */
 #include "config.h"
 
@@ -45,79 +88,167 @@
 
 #include "model_int.h"
 
-#define VL_READER_BACKOFF 2000   /* rounds a reader defers to a waiting writer */
-#define VL_REAP_EVERY_NS 10000000ull /* a waiting writer reaps every 10 ms     */
+#define VL_OWNER 0x1fffull
+#define VL_FROZEN (1ull << 13)
+#define VL_READER (1ull << 14)
+#define VL_READERS (0xffffull << 14)
+#define VL_RSLEEP (1ull << 30)
+#define VL_WSLEEP (1ull << 31)
+#define VL_BUSY (VL_OWNER | VL_FROZEN) /* what blocks a shared take        */
+#define VL_SLEEPERS (VL_RSLEEP | VL_WSLEEP)
+#define VL_AS_WRITER 1u               /* futex bitsets: a waiter's class   */
+#define VL_AS_READER 2u
+_Static_assert(PDSHM_PROCS_MAX < VL_OWNER, "an owner's slot+1 fits bits 0-12");
+
+#define VL_SPIN 1                     /* looks at the word before sleeping */
+#define VL_SLICE_MIN_NS 250000ll      /* a first sleep; then liveness is   */
+#define VL_SLICE_NS 2000000ll         /* checked, and the sleep doubles    */
+#define VL_REAP_EVERY_NS 10000000ull  /* a writer blocked by readers reaps */
+#define VL_READER_BACKOFF 2000        /* rounds a reader defers to a writer */
 
 /* This thread's held locks are in its block (thread.c): t->held[0, vl_top),
  * which is a few entries for a thread holding a few locks (a scan of all
  * PDSHM_VL_HELD_MAX entries cost more than the lock itself).  The block is
- * made at the thread's first lock; while vl_top is 0 it is not looked at. */
+ * made at the thread's first lock; while vl_top is 0 it is not looked at.
+ * vl_hint is where this thread looks first for a free record in its slot's
+ * vl[]: the one it used last, still in its cache. */
 static PDSHM_TLS_HOT unsigned vl_top;
+static PDSHM_TLS_HOT unsigned vl_hint;
 
 /* This thread's entry for var of generation vgen (any generation when
- * any_gen), or (var NULL) a free one; entries made before a fork are free
- * in the child. */
-static struct pdshm_held_lock *vl_find_gen(const void *var, uint64_t vgen, bool any_gen) {
+ * any_gen), or NULL; *hole, when asked for, gets the first free entry below
+ * vl_top (or NULL) on the same walk.  Entries made before a fork are free in
+ * the child. */
+static struct pdshm_held_lock *vl_find_gen(const void *var, uint64_t vgen, bool any_gen,
+                                           struct pdshm_held_lock **hole) {
   uint64_t gen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
-  struct pdshm_held_lock *held = vl_top ? pdshm__self->held : NULL;
+  struct pdshm_held_lock *held = vl_top ? pdshm__self->held : NULL, *free = NULL;
   for (unsigned i = 0; i < vl_top; i++) {
-    bool live = held[i].var && held[i].forkgen == gen;
-    if (live ? held[i].var == var && (any_gen || held[i].gen == vgen) : !var) return &held[i];
+    if (!held[i].var || held[i].forkgen != gen) {
+      if (!free) free = &held[i];
+    } else if (held[i].var == var && (any_gen || held[i].gen == vgen)) {
+      return &held[i];
+    }
   }
+  if (hole) *hole = free;
   return NULL;
 }
 
-static struct pdshm_held_lock *vl_find(const void *var) { return vl_find_gen(var, 0, true); }
+static struct pdshm_held_lock *vl_find(const void *var) { return vl_find_gen(var, 0, true, NULL); }
 
-/* A free entry: a hole below vl_top, else the one at vl_top.  ENOLCK when
- * the table is full, ENOMEM when the thread's block cannot be made. */
-static int vl_slot_free(struct pdshm_held_lock **out) {
+/* A free entry: the hole vl_find_gen found below vl_top, else the one at
+ * vl_top.  ENOLCK when the table is full, ENOMEM when the thread's block
+ * cannot be made. */
+static int vl_held_free(struct pdshm_held_lock *hole, struct pdshm_held_lock **out) {
   struct pdshm_thread *t = pdshm__thread();
   if (!t) return pdshm__fail(PDSHM_ENOMEM, "out of private memory for this thread's lock table");
-  struct pdshm_held_lock *h = vl_find(NULL);
+  struct pdshm_held_lock *h = hole;
   if (!h && vl_top < PDSHM_VL_HELD_MAX) h = &t->held[vl_top++];
   if (!h) return pdshm__fail(PDSHM_ENOLCK, "this thread holds %d variable locks", PDSHM_VL_HELD_MAX);
   *out = h;
   return 0;
 }
 
-static void vl_release(struct pdshm_held_lock *h) {
+static void vl_held_release(struct pdshm_held_lock *h) {
   memset(h, 0, sizeof *h);
   while (vl_top && !pdshm__self->held[vl_top - 1].var) vl_top--;
 }
 
-/* Invariant 5, with lk held: r is a live variable and lk is its entry. */
-static bool vl_bound(pdshm_seg *seg, const struct pdshm_var_rec *r, uint32_t lk) {
-  const struct pdshm_lock *l = pdshm__lockent(seg, lk);
-  return pdshm__var_scope_lock(seg, r) && __atomic_load_n(&r->lock, __ATOMIC_ACQUIRE) == lk &&
-         l->guards == r->self &&
-         atomic_load_explicit(&((struct pdshm_lock *)l)->alloc, memory_order_acquire) ==
-             PDSHM_LOCK_PUBLISHED;
-}
-
-/* r is still the USED variable record our HOLD names (its generation is
- * compared by the caller), also while an erase of it is under way: its block
- * then carries the eraser's tag until the commit frees it, and a share
- * counted on it must be given back even if that erase is rolled back. */
-static bool vl_same_record(const pdshm_seg *seg, const struct pdshm_var_rec *r) {
-  const struct pdshm_blk *b = pdshm__blk(seg, r->self);
+/* Invariant 5: r is still the live variable of generation gen. */
+static bool vl_same(const pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen) {
+  const struct pdshm_blk *b = pdshm__blk(seg, pdshm__off(seg, r));
   uint64_t w = atomic_load_explicit(&((struct pdshm_blk *)b)->word, memory_order_acquire);
-  return r->self == pdshm__off(seg, r) && pdshm__blk_state(w) == PDSHM_BLK_USED &&
-         b->type == PDSHM_T_VAR && r->magic == PDSHM_VAR_MAGIC;
+  return pdshm__blk_state(w) == PDSHM_BLK_USED && b->type == PDSHM_T_VAR &&
+         r->magic == PDSHM_VAR_MAGIC && r->gen == gen;
 }
 
-/* This thread's hold on entry lk, through whatever variable. */
-static bool vl_holds_entry(uint32_t lk) {
-  uint64_t gen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
-  const struct pdshm_held_lock *held = vl_top ? pdshm__self->held : NULL;
-  for (unsigned i = 0; i < vl_top; i++)
-    if (held[i].var && held[i].forkgen == gen && held[i].lock == lk) return true;
-  return false;
+static struct pdshm_vl_hold *vl_rec(const pdshm_seg *seg, uint32_t slot, uint32_t i) {
+  return &pdshm__slot(seg, slot)->vl[i];
 }
 
-static int vl_stale(pdshm_seg *seg, uint32_t lk) {
-  pdshm__unlock(seg, lk);
-  return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+static void vl_state(struct pdshm_vl_hold *e, uint32_t st) {
+  atomic_store_explicit(&e->state, st, memory_order_release);
+}
+
+/* Invariant 2: a free record of our slot, CLAIMED and naming r. */
+static int vl_claim(pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen, uint32_t *out) {
+  for (unsigned k = 0; k < PDSHM_VL_SLOT_HOLDS; k++) {
+    uint32_t i = (vl_hint + k) % PDSHM_VL_SLOT_HOLDS, idle = PDSHM_VL_IDLE;
+    struct pdshm_vl_hold *e = vl_rec(seg, seg->slot, i);
+    if (atomic_load_explicit(&e->state, memory_order_relaxed) != idle) continue;
+    if (!atomic_compare_exchange_strong_explicit(&e->state, &idle, PDSHM_VL_CLAIMED,
+                                                 memory_order_relaxed, memory_order_relaxed))
+      continue;
+    e->var = pdshm__off(seg, r);
+    e->gen = gen;
+    vl_hint = i;
+    *out = i;
+    return 0;
+  }
+  return pdshm__fail(PDSHM_ENOLCK, "this process holds %u variable locks", PDSHM_VL_SLOT_HOLDS);
+}
+
+/* The process of slot s is gone and nobody reaps it now: its lock is free
+ * while its state is not FREE. */
+static bool vl_slot_abandoned(pdshm_seg *seg, uint32_t s) {
+  if (s == seg->slot || s >= seg->hdr->max_procs) return false;
+  if (atomic_load_explicit(&pdshm__slot(seg, s)->state, memory_order_acquire) == PDSHM_SLOT_FREE)
+    return false;
+  return pdshm__slot_alive(seg, s) == 0;
+}
+
+/* ---- waiting ----------------------------------------------------------------------- */
+
+struct vl_waiter {
+  unsigned round;
+  uint32_t as;        /* VL_AS_WRITER or VL_AS_READER                              */
+  bool slept;         /* a writer's take then sets WSLEEP: its release wakes the next */
+  int64_t slice;      /* the next sleep's bound, ns (0: VL_SLICE_MIN_NS)             */
+  uint64_t next_reap; /* CLOCK_MONOTONIC ns; 0 before the first timed-out sleep */
+};
+
+/* One wait of a taker that the word w stops: spins a little, then sets its
+ * class's sleep bit and sleeps on the low half in slices.  After a slice that timed
+ * out it reaps when the word names an abandoned slot (an owner, or a
+ * reaper's frozen recount), or, stopped by readers alone, every
+ * VL_REAP_EVERY_NS (a dead reader's share).  ESTALE when the variable is
+ * gone; 0 to look at the word again. */
+static int vl_wait(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64_t w,
+                   struct vl_waiter *wt) {
+  if (wt->round++ < VL_SPIN) {
+    pdshm__cpu_relax();
+    return 0;
+  }
+  if (!vl_same(seg, r, gen)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  uint64_t bit = wt->as == VL_AS_WRITER ? VL_WSLEEP : VL_RSLEEP;
+  if (!(w & bit) && !atomic_compare_exchange_strong_explicit(&r->lk, &w, w | bit,
+                                                             memory_order_relaxed,
+                                                             memory_order_relaxed))
+    return 0;
+  wt->slept = true;
+  if (pdshm__futex_wait_bits(pdshm__futex_low(&r->lk), (uint32_t)(w | bit), wt->as,
+                             wt->slice ? wt->slice : VL_SLICE_MIN_NS) != PDSHM_ETIMEDOUT)
+    return 0;
+  wt->slice = wt->slice ? (wt->slice * 2 < VL_SLICE_NS ? wt->slice * 2 : VL_SLICE_NS)
+                        : 2 * VL_SLICE_MIN_NS;
+  uint32_t who = (uint32_t)(w & VL_OWNER);
+  bool reap = who && vl_slot_abandoned(seg, who - 1);
+  if (!who && (w & VL_READERS)) {
+    uint64_t now = pdshm__now_ns(CLOCK_MONOTONIC);
+    reap = wt->next_reap && now >= wt->next_reap;
+    if (reap || !wt->next_reap) wt->next_reap = now + VL_REAP_EVERY_NS;
+  }
+  if (reap) return pdshm__slot_reap_dead(seg);
+  return 0;
+}
+
+/* After a read-modify-write that took away what waiters wait for and
+ * cleared the sleep bits set in `cleared` (its old value, masked): one
+ * writer (every writer when all_writers) and every reader. */
+static void vl_wake(struct pdshm_var_rec *r, uint64_t cleared, bool all_writers) {
+  _Atomic uint32_t *f = pdshm__futex_low(&r->lk);
+  if (cleared & VL_WSLEEP) pdshm__futex_wake_bits(f, VL_AS_WRITER, all_writers ? INT32_MAX : 1);
+  if (cleared & VL_RSLEEP) pdshm__futex_wake_bits(f, VL_AS_READER, INT32_MAX);
 }
 
 static void vl_pause(unsigned round) {
@@ -129,151 +260,151 @@ static void vl_pause(unsigned round) {
   nanosleep(&(struct timespec){0, ns}, NULL);
 }
 
-/* The variable's lock entry, claimed (in a journal under the scope's lock)
- * the first time anyone locks it. */
-static int vl_entry(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t *out) {
-  uint64_t idx = __atomic_load_n(&r->lock, __ATOMIC_ACQUIRE);
-  if (idx) {
-    *out = (uint32_t)idx;
-    return 0;
-  }
-  uint32_t lk;
-  int rc = pdshm__lock_claim(seg, PDSHM_LK_VAR, r->self, &lk);
-  if (rc) return rc;
-  PDSHM_CRASHPOINT("varlock.entry.claimed");
-  struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  rc = pdshm__var_j_begin(seg, ln, r, PDSHM_OP_VARLOCK);
-  bool first = !rc && !r->lock;
-  if (first) {
-    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lock), lk);
-    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, pdshm__lockent(seg, lk), alloc), PDSHM_LOCK_PUBLISHED);
-    pdshm__j_commit(seg, ln);
-  } else if (!rc) { /* somebody else was first */
-    pdshm__j_abort(seg, ln);
-  }
-  if (!first) pdshm__lock_unclaim(seg, lk); /* ours is not needed, or could not be published */
-  pdshm__lane_put(ln);
-  *out = (uint32_t)r->lock;
-  return rc;
-}
-
-/* ---- shared ----------------------------------------------------------------------- */
-
-/* With the mutex held: one more share, recorded in a HOLD block; unlocks. */
-/* Takes r's scope lock (a variable's lock comes first in the lock order)
- * so that no erase can free r while a share is counted on it or given back:
- * 0 with *sl held while r is a live variable, else ESTALE or a lock error
- * with *sl 0 (nothing held). */
-static int vl_hold_scope(pdshm_seg *seg, const struct pdshm_var_rec *r, uint32_t *sl) {
-  uint32_t lk = pdshm__var_scope_lock(seg, r);
-  *sl = 0;
-  if (!lk) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
-  int rc = pdshm__lock(seg, lk);
-  if (rc) return rc;
-  if (!pdshm__var_live_locked(seg, r, lk)) {
-    pdshm__unlock(seg, lk);
-    return pdshm__fail(PDSHM_ESTALE, "variable was erased");
-  }
-  *sl = lk;
-  return 0;
-}
-
-/* With the mutex held: one more share, recorded in a HOLD block; unlocks.
- * The count is written under the scope lock too: an erase running beside
- * it could otherwise free r and let the journal's store land in the next
- * variable made there, a count no holder would ever give back. */
-static int vl_share(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk, pdshm_off_t *hold) {
-  uint32_t sl;
-  int rc = vl_hold_scope(seg, r, &sl);
-  if (rc) {
-    pdshm__unlock(seg, lk);
-    return rc;
-  }
-  struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  pdshm__j_begin_locked(seg, ln, lk, PDSHM_OP_VARLOCK);
-  rc = pdshm__j_alloc_keep(seg, ln, sizeof(struct pdshm_handle_rec), PDSHM_T_HOLD, hold);
-  if (rc) {
-    pdshm__j_abort(seg, ln);
-  } else {
-    struct pdshm_handle_rec *h = PDSHM_AT(seg->base, *hold, struct pdshm_handle_rec);
-    h->gen = r->gen;
-    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, h, scope), r->self); /* the variable */
-    pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lk_readers), r->lk_readers + 1);
-    pdshm__j_commit(seg, ln);
-  }
-  pdshm__lane_put(ln);
-  pdshm__unlock(seg, sl);
-  return rc;
-}
+/* ---- exclusive ---------------------------------------------------------------------- */
 
 /* What a waiting writer leaves in lk_wwait: who it is. */
 static uint64_t vl_writer_mark(pdshm_seg *seg) {
   return (seg->slot + 1u) | atomic_load(&pdshm__slot(seg, seg->slot)->epoch) << 16;
 }
 
-/* Invariant 3: a writer that died waiting (its slot dead, or taken again
- * since) no longer makes readers back off.  The var lock is held. */
+/* Invariant 6: a writer that died waiting (its slot dead, or taken again
+ * since) no longer makes readers back off. */
 static bool vl_writer_waits(pdshm_seg *seg, struct pdshm_var_rec *r) {
-  uint64_t w = r->lk_wwait, s = (w & 0xffff) - 1;
+  uint64_t w = atomic_load_explicit(&r->lk_wwait, memory_order_relaxed), s = (w & 0xffff) - 1;
   if (!w) return false;
   if (s < seg->hdr->max_procs && w >> 16 == atomic_load(&pdshm__slot(seg, (uint32_t)s)->epoch) &&
       pdshm__slot_alive(seg, (uint32_t)s) != 0)
     return true;
-  r->lk_wwait = 0;
+  atomic_compare_exchange_strong(&r->lk_wwait, &w, 0);
   return false;
 }
 
-static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk,
-                          pdshm_off_t *hold) {
-  for (unsigned round = 0;; round++) {
-    int rc = pdshm__lock(seg, lk);
-    if (rc) return rc;
-    if (!vl_bound(seg, r, lk)) return vl_stale(seg, lk);
-    if (round >= VL_READER_BACKOFF || !vl_writer_waits(seg, r)) return vl_share(seg, r, lk, hold);
-    pdshm__unlock(seg, lk);
-    vl_pause(round);
+static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
+                        struct pdshm_vl_hold *e) {
+  const uint64_t me = seg->slot + 1u;
+  vl_state(e, PDSHM_VL_EXCL);
+  PDSHM_CRASHPOINT("varlock.excl.recorded");
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed), mark = 0;
+  struct vl_waiter wt = {.as = VL_AS_WRITER};
+  for (;;) {
+    if (!(w & (VL_BUSY | VL_READERS))) {
+      uint64_t next = w | me | (wt.slept ? VL_WSLEEP : 0);
+      if (atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acquire,
+                                                memory_order_relaxed))
+        break;
+      continue;
+    }
+    if (!(w & VL_BUSY) && !mark) { /* readers alone: invariant 6 */
+      mark = vl_writer_mark(seg);
+      atomic_store_explicit(&r->lk_wwait, mark, memory_order_relaxed);
+      PDSHM_CRASHPOINT("varlock.excl.waiting");
+    }
+    int rc = vl_wait(seg, r, gen, w, &wt);
+    if (rc) {
+      if (mark) atomic_compare_exchange_strong(&r->lk_wwait, &mark, 0);
+      return rc;
+    }
+    w = atomic_load_explicit(&r->lk, memory_order_relaxed);
   }
-}
-
-/* Drops the share HOLD block h gives (ln's slot owns h); the count is the
- * variable's only while h's variable is still r, bound to lk (invariant 5). */
-static int vl_unshare(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_var_rec *r,
-                      uint32_t lk, pdshm_off_t h) {
-  int rc = pdshm__j_begin(seg, ln, lk, PDSHM_OP_VARLOCK);
-  if (rc) return rc;
-  const struct pdshm_handle_rec *hr = PDSHM_AT(seg->base, h, struct pdshm_handle_rec);
-  uint32_t sl = 0; /* held while r is the variable our share is counted on */
-  bool ours = hr->scope == r->self && hr->gen == r->gen && vl_same_record(seg, r) &&
-              vl_hold_scope(seg, r, &sl) == 0 && hr->gen == r->gen;
-  pdshm__j_retire_kept(seg, ln, h);
-  if (ours && r->lk_readers) pdshm__j_set(seg, ln, PDSHM_FOFF(seg, r, lk_readers), r->lk_readers - 1);
-  pdshm__j_commit(seg, ln);
-  if (sl) pdshm__unlock(seg, sl);
+  PDSHM_CRASHPOINT("varlock.excl.held");
+  if (!vl_same(seg, r, gen)) { /* invariant 5: not ours to hold */
+    vl_wake(r, atomic_fetch_and_explicit(&r->lk, ~(VL_OWNER | VL_SLEEPERS), memory_order_release),
+            false);
+    return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  }
+  if (mark || atomic_load_explicit(&r->lk_wwait, memory_order_relaxed)) /* no store when clear */
+    atomic_store_explicit(&r->lk_wwait, 0, memory_order_relaxed);
   return 0;
 }
 
-/* ---- exclusive ---------------------------------------------------------------------- */
+static void vl_unlock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen) {
+  if (!vl_same(seg, r, gen)) return; /* erased: the word is not ours (invariant 5) */
+  atomic_fetch_add_explicit(&r->version, 1, memory_order_seq_cst);
+  PDSHM_CRASHPOINT("varlock.excl.bumped");
+  uint64_t w = atomic_fetch_and_explicit(&r->lk, ~(VL_OWNER | VL_SLEEPERS), memory_order_release);
+  PDSHM_CRASHPOINT("varlock.excl.released");
+  vl_wake(r, w, false);
+  pdshm__futex_wake_after_rmw(pdshm__futex_low(&r->version), &r->vwaiters);
+}
 
-static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk) {
-  uint64_t next_reap = 0;
+/* ---- shared ------------------------------------------------------------------------- */
+
+/* One share less: the last one clears WSLEEP and wakes a writer (only
+ * writers wait for readers).  False when the word changed from *w first;
+ * *w is then what it is now. */
+static bool vl_uncount(struct pdshm_var_rec *r, uint64_t *w) {
+  uint64_t next = *w - VL_READER;
+  bool last = !(next & VL_READERS);
+  if (last) next &= ~VL_WSLEEP;
+  if (!atomic_compare_exchange_weak_explicit(&r->lk, w, next, memory_order_acq_rel,
+                                             memory_order_relaxed))
+    return false;
+  if (last) vl_wake(r, *w & VL_WSLEEP, false);
+  return true;
+}
+
+/* Invariant 5 after a counted CAS on a record reused since: takes the count
+ * back, unless a recount (FROZEN) drops it anyway. */
+static void vl_uncount_stale(struct pdshm_var_rec *r) {
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  while (!(w & VL_FROZEN) && (w & VL_READERS) && !vl_uncount(r, &w)) {
+  }
+}
+
+static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
+                          struct pdshm_vl_hold *e) {
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  struct vl_waiter wt = {.as = VL_AS_READER};
   for (unsigned round = 0;; round++) {
-    int rc = pdshm__lock(seg, lk);
+    bool defer = atomic_load_explicit(&r->lk_wwait, memory_order_relaxed) &&
+                 round < VL_READER_BACKOFF && vl_writer_waits(seg, r);
+    if (!(w & VL_BUSY) && !defer) {
+      if ((w & VL_READERS) == VL_READERS)
+        return pdshm__fail(PDSHM_ENOLCK, "%llu shared holders already",
+                           (unsigned long long)(VL_READERS / VL_READER));
+      vl_state(e, PDSHM_VL_TAKING);
+      PDSHM_CRASHPOINT("varlock.shared.taking");
+      uint64_t next = w + VL_READER;
+      if (atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acq_rel,
+                                                memory_order_relaxed))
+        break;
+      continue;
+    }
+    if (atomic_load_explicit(&e->state, memory_order_relaxed) == PDSHM_VL_TAKING)
+      vl_state(e, PDSHM_VL_CLAIMED); /* a recount must not wait for us */
+    int rc = defer ? (vl_pause(round), vl_same(seg, r, gen) ? 0 : PDSHM_ESTALE)
+                   : vl_wait(seg, r, gen, w, &wt);
+    if (rc) return rc == PDSHM_ESTALE ? pdshm__fail(rc, "variable was erased") : rc;
+    w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  }
+  PDSHM_CRASHPOINT("varlock.shared.counted");
+  if (!vl_same(seg, r, gen)) {
+    vl_uncount_stale(r);
+    return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  }
+  vl_state(e, PDSHM_VL_HELD);
+  return 0;
+}
+
+/* Gives a share back; a frozen word waits for its recount (invariant 4). */
+static int vl_unlock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
+                            struct pdshm_vl_hold *e) {
+  struct vl_waiter wt = {.round = VL_SPIN, .as = VL_AS_READER}; /* a recount: sleep at once */
+  for (;;) {
+    if (!vl_same(seg, r, gen)) return 0; /* erased: nothing of ours is counted there */
+    vl_state(e, PDSHM_VL_RELEASING);
+    PDSHM_CRASHPOINT("varlock.shared.releasing");
+    uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+    while (!(w & VL_FROZEN)) {
+      if (vl_uncount(r, &w)) {
+        PDSHM_CRASHPOINT("varlock.shared.uncounted");
+        return 0;
+      }
+    }
+    vl_state(e, PDSHM_VL_HELD);
+    int rc = vl_wait(seg, r, gen, w, &wt);
+    if (rc == PDSHM_ESTALE) return 0;
     if (rc) return rc;
-    if (!vl_bound(seg, r, lk)) return vl_stale(seg, lk);
-    if (!r->lk_readers) {
-      if (r->lk_wwait) r->lk_wwait = 0; /* no store (no dirty line) when clear */
-      PDSHM_CRASHPOINT("varlock.excl.held");
-      return 0;
-    }
-    r->lk_wwait = vl_writer_mark(seg);
-    PDSHM_CRASHPOINT("varlock.excl.waiting");
-    pdshm__unlock(seg, lk);
-    uint64_t now = pdshm__now_ns(CLOCK_MONOTONIC);
-    if (now >= next_reap) { /* invariant 3: a dead reader may be what we wait for */
-      if (next_reap) pdshm__slot_reap_dead(seg);
-      next_reap = now + VL_REAP_EVERY_NS;
-    }
-    vl_pause(round);
   }
 }
 
@@ -281,12 +412,12 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t lk) {
 
 PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   int rc;
-  uint32_t lk;
   pdshm__fail_clear();
   pdshm_seg *seg = pdshm__var_seg(v, &rc);
   if (!seg) return rc;
   struct pdshm_var_rec *r = pdshm__var_rec(v);
-  struct pdshm_held_lock *held = vl_find_gen(r, r->gen, false);
+  uint64_t gen = r->gen;
+  struct pdshm_held_lock *hole = NULL, *held = vl_find_gen(r, gen, false, &hole);
   if (held && (held->excl || exclusive))
     return pdshm__fail(PDSHM_EDEADLK, "this thread already holds the lock of \"%s\"",
                        pdshm_var_name(v));
@@ -294,20 +425,24 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
     held->count++;
     return 0;
   }
-  if ((rc = vl_slot_free(&held))) return rc;
-  pdshm_off_t hold = 0;
-  if (!(rc = vl_entry(seg, r, &lk)) && vl_holds_entry(lk))
-    rc = pdshm__fail(PDSHM_EDEADLK, "this thread holds lock entry %u through an erased variable",
-                     lk);
-  if (!rc)
-    rc = exclusive ? vl_lock_excl(seg, r, lk) : vl_lock_shared(seg, r, lk, &hold);
-  if (rc) {
-    vl_release(held); /* the entry stays free */
+  if (!vl_same(seg, r, gen)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  uint32_t ent = 0;
+  if ((rc = vl_held_free(hole, &held))) return rc;
+  if ((rc = vl_claim(seg, r, gen, &ent))) {
+    vl_held_release(held);
     return rc;
   }
-  *held = (struct pdshm_held_lock){.var = r, .gen = r->gen, .hold = hold, .count = 1, .lock = lk,
+  struct pdshm_vl_hold *e = vl_rec(seg, seg->slot, ent);
+  rc = exclusive ? vl_lock_excl(seg, r, gen, e) : vl_lock_shared(seg, r, gen, e);
+  if (rc) {
+    vl_state(e, PDSHM_VL_IDLE);
+    vl_held_release(held); /* the entry stays free */
+    return rc;
+  }
+  *held = (struct pdshm_held_lock){.var = r, .gen = gen, .count = 1, .ent = ent,
                                    .excl = exclusive != 0,
-                                   .forkgen = atomic_load(&pdshm__forkgen)};
+                                   .forkgen = atomic_load_explicit(&pdshm__forkgen,
+                                                                   memory_order_relaxed)};
   return 0;
 }
 
@@ -318,32 +453,132 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
   if (!seg) return rc;
   struct pdshm_var_rec *r = pdshm__var_rec(v);
   /* The hold on the variable at r now, else one on an erased one that was
-   * there (invariant 5). */
-  struct pdshm_held_lock *held = vl_find_gen(r, r->gen, false);
+   * there (invariant 7). */
+  struct pdshm_held_lock *held = vl_find_gen(r, r->gen, false, NULL);
   if (!held) held = vl_find(r);
   if (!held) return pdshm__fail(PDSHM_EPERM, "this thread does not hold that variable's lock");
   if (!held->excl && --held->count) return 0;
-  uint32_t lk = held->lock; /* invariant 4 */
-  if (held->excl) {
-    bool bound = vl_bound(seg, r, lk); /* else the variable was erased: only unlock */
-    if (bound) atomic_fetch_add_explicit(&r->version, 1, memory_order_release);
-    PDSHM_CRASHPOINT("varlock.excl.bumped");
-    pdshm__unlock(seg, lk);
-    if (bound) pdshm__futex_wake(pdshm__futex_low(&r->version), &r->vwaiters);
-  } else {
-    struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-    rc = vl_unshare(seg, ln, r, lk, held->hold);
-    pdshm__lane_put(ln);
+  struct pdshm_vl_hold *e = vl_rec(seg, seg->slot, held->ent);
+  if (held->excl)
+    vl_unlock_excl(seg, r, held->gen);
+  else
+    rc = vl_unlock_shared(seg, r, held->gen, e);
+  if (rc) { /* the share stays, and so does the hold: unlock may be called again */
+    held->count = 1;
+    return rc;
   }
-  vl_release(held);
-  return rc;
+  vl_state(e, PDSHM_VL_IDLE);
+  vl_held_release(held);
+  return 0;
 }
 
-/* Reaper: the share a dead process's HOLD block h gives back. */
-int pdshm__varlock_drop_hold(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h) {
-  const struct pdshm_handle_rec *hr = PDSHM_AT(seg->base, h, struct pdshm_handle_rec);
-  pdshm_varref ref = {.off = hr->scope, .gen = hr->gen};
-  pdshm_var *v = pdshm_varref_get(seg, ref);
-  if (!v || !pdshm__var_rec(v)->lock) return 0; /* the variable is gone: the sweep frees h */
-  return vl_unshare(seg, ln, pdshm__var_rec(v), (uint32_t)pdshm__var_rec(v)->lock, h);
+/* ---- the reaper ------------------------------------------------------------------------ */
+
+/* The live variable at offset off, of any generation, or NULL. */
+static struct pdshm_var_rec *vl_var_at(pdshm_seg *seg, pdshm_off_t off) {
+  const struct pdshm_hdr *h = seg->hdr;
+  if (off % PDSHM_ALIGN || off < h->arena_off + PDSHM_BLK_HDR ||
+      off > h->arena_end - sizeof(struct pdshm_var_rec))
+    return NULL;
+  pdshm_var *v = pdshm_varref_get(seg, (pdshm_varref){.off = off, .gen = pdshm__var_at(seg, off)->gen});
+  return v ? pdshm__var_rec(v) : NULL;
+}
+
+/* Invariant 3: dead slot d's exclusive hold on r, if its CAS happened. */
+static void vl_reap_excl(struct pdshm_var_rec *r, uint32_t d) {
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  while ((w & VL_OWNER) == d + 1u && !(w & VL_FROZEN))
+    if (atomic_compare_exchange_weak_explicit(&r->lk, &w, w & ~(VL_OWNER | VL_SLEEPERS),
+                                              memory_order_acq_rel, memory_order_relaxed)) {
+      PDSHM_CRASHPOINT("varlock.reap.released");
+      vl_wake(r, w, true);
+      return;
+    }
+}
+
+/* Invariant 4: freezes r's word for dead slot d.  False when there is
+ * nothing to recount: held exclusively (so no share counted), or gone. */
+static bool vl_freeze(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t d) {
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_acquire);
+  for (unsigned round = 0;; round++) {
+    uint32_t who = (uint32_t)(w & VL_OWNER);
+    if (!(w & VL_FROZEN) && who) return false;
+    if (w & VL_FROZEN && who == d + 1u) return true; /* our slot's reaper died here */
+    bool nobody = !who || who > seg->hdr->max_procs; /* a freeze no reaper could have made */
+    if (!(w & VL_FROZEN) || nobody || vl_slot_abandoned(seg, who - 1)) { /* or left by a dead reaper */
+      uint64_t next = (w & ~VL_OWNER) | VL_FROZEN | (d + 1u);
+      if (atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acq_rel,
+                                                memory_order_acquire))
+        return true;
+      continue;
+    }
+    vl_pause(round + 64); /* another slot's reaper recounts: wait for it */
+    w = atomic_load_explicit(&r->lk, memory_order_acquire);
+  }
+}
+
+/* Waits while live slot s's record e of r is in flight; true when it is a
+ * counted share of r's generation. */
+static bool vl_counts(pdshm_seg *seg, uint32_t s, const struct pdshm_vl_hold *e,
+                      const struct pdshm_var_rec *r) {
+  for (unsigned round = 0;; round++) {
+    uint32_t st = atomic_load_explicit(&((struct pdshm_vl_hold *)e)->state, memory_order_acquire);
+    if (e->var != r->self) return false;
+    if (st == PDSHM_VL_HELD) return e->gen == r->gen;
+    if (st != PDSHM_VL_TAKING && st != PDSHM_VL_RELEASING) return false;
+    if (round % 64 == 63 && pdshm__slot_alive(seg, s) == 0) return false; /* died meanwhile */
+    vl_pause(round + 64);
+  }
+}
+
+/* Invariant 4: r's shared holders, recounted without dead slot d. */
+static void vl_recount(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t d) {
+  if (!vl_freeze(seg, r, d)) return;
+  PDSHM_CRASHPOINT("varlock.reap.frozen");
+  uint64_t n = 0;
+  for (uint32_t s = 0; s < seg->hdr->max_procs; s++) {
+    const struct pdshm_slot *sl = pdshm__slot(seg, s);
+    if (s == d || atomic_load_explicit(&sl->state, memory_order_acquire) != PDSHM_SLOT_LIVE)
+      continue;
+    int alive = -1; /* asked once, and only of a slot that has a record of r */
+    for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++) {
+      const struct pdshm_vl_hold *e = &sl->vl[i];
+      uint32_t st = atomic_load_explicit(&((struct pdshm_vl_hold *)e)->state, memory_order_acquire);
+      if (st < PDSHM_VL_TAKING || st > PDSHM_VL_RELEASING || e->var != r->self) continue;
+      if (alive < 0) alive = pdshm__slot_alive(seg, s) != 0;
+      if (!alive) break;
+      n += vl_counts(seg, s, e, r);
+    }
+  }
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed), next;
+  do {
+    if ((w & (VL_FROZEN | VL_OWNER)) != (VL_FROZEN | (d + 1u))) return; /* erased meanwhile */
+    next = (w & ~(VL_OWNER | VL_FROZEN | VL_READERS | VL_SLEEPERS)) | n * VL_READER;
+  } while (!atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acq_rel,
+                                                  memory_order_relaxed));
+  PDSHM_CRASHPOINT("varlock.reap.thawed");
+  vl_wake(r, w, true);
+}
+
+/* Reaper (or detach) of slot d: every lock its records show it held or was
+ * taking is given back; each step is idempotent (proc.c, invariant 3). */
+void pdshm__varlock_reap_slot(pdshm_seg *seg, uint32_t d) {
+  for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++) {
+    struct pdshm_vl_hold *e = vl_rec(seg, d, i);
+    uint32_t st = atomic_load_explicit(&e->state, memory_order_acquire);
+    if (st == PDSHM_VL_IDLE) continue;
+    struct pdshm_var_rec *r = st == PDSHM_VL_CLAIMED ? NULL : vl_var_at(seg, e->var);
+    if (r && st == PDSHM_VL_EXCL) vl_reap_excl(r, d);
+    else if (r) vl_recount(seg, r, d);
+    vl_state(e, PDSHM_VL_IDLE);
+    PDSHM_CRASHPOINT("varlock.reap.record");
+  }
+}
+
+/* The inspector's view of r's lock: holders, and the exclusive one's slot
+ * (-1 when none). */
+uint64_t pdshm__varlock_readers(const struct pdshm_var_rec *r, int *owner_slot) {
+  uint64_t w = atomic_load_explicit(&((struct pdshm_var_rec *)r)->lk, memory_order_relaxed);
+  *owner_slot = !(w & VL_FROZEN) && (w & VL_OWNER) ? (int)(w & VL_OWNER) - 1 : -1;
+  return (w & VL_READERS) / VL_READER;
 }

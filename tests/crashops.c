@@ -232,6 +232,10 @@ const struct op crash_ops[] = {
 };
 const size_t crash_nops = sizeof crash_ops / sizeof crash_ops[0];
 
+static int run_reap(struct cx *c) { return pdshm_reap(c->seg, NULL); }
+/* Attaching reaps the dead slot it is about to take: armed from the start. */
+const struct op crash_reaper = {"reaper", NULL, run_reap, NULL, true, NULL, NULL};
+
 const struct op *crash_op_named(const char *name) {
   for (size_t i = 0; i < crash_nops; i++)
     if (!strcmp(crash_ops[i].name, name)) return &crash_ops[i];

@@ -66,6 +66,7 @@ struct op {
 
 extern const struct op crash_ops[];
 extern const size_t crash_nops;
+extern const struct op crash_reaper; /* pdshm_reap, as a plan's op */
 const struct op *crash_op_named(const char *name);
 /* Preparations: root and params opened; and variable `name` of params. */
 int crash_open_params(struct cx *c);

@@ -43,7 +43,9 @@ static void snap_var(FILE *f, pdshm_seg *seg, pdshm_off_t v) {
   snap_ops(f, seg, r->readers);
   fprintf(f, " w=");
   snap_ops(f, seg, r->writers);
-  fprintf(f, " lock=%d readers=%llu vt=%llu", r->lock != 0, (unsigned long long)r->lk_readers,
+  int owner;
+  uint64_t readers = pdshm__varlock_readers(r, &owner);
+  fprintf(f, " owner=%d readers=%llu vt=%llu", owner, (unsigned long long)readers,
           (unsigned long long)r->vtype);
   if (r->vtype == PDSHM_V_TENSOR) {
     fprintf(f, " t=%llx [", (unsigned long long)r->dtype_ndim);
@@ -142,9 +144,11 @@ static int snap_holds_free(pdshm_seg *seg, char *why, size_t cap) {
     uint64_t w = atomic_load(&b->word), size = pdshm__blk_size(w);
     if (pdshm__blk_state(w) == PDSHM_BLK_USED && b->type == PDSHM_T_VAR) {
       const struct pdshm_var_rec *r = pdshm__var_at(seg, at + PDSHM_BLK_HDR);
-      if (r->lk_readers)
-        return snap_fail(why, cap, "variable %s counts %llu shared holders",
-                         snap_name(seg, r->name), (unsigned long long)r->lk_readers);
+      int owner;
+      uint64_t readers = pdshm__varlock_readers(r, &owner);
+      if (readers || owner >= 0)
+        return snap_fail(why, cap, "variable %s counts %llu shared holders, exclusive slot %d",
+                         snap_name(seg, r->name), (unsigned long long)readers, owner);
     }
     if (size < PDSHM_BLK_MIN) return snap_fail(why, cap, "chain broken at %#llx",
                                                (unsigned long long)at);

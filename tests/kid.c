@@ -52,7 +52,7 @@ struct pdshm_lock *lk(uint32_t i) { return pdshm__lockent(g_seg, i); }
 
 uint32_t claim(pdshm_seg *s) {
   uint32_t i = 0;
-  int rc = pdshm__lock_claim(s, PDSHM_LK_VAR, 0, &i);
+  int rc = pdshm__lock_claim(s, PDSHM_LK_SCOPE, 0, &i);
   ck_assert_msg(rc == 0, "lock claim: %s", pdshm_strerror(rc));
   ck_assert_uint_ge(i, PDSHM_LOCK_FIXED);
   ck_assert_uint_lt(i, s->hdr->max_locks);

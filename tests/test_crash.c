@@ -71,22 +71,19 @@ static void op_all_windows(const struct op *op) {
 }
 /* ---- reapers killed mid-reap ------------------------------------------------------- */
 
-static int run_reap(struct cx *c) { return pdshm_reap(c->seg, NULL); }
-/* Attaching reaps the dead slot it is about to take: armed from the start. */
-static const struct op reaper = {"reaper", NULL, run_reap, NULL, true, NULL, NULL};
-
 /* Deaths that leave a reaper work of each kind: a destruction half done, an
- * unlink chain pending, a shared hold, a committed journal not applied, an
- * armed one with a new block, a detach half done, an armed one that retired
- * published blocks, a pin on an orphan, a buffer half orphaned under
- * another's pin, an unpin half done inside the heap lock (of a hooked
- * buffer, and of an orphan: the recount frees it). */
+ * unlink chain pending, a shared and an exclusive hold, a committed journal
+ * not applied, an armed one with a new block, a detach half done, an armed
+ * one that retired published blocks, a pin on an orphan, a buffer half
+ * orphaned under another's pin, an unpin half done inside the heap lock (of
+ * a hooked buffer, and of an orphan: the recount frees it). */
 static const struct {
   const char *op, *point;
   uint64_t n;
 } dead[] = {
     {"scope_release", "scope.destroy.unhooked", 1}, {"scope_drop_kids", "scope.drop_kids.one", 1},
     {"var_lock_die_shared", NULL, 0},               {"resize_large", "j.commit.after", 1},
+    {"var_lock_die_exclusive", NULL, 0},
     {"scope_new_named", "j.alloc.recorded", 1},     {"detach", "slot.release.holds", 1},
     {"var_erase", "j.retire.marked", 2},
     {"erase_own_pinned", NULL, 0},                  {"erase_pinned", "pin.orphan.flagged", 1},
@@ -102,7 +99,7 @@ START_TEST(reaper_killed_at_every_window) {
   char *expect = o.after, d[400];
   o.after = NULL;
   crash_outcome_free(&o);
-  struct plan b = {.op = &reaper};
+  struct plan b = {.op = &crash_reaper};
   o = crash_run_plans(&a, &b);
   ck_assert_msg(o.finished && !strcmp(o.after, expect), "the reaper's own run differs");
   uint64_t n = o.hits, tried = 0;

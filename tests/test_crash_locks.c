@@ -82,6 +82,63 @@ START_TEST(var_lock_holders_killed) {
 }
 END_TEST
 
+/* This process's share of params/lk, counted in its word, and the lock
+ * let go of: a writer then gets it at once. */
+static void our_share_counted(pdshm_seg *seg, pdshm_var *v, const char *what, uint64_t k) {
+  int owner;
+  ck_assert_msg(pdshm__varlock_readers(pdshm__var_rec(v), &owner) == 1 && owner < 0,
+                "%s k=%llu: our share is not the only one counted", what, (unsigned long long)k);
+  ck_assert_int_eq(pdshm_var_unlock(v), 0);
+  uint64_t t0 = tu_now_ns();
+  ck_assert_int_eq(pdshm_var_lock(v, 1), 0);
+  ck_assert_double_lt(ms_since(t0), 5);
+  ck_assert_int_eq(pdshm_var_unlock(v), 0);
+  crash_reap_verify(seg, what, k);
+}
+
+/* Deaths whose share cannot be told from the word (varlock.c, invariant 4):
+ * a shared take and release killed at each of its windows, and the reaper
+ * of a dead reader killed at each of its own (the word frozen, half
+ * recounted), all while this process holds a share of the same variable:
+ * the recount finds exactly that share, whoever reaps. */
+static bool share_beside_death(bool reaper_dies, uint64_t k, const char *point) {
+  pdshm_seg *seg = crash_world();
+  pdshm_scope *params;
+  ck_assert_int_eq(pdshm_scope_open(seg, "params", &params), 0);
+  pdshm_var *v = pdshm_find_local_var(params, "lk");
+  ck_assert_int_eq(pdshm_var_lock(v, 0), 0);
+  struct outcome o = {0};
+  struct plan a = {.op = crash_op_named(reaper_dies ? "var_lock_die_shared" : "var_lock_shared"),
+                   .k = reaper_dies ? 0 : k, .point = reaper_dies ? NULL : point};
+  struct plan b = {.op = &crash_reaper, .k = k, .point = point};
+  crash_child_run(a, &o);
+  if (reaper_dies) {
+    crash_outcome_free(&o);
+    crash_child_run(b, &o);
+  }
+  bool done = o.finished;
+  crash_outcome_free(&o);
+  ck_assert_int_eq(snap_reap_all(seg), 0);
+  our_share_counted(seg, v, point ? point : reaper_dies ? "reaper of a reader" : "reader", k);
+  ck_assert_int_eq(pdshm_scope_release(params), 0);
+  ck_assert_int_eq(pdshm_detach(seg), 0);
+  ck_assert_int_eq(pdshm_unlink(crash_seg_name), 0);
+  return done;
+}
+
+START_TEST(var_lock_recount_keeps_live_share) {
+  static const char *const points[2][3] = {
+      {"varlock.shared.taking", "varlock.shared.counted", "varlock.shared.uncounted"},
+      {"varlock.reap.frozen", "varlock.reap.thawed", "varlock.reap.record"}};
+  uint64_t k = 1;
+  while (!share_beside_death(_i, k, NULL)) k++;
+  printf("crash: %s beside a live share: %llu windows\n",
+         _i ? "reaper of a dead reader" : "shared lock", (unsigned long long)k - 1);
+  for (int p = 0; p < 3; p++) /* each window of its own is among them */
+    ck_assert_msg(!share_beside_death(_i, 1, points[_i][p]), "%s never reached", points[_i][p]);
+}
+END_TEST
+
 /* A writer killed while it waited for readers to drain leaves its "writer
  * waiting" mark: readers must not keep deferring to it. */
 START_TEST(dead_waiting_writer_does_not_hold_readers) {
@@ -155,6 +212,7 @@ Suite *crash_locks_suite(void) {
   tcase_add_test(tc, scope_lock_holder_killed);
   tcase_add_test(tc, var_lock_holders_killed);
   tcase_add_test(tc, dead_waiting_writer_does_not_hold_readers);
+  tcase_add_loop_test(tc, var_lock_recount_keeps_live_share, 0, 2);
   tcase_add_loop_test(tc, lock_entry_given_back_by_a_killed_process, 0, 2);
   return s;
 }

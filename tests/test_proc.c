@@ -429,12 +429,12 @@ START_TEST(lock_table_exhaustion) {
     ck_assert_msg(!taken[i], "lock %u handed out twice", i);
     taken[i] = true;
     ck_assert_uint_eq(atomic_load(&lk(i)->alloc), s->owner_tag);
-    ck_assert_uint_eq(lk(i)->kind, PDSHM_LK_VAR);
+    ck_assert_uint_eq(lk(i)->kind, PDSHM_LK_SCOPE);
   }
   free(taken);
   uint32_t i = 12345;
-  ck_assert_int_eq(pdshm__lock_claim(s, PDSHM_LK_VAR, 0, &i), PDSHM_ENOLCK);
-  ck_assert_int_eq(pdshm__lock_claim(g_seg, PDSHM_LK_VAR, 0, &i), PDSHM_ENOLCK);
+  ck_assert_int_eq(pdshm__lock_claim(s, PDSHM_LK_SCOPE, 0, &i), PDSHM_ENOLCK);
+  ck_assert_int_eq(pdshm__lock_claim(g_seg, PDSHM_LK_SCOPE, 0, &i), PDSHM_ENOLCK);
   ck_assert_uint_eq(i, 12345);
   ck_assert_uint_eq(locks_available(), 0);
   /* detach returns the entries claimed but never published */
