@@ -5,13 +5,16 @@
  * A job is MPI_COMM_WORLD (or any communicator) split into hosts.  On each
  * host the processes share one segment and form one trainer group
  * (pdshm_group_join, local rank = group rank); between hosts, local rank i
- * of every host forms cross communicator i.  A hierarchical allreduce sums
- * in the host through the group (in place in the segment), then each local
- * rank carries 1/L of the tensor across hosts on its cross communicator
- * (MPI reads and writes the segment's memory itself: no staging buffer), then
- * the host's shards are shared back through the group.  Every process hands
- * MPI 1/L of the bytes a flat MPI_Allreduce would, and all local ranks use
- * the network at once.
+ * of every host forms cross communicator i.  A hierarchical allreduce
+ * reduce-scatters in the host through the group (in place in the segment:
+ * local rank i's shard, its pdshm_group_share, of its own tensor holds the
+ * host's result), then each local rank carries its shard, 1/L of the tensor,
+ * across hosts on its cross communicator (MPI reads and writes the segment's
+ * memory itself: no staging buffer), then the group allgathers the shards
+ * into every local tensor.  Every process hands MPI 1/L of the bytes a flat
+ * MPI_Allreduce would, all local ranks use the network at once, and each
+ * process reads and writes about 2n elements of host memory (the bound of an
+ * allreduce in the host).
  *
  * Which host a process is on: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED),
  * unless a local size is given (pdshm_mpi_options.local_size, else the
@@ -115,14 +118,14 @@ PDSHM_MPI_API int pdshm_mpi_host_barrier(pdshm_mpi *m, int64_t timeout_ns);
  * pdshm_group_allreduce (F16 and BF16 cross hosts through MPI ops that
  * compute in float32; MEAN divides once, at the end, integers truncating
  * towards zero, sums that overflow an integer dtype wrap).  timeout_ns bounds
- * each wait in the host (< 0: none).  Errors of the first, in-host round
- * (those of pdshm_group_allreduce: EINVAL, ETYPE, ETIMEDOUT, EBADSEG, and
- * EOWNERDEAD after a replacement took a dead member's rank over, see above)
- * are agreed on by the hosts before any data crosses, and returned at every
- * process of the job, as is EINVAL when hosts passed different dtypes,
- * element counts or ops; the tensors are then unspecified.  An error of the
- * last round (ETIMEDOUT, EOWNERDEAD) is its host's only: the other hosts
- * have their result.
+ * each wait in the host (< 0: none).  Errors of the first, in-host
+ * reduce-scatter (those of pdshm_group_reduce_scatter: EINVAL, ETYPE,
+ * ETIMEDOUT, EBADSEG, and EOWNERDEAD after a replacement took a dead member's
+ * rank over, see above) are agreed on by the hosts before any data crosses,
+ * and returned at every process of the job, as is EINVAL when hosts passed
+ * different dtypes, element counts or ops; the tensors are then unspecified.
+ * An error of the last, in-host allgather (ETIMEDOUT, EOWNERDEAD) is its
+ * host's only: the other hosts have their result.
  */
 PDSHM_MPI_API int pdshm_mpi_allreduce(pdshm_mpi *m, pdshm_var *v, pdshm_reduce_op op,
                                       int64_t timeout_ns);

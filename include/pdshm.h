@@ -368,7 +368,8 @@ PDSHM_API int pdshm_group_barrier(pdshm_group *g, int64_t timeout_ns);
  * f32; MEAN divides the sum once, at the end: integer MEAN truncates towards
  * zero, as C's division does.  Integer sums wrap around.  Dtypes: F16,
  * BF16, F32, F64, I32, I64 (another dtype is EINVAL at every member, as is a
- * round where some members call pdshm_group_barrier instead).  Errors as for
+ * round where some members call pdshm_group_barrier, pdshm_group_reduce_scatter
+ * or pdshm_group_allgather instead).  Errors as for
  * the barrier: after PDSHM_EOWNERDEAD or a
  * timeout while the members were writing (PDSHM_ETIMEDOUT at every member of
  * that round) the tensors' contents are unspecified; a timeout before any
@@ -382,6 +383,52 @@ PDSHM_API int pdshm_group_barrier(pdshm_group *g, int64_t timeout_ns);
  */
 PDSHM_API int pdshm_group_allreduce(pdshm_group *g, pdshm_var *v, pdshm_reduce_op op,
                                     int64_t timeout_ns);
+/*
+ * Member k's share of count elements is [first, end) with first =
+ * floor(count * k / size) and end the same for k + 1: the part of the
+ * tensor that member k reduces in pdshm_group_allreduce and
+ * pdshm_group_reduce_scatter and spreads in pdshm_group_allgather.  The
+ * shares of ranks 0..size-1 are in order, disjoint, and cover [0, count);
+ * with count < size some are empty.  Stores the caller's share; pure
+ * arithmetic (no round, no access to the segment).  EINVAL for a NULL
+ * argument (nothing stored).
+ */
+PDSHM_API int pdshm_group_share(const pdshm_group *g, uint64_t count, uint64_t *first,
+                                uint64_t *end);
+/*
+ * The first half of an allreduce: the caller's share (pdshm_group_share) of
+ * its own tensor ends up holding the op over every member's same share; the
+ * rest of each member's tensor is left as it was.  Everything else as for
+ * pdshm_group_allreduce: same dtypes, ops (MEAN divides once, at the end),
+ * arguments and checks (a different dtype, element count or op at any
+ * member, or a round where some members call pdshm_group_barrier,
+ * pdshm_group_allreduce or pdshm_group_allgather instead, is PDSHM_EINVAL at
+ * every member and no tensor changed), errors (after PDSHM_EOWNERDEAD or a
+ * timeout while the members were working, the shares' contents are
+ * unspecified and the rest of each tensor unchanged; a timeout before any
+ * member wrote changes nothing and a later call takes part in the same
+ * round), and once the call returns, with any result, no other member reads
+ * or writes the caller's tensor.
+ */
+PDSHM_API int pdshm_group_reduce_scatter(pdshm_group *g, pdshm_var *v, pdshm_reduce_op op,
+                                         int64_t timeout_ns);
+/*
+ * The second half of an allreduce: each member's share (pdshm_group_share)
+ * of its own tensor is copied into the same share of every other member's
+ * tensor, so that on return every tensor holds the concatenation of the
+ * shares.  Any dtype (the bytes are copied).  Everything else as for
+ * pdshm_group_allreduce: a different dtype or element count at any member,
+ * or a round where some members call another collective or a barrier, is
+ * PDSHM_EINVAL at every member and no tensor changed; after
+ * PDSHM_EOWNERDEAD or a timeout while the members were copying, each
+ * member's own share is unchanged and the others are unspecified; a timeout
+ * before any member wrote changes nothing; once the call returns, with any
+ * result, no other member reads or writes the caller's tensor.  Bad
+ * arguments of the caller (v NULL, of another attachment: EINVAL; holding
+ * no tensor: ETYPE) answer that error, the others EINVAL.  EINVAL for a NULL
+ * g.
+ */
+PDSHM_API int pdshm_group_allgather(pdshm_group *g, pdshm_var *v, int64_t timeout_ns);
 /* Frees the rank and the handle (also on error); the group's memory goes
  * back when this was its last member.  pdshm_detach leaves every group of
  * the attachment. */
@@ -620,15 +667,15 @@ typedef struct pdshm_group_member_info {
   uint32_t slot;           /* its process slot (ALIVE, DEAD)                     */
   uint32_t pid;            /* that slot's pid while ALIVE, else 0                */
   uint32_t arrived;        /* the last round it arrived at                       */
-  int writing;             /* writing its share of an allreduce right now        */
+  int writing;             /* working on its share of a collective right now     */
 } pdshm_group_member_info;
 typedef struct pdshm_group_info {
   char name[PDSHM_GROUP_NAME_MAX + 1];
   uint64_t id;             /* unique for the segment's life                      */
   uint32_t size;           /* ranks                                              */
   uint32_t alive, dead;    /* members of each state                              */
-  uint32_t round;          /* the round in progress (barriers and allreduces     */
-                           /* count one or two each)                             */
+  uint32_t round;          /* the round in progress (a barrier counts one, a     */
+                           /* collective on tensors two)                         */
   uint32_t arrived;        /* members that arrived at it                         */
   uint32_t broken;         /* of the PDSHM_GROUP_HISTORY rounds before it, those */
   uint32_t timed_out;      /* broken by a death (bit 0: the last), or by a       */

@@ -1,7 +1,7 @@
 /*
  * group.h - trainer groups in the segment (DESIGN §4): the registry's
  * records, the round state word, and what group.c, group_break.c,
- * group_round.c and allreduce.c say to each other.
+ * group_round.c and allreduce.c (all three collectives) say to each other.
  *
  * Bump PDSHM_LAYOUT_VERSION (layout.h) when anything here changes.
  *
@@ -26,7 +26,7 @@
  * arrivals in it, and two histories of the last PDSHM_GS_HIST rounds: which
  * ended broken, and which of those were broken by a timeout.  A round ends
  * by one CAS that moves the round on: completed by the last arrival, or
- * broken (a death, or an allreduce timeout while members wrote).  So every
+ * broken (a death, or a collective's timeout while members wrote).  So every
  * member sees one outcome per round.  A death breaks the round once:
  * `reported` keeps the member word whose death a broken round announced, so
  * the following rounds wait for the rank to be taken over instead.
@@ -49,12 +49,31 @@
 #define PDSHM_GS_BROKE(s) ((uint32_t)((s) >> 44) & 0x3ffu)
 #define PDSHM_GS_TIMEO(s) ((uint32_t)((s) >> 54) & 0x3ffu)
 
-/* An allreduce round's description of one member's tensor. */
+/* What a collective's round does (pdshm_group_desc.kind).  Allreduce is 0,
+ * so a description written before the kind existed (when that half of the
+ * word was op's, always 0) reads the same. */
+enum {
+  PDSHM_GK_ALLREDUCE = 0,      /* pdshm_group_allreduce                      */
+  PDSHM_GK_REDUCE_SCATTER = 1, /* pdshm_group_reduce_scatter                 */
+  PDSHM_GK_ALLGATHER = 2,      /* pdshm_group_allgather                      */
+  PDSHM_GK_NONE = 0xffff       /* no tensor: a barrier, or withdrawn         */
+};
+
+/* A collective round's description of one member's tensor. */
 struct pdshm_group_desc {
   pdshm_off_t data;        /* the tensor's bytes (pinned by the member)        */
   uint64_t count;          /* elements                                         */
-  uint32_t dtype, op;      /* pdshm_dtype, pdshm_reduce_op                     */
+  uint32_t dtype;          /* pdshm_dtype                                      */
+  uint16_t op;             /* pdshm_reduce_op (0 for an allgather)             */
+  uint16_t kind;           /* PDSHM_GK_*                                       */
 };
+
+/* The first element of rank k's share of n elements among size ranks:
+ * floor(n * k / size), without overflowing.  Rank k's share is
+ * [pdshm__share_first(n, k, size), pdshm__share_first(n, k + 1, size)). */
+static inline uint64_t pdshm__share_first(uint64_t n, uint32_t k, uint32_t size) {
+  return n / size * k + n % size * k / size;
+}
 
 struct pdshm_group_rank {
   _Atomic uint64_t member;   /* see above; groups lock, journal                 */
@@ -62,9 +81,10 @@ struct pdshm_group_rank {
                                 announced, 0 when none; groups lock           */
   _Atomic uint32_t arrived;  /* the last round this rank arrived at; its
                                 member (a hint for the death check)           */
-  _Atomic uint32_t writing;  /* the round whose share of an allreduce the
-                                member is writing, 0 when none; its member    */
-  struct pdshm_group_desc ar[2]; /* the allreduce published at round R uses
+  _Atomic uint32_t writing;  /* the round whose share of a collective the
+                                member is reading and writing, 0 when none;
+                                its member                                    */
+  struct pdshm_group_desc ar[2]; /* the collective published at round R uses
                                 ar[R & 1]; its member, before it arrives      */
   uint64_t pad[7];           /* to two cache lines: ranks do not share one    */
 };
@@ -96,7 +116,7 @@ struct pdshm_group {
   pdshm_off_t rec;         /* the GROUP record                                 */
   uint32_t rank, size;
   uint64_t member;         /* our member word                                  */
-  uint32_t round;          /* the round our next barrier or allreduce is in    */
+  uint32_t round;          /* the round our next barrier or collective is in   */
   struct pdshm_group *next;/* the attachment's memberships (seg->groups)       */
 };
 
@@ -145,8 +165,8 @@ int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_
  * Moves gr->round on unless it withdrew. */
 int pdshm__round_pass(struct pdshm_group *gr, uint64_t deadline, bool withdraw);
 /* The caller's description for its round says "no tensor": a member that
- * meets it in an allreduce's round answers EINVAL and writes nothing (a
- * barrier's, or a withdrawn allreduce's, whose buffer is no longer pinned). */
+ * meets it in a collective's round answers EINVAL and writes nothing (a
+ * barrier's, or a withdrawn collective's, whose buffer is no longer pinned). */
 void pdshm__round_no_tensor(struct pdshm_group *gr);
 /* Waits until no live member but skip_rank writes round `round` (any round
  * when 0). */

@@ -120,7 +120,7 @@ int pdshm__round_pass(struct pdshm_group *gr, uint64_t deadline, bool withdraw) 
 void pdshm__round_no_tensor(struct pdshm_group *gr) {
   struct pdshm_group_rec *g = pdshm__group_rec(gr->seg, gr->rec);
   g->rank[gr->rank].ar[gr->round & 1] =
-      (struct pdshm_group_desc){.dtype = UINT32_MAX, .op = UINT32_MAX};
+      (struct pdshm_group_desc){.dtype = UINT32_MAX, .op = UINT16_MAX, .kind = PDSHM_GK_NONE};
 }
 
 void pdshm__round_wait_writers(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round,

@@ -35,10 +35,13 @@ MPI_Op pdshm__mpi_op(const pdshm_mpi *m, int dt, pdshm_reduce_op op);
  * MPI_Abort): returns rc, or EOWNERDEAD once a replacement joined. */
 int pdshm__mpi_group_rc(pdshm_mpi *m, int rc, const char *what);
 
-/* Shard k of n elements among the local ranks: [lo, hi). */
+/* This local rank's shard of n elements (or bytes): [lo, hi), its share in
+ * the host's group (pdshm_group_share: local rank = group rank). */
 static inline void pdshm__mpi_shard(const pdshm_mpi *m, size_t n, size_t *lo, size_t *hi) {
-  *lo = n * (size_t)m->local_rank / (size_t)m->local_size;
-  *hi = n * (size_t)(m->local_rank + 1) / (size_t)m->local_size;
+  uint64_t first, end;
+  pdshm_group_share(m->group, n, &first, &end);
+  *lo = (size_t)first;
+  *hi = (size_t)end;
 }
 
 #endif

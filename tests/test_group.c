@@ -3,8 +3,10 @@
  * a group's memory back after its last member leaves or is reaped; barriers
  * over thousands of rounds among 4 processes; allreduce of every dtype and op
  * against a reference computed here, odd sizes, buffers anywhere; a mismatch
- * is EINVAL at every member; timeouts; members SIGKILLed inside barriers and
- * allreduces: every survivor gets EOWNERDEAD for the same round, soon, a
+ * is EINVAL at every member; reduce_scatter and allgather the same way (each
+ * share against the reference, the rest untouched; a round mixing kinds is
+ * EINVAL at every member and writes nothing); timeouts; members SIGKILLed
+ * inside barriers and each collective: every survivor gets EOWNERDEAD for the same round, soon, a
  * replacement takes the rank over and the next rounds are right. */
 #include <math.h>
 #include <signal.h>
@@ -405,12 +407,45 @@ static double tolerance(int dt, double ref) {
   return fabs(ref) * rel;
 }
 
+enum { K_BARRIER, K_ALLREDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_KINDS };
+
+/* One collective of kind k (K_BARRIER: a barrier, v and op unused). */
+static int collective(int k, pdshm_group *g, pdshm_var *v, int op, int64_t timeout_ns) {
+  switch (k) {
+  case K_ALLREDUCE: return pdshm_group_allreduce(g, v, op, timeout_ns);
+  case K_REDUCE_SCATTER: return pdshm_group_reduce_scatter(g, v, op, timeout_ns);
+  case K_ALLGATHER: return pdshm_group_allgather(g, v, timeout_ns);
+  default: return pdshm_group_barrier(g, timeout_ns);
+  }
+}
+
+/* The rank whose share holds element i of n (pdshm_group_share's rule). */
+static int owner(size_t i, size_t n, int size) {
+  int r = 0;
+  while (r + 1 < size && (size_t)((uint64_t)n * (uint64_t)(r + 1) / (uint64_t)size) <= i) r++;
+  return r;
+}
+
 struct ar_arg {
   struct board *b;
   int rank, size;
   const char *group;
   int mismatch;    /* this rank passes one element more                  */
+  int kind;        /* K_ALLREDUCE, K_REDUCE_SCATTER or K_ALLGATHER       */
 };
+
+/* What rank a holds at element i of n before its collective, and what it
+ * must hold after: an allgather's members start with their own share and
+ * -1000 elsewhere; the others with val() everywhere. */
+static double before(const struct ar_arg *a, size_t i, size_t n, int dt) {
+  if (a->kind == K_ALLGATHER && owner(i, n, a->size) != a->rank) return -1000;
+  return val(a->rank, i, dt);
+}
+static double after(const struct ar_arg *a, int op, size_t i, size_t n, int dt) {
+  if (a->kind == K_ALLGATHER) return val(owner(i, n, a->size), i, dt);
+  if (a->kind == K_REDUCE_SCATTER && owner(i, n, a->size) != a->rank) return val(a->rank, i, dt);
+  return reference(op, a->size, i, dt);
+}
 
 /* A tensor in a scope of its own, after a pad so buffers land anywhere. */
 static int kid_allreduce(void *argp) {
@@ -425,30 +460,36 @@ static int kid_allreduce(void *argp) {
   int64_t padn = 1 + a->rank * 333;
   pdshm_tensor_resize(pad, PDSHM_U8, 1, &padn);
   if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g)) KID_FAIL(a->b, "join");
+  uint64_t first, end;
+  if (pdshm_group_share(g, 10, &first, &end) ||
+      first != (uint64_t)(10 * a->rank / a->size) || end != (uint64_t)(10 * (a->rank + 1) / a->size))
+    KID_FAIL(a->b, "rank %d's share of 10 is [%llu, %llu)", a->rank, (unsigned long long)first,
+             (unsigned long long)end);
+  int last_op = a->kind == K_ALLGATHER ? PDSHM_SUM : PDSHM_MIN; /* an allgather has no op */
   for (int d = 0; d < NDT; d++)
     for (int c = 0; c < NCOUNT; c++)
-      for (int op = PDSHM_SUM; op <= PDSHM_MIN; op++) {
+      for (int op = PDSHM_SUM; op <= last_op; op++) {
         int dt = dtypes[d];
         int64_t n = (int64_t)counts[c] + (a->mismatch && c == 1);
         if (pdshm_tensor_resize(v, dt, 1, &n)) KID_FAIL(a->b, "resize");
         void *p = pdshm_tensor_data(v);
-        for (int64_t i = 0; i < n; i++) put(p, dt, (size_t)i, val(a->rank, (size_t)i, dt));
-        int rc = pdshm_group_allreduce(g, v, op, 30 * SEC);
+        for (int64_t i = 0; i < n; i++) put(p, dt, (size_t)i, before(a, (size_t)i, (size_t)n, dt));
+        int rc = collective(a->kind, g, v, op, 30 * SEC);
         if (c == 1 && a->mismatch >= 0) { /* one rank passed an element more */
           if (rc != PDSHM_EINVAL)
             KID_FAIL(a->b, "mismatch: rank %d got %s", a->rank, pdshm_err_name(rc));
           for (int64_t i = 0; i < n; i++)
-            if (get(p, dt, (size_t)i) != val(a->rank, (size_t)i, dt))
-              KID_FAIL(a->b, "a refused allreduce changed element %lld", (long long)i);
+            if (get(p, dt, (size_t)i) != before(a, (size_t)i, (size_t)n, dt))
+              KID_FAIL(a->b, "a refused collective changed element %lld", (long long)i);
           continue;
         }
-        if (rc) KID_FAIL(a->b, "rank %d dt %d n %lld op %d: %s", a->rank, dt, (long long)n, op,
-                         pdshm_err_name(rc));
+        if (rc) KID_FAIL(a->b, "rank %d kind %d dt %d n %lld op %d: %s", a->rank, a->kind, dt,
+                         (long long)n, op, pdshm_err_name(rc));
         for (int64_t i = 0; i < n; i++) {
-          double got = get(p, dt, (size_t)i), ref = reference(op, a->size, (size_t)i, dt);
+          double got = get(p, dt, (size_t)i), ref = after(a, op, (size_t)i, (size_t)n, dt);
           if (fabs(got - ref) > tolerance(dt, ref))
-            KID_FAIL(a->b, "rank %d dt %d n %lld op %d: [%lld] = %g, want %g", a->rank, dt,
-                     (long long)n, op, (long long)i, got, ref);
+            KID_FAIL(a->b, "rank %d kind %d dt %d n %lld op %d: [%lld] = %g, want %g", a->rank,
+                     a->kind, dt, (long long)n, op, (long long)i, got, ref);
         }
       }
   pdshm_group_leave(g);
@@ -458,12 +499,12 @@ static int kid_allreduce(void *argp) {
   return 0;
 }
 
-static void allreduce_among(int size, const char *group, int mismatch_rank) {
+static void collective_among(int kind, int size, const char *group, int mismatch_rank) {
   struct board *b = board_new();
   struct ar_arg a[8];
   pid_t pid[8];
   for (int r = 0; r < size; r++) {
-    a[r] = (struct ar_arg){.b = b, .rank = r, .size = size, .group = group,
+    a[r] = (struct ar_arg){.b = b, .rank = r, .size = size, .group = group, .kind = kind,
                            .mismatch = mismatch_rank < 0 ? -1 : r == mismatch_rank};
     pid[r] = tu_spawn(kid_allreduce, &a[r]);
   }
@@ -471,11 +512,114 @@ static void allreduce_among(int size, const char *group, int mismatch_rank) {
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
 }
 
-START_TEST(allreduce_every_dtype_and_op_three_members) { allreduce_among(3, "ar3", -1); }
+START_TEST(allreduce_every_dtype_and_op_three_members) {
+  collective_among(K_ALLREDUCE, 3, "ar3", -1);
+}
 END_TEST
-START_TEST(allreduce_one_member) { allreduce_among(1, "ar1", -1); }
+START_TEST(allreduce_one_member) { collective_among(K_ALLREDUCE, 1, "ar1", -1); }
 END_TEST
-START_TEST(allreduce_mismatch_is_einval_everywhere) { allreduce_among(3, "mis", 2); }
+START_TEST(allreduce_mismatch_is_einval_everywhere) {
+  collective_among(K_ALLREDUCE, 3, "mis", 2);
+}
+END_TEST
+/* 5 members: counts 1 and 7 leave some shares empty or of one element. */
+START_TEST(reduce_scatter_every_dtype_and_op) {
+  collective_among(K_REDUCE_SCATTER, 3, "rs3", -1);
+  collective_among(K_REDUCE_SCATTER, 5, "rs5", -1);
+  collective_among(K_REDUCE_SCATTER, 1, "rs1", -1);
+}
+END_TEST
+START_TEST(allgather_every_dtype) {
+  collective_among(K_ALLGATHER, 3, "ag3", -1);
+  collective_among(K_ALLGATHER, 5, "ag5", -1);
+  collective_among(K_ALLGATHER, 1, "ag1", -1);
+}
+END_TEST
+START_TEST(reduce_scatter_and_allgather_mismatch_is_einval_everywhere) {
+  collective_among(K_REDUCE_SCATTER, 3, "rsmis", 0);
+  collective_among(K_ALLGATHER, 3, "agmis", 1);
+}
+END_TEST
+
+/* Rank `rank` of "mix" (3), over every pair of different kinds: rank 2
+ * calls one, the others the other, on 1001 floats holding rank + 1; a
+ * barrier answers 0, every collective EINVAL, and no tensor changed. */
+struct mix_arg {
+  struct board *b;
+  int rank;
+};
+static int kid_mixed(void *argp) {
+  struct mix_arg *a = argp;
+  pdshm_seg *s;
+  pdshm_scope *r, *mine;
+  pdshm_group *g;
+  pdshm_var *v;
+  int64_t n = 1001;
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r) || pdshm_scope_new(r, NULL, &mine) ||
+      pdshm_var_new(mine, &v) || pdshm_tensor_resize(v, PDSHM_F32, 1, &n))
+    KID_FAIL(a->b, "setup");
+  if (pdshm_group_join(s, "mix", 3, a->rank, &g)) KID_FAIL(a->b, "join");
+  float *p = pdshm_tensor_data(v);
+  for (int k0 = 0; k0 < K_KINDS; k0++)
+    for (int k2 = 0; k2 < K_KINDS; k2++) {
+      if (k0 == k2) continue;
+      int kind = a->rank == 2 ? k2 : k0;
+      for (int i = 0; i < n; i++) p[i] = (float)(a->rank + 1);
+      int rc = collective(kind, g, v, PDSHM_SUM, 20 * SEC);
+      if (rc != (kind == K_BARRIER ? 0 : PDSHM_EINVAL))
+        KID_FAIL(a->b, "rank %d, kind %d among %d and %d: %s", a->rank, kind, k0, k2,
+                 pdshm_err_name(rc));
+      for (int i = 0; i < n; i++)
+        if (p[i] != (float)(a->rank + 1))
+          KID_FAIL(a->b, "rank %d, kinds %d and %d: [%d] = %g", a->rank, k0, k2, i, p[i]);
+    }
+  /* and the group goes on: a reduce_scatter then an allgather make an allreduce */
+  for (int i = 0; i < n; i++) p[i] = (float)(a->rank + 1);
+  if (pdshm_group_reduce_scatter(g, v, PDSHM_SUM, 20 * SEC) ||
+      pdshm_group_allgather(g, v, 20 * SEC))
+    KID_FAIL(a->b, "rank %d: the collectives after the mix failed", a->rank);
+  for (int i = 0; i < n; i++)
+    if (p[i] != 6) KID_FAIL(a->b, "rank %d after the mix: [%d] = %g", a->rank, i, p[i]);
+  pdshm_group_leave(g);
+  pdshm_scope_release(mine);
+  pdshm_scope_release(r);
+  pdshm_detach(s);
+  return 0;
+}
+
+START_TEST(mixed_kinds_are_einval_everywhere_and_write_nothing) {
+  struct board *b = board_new();
+  struct mix_arg a[3];
+  pid_t pid[3];
+  for (int r = 0; r < 3; r++) {
+    a[r] = (struct mix_arg){.b = b, .rank = r};
+    pid[r] = tu_spawn(kid_mixed, &a[r]);
+  }
+  for (int r = 0; r < 3; r++) wait_ok(pid[r], b);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+}
+END_TEST
+
+START_TEST(share_errors_and_bounds) {
+  pdshm_group *g;
+  uint64_t first = 7, end = 7;
+  ck_assert_int_eq(pdshm_group_share(NULL, 10, &first, &end), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_join(seg, "sh", 4, 3, &g), 0);
+  ck_assert_int_eq(pdshm_group_share(g, 10, NULL, &end), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_share(g, 10, &first, NULL), PDSHM_EINVAL);
+  ck_assert_uint_eq(first, 7);
+  ck_assert_uint_eq(end, 7);
+  ck_assert_int_eq(pdshm_group_share(g, 10, &first, &end), 0);
+  ck_assert_uint_eq(first, 7); /* floor(10 * 3 / 4) */
+  ck_assert_uint_eq(end, 10);
+  ck_assert_int_eq(pdshm_group_share(g, 2, &first, &end), 0);
+  ck_assert_uint_eq(first, 1);
+  ck_assert_uint_eq(end, 2);
+  ck_assert_int_eq(pdshm_group_share(g, UINT64_MAX, &first, &end), 0); /* no overflow */
+  ck_assert_uint_eq(end, UINT64_MAX);
+  ck_assert_uint_eq(first, UINT64_MAX / 4 * 3 + 2);
+  ck_assert_int_eq(pdshm_group_leave(g), 0);
+}
 END_TEST
 
 /* The conversions the f16 and bf16 loops use where F16C is missing (and
@@ -527,6 +671,19 @@ START_TEST(allreduce_errors) {
   for (int i = 0; i < 5; i++) p[i] = (float)i;
   ck_assert_int_eq(pdshm_group_allreduce(g, t, PDSHM_MEAN, SEC), 0);
   for (int i = 0; i < 5; i++) ck_assert_float_eq(p[i], (float)i);
+  ck_assert_int_eq(pdshm_group_reduce_scatter(g, v, PDSHM_SUM, SEC), PDSHM_ETYPE);
+  ck_assert_int_eq(pdshm_group_reduce_scatter(g, t, (pdshm_reduce_op)9, SEC), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_reduce_scatter(NULL, t, PDSHM_SUM, SEC), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_allgather(g, v, SEC), PDSHM_ETYPE);
+  ck_assert_int_eq(pdshm_group_allgather(g, NULL, SEC), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_allgather(NULL, t, SEC), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_reduce_scatter(g, t, PDSHM_MEAN, SEC), 0);
+  ck_assert_int_eq(pdshm_group_allgather(g, t, SEC), 0);
+  for (int i = 0; i < 5; i++) ck_assert_float_eq(p[i], (float)i);
+  /* reduce_scatter reduces, allgather copies any dtype: u8 only gathers */
+  ck_assert_int_eq(pdshm_tensor_resize(t, PDSHM_U8, 1, &n), 0);
+  ck_assert_int_eq(pdshm_group_reduce_scatter(g, t, PDSHM_SUM, SEC), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_allgather(g, t, SEC), 0);
   ck_assert_int_eq(pdshm_group_leave(g), 0);
 }
 END_TEST
@@ -606,11 +763,25 @@ END_TEST
 
 struct die_arg {
   struct board *b;
-  int rank, size, rounds, allreduce;
+  int rank, size, rounds, kind;
   const char *group;
 };
 
-/* Rounds of barriers (or allreduces of 100000 floats) until `rounds` passed
+/* What rank `rank` of `size` holds at k of n before a round of `kind`, and
+ * after it: k % 5 everywhere (an allgather: in its own share, -1 elsewhere);
+ * an allreduce makes it size times that, a reduce_scatter in its own share. */
+static float round_before(int kind, int rank, int size, int64_t k, int64_t n) {
+  if (kind == K_ALLGATHER && owner((size_t)k, (size_t)n, size) != rank) return -1;
+  return (float)(k % 5);
+}
+static float round_after(int kind, int rank, int size, int64_t k, int64_t n) {
+  bool mine = owner((size_t)k, (size_t)n, size) == rank;
+  if (kind == K_ALLREDUCE || (kind == K_REDUCE_SCATTER && mine))
+    return (float)(k % 5) * (float)size;
+  return (float)(k % 5);
+}
+
+/* Rounds of barriers (or collectives on 100000 floats) until `rounds` passed
  * after the first EOWNERDEAD, which is recorded. */
 static int kid_rounds(void *argp) {
   struct die_arg *a = argp;
@@ -626,9 +797,8 @@ static int kid_rounds(void *argp) {
   if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g)) KID_FAIL(a->b, "join");
   int after = -1;
   for (int i = 1; after < a->rounds; i++) {
-    for (int64_t k = 0; k < n; k++) p[k] = (float)(k % 5);
-    int rc = a->allreduce ? pdshm_group_allreduce(g, v, PDSHM_SUM, 30 * SEC)
-                          : pdshm_group_barrier(g, 30 * SEC);
+    for (int64_t k = 0; k < n; k++) p[k] = round_before(a->kind, a->rank, a->size, k, n);
+    int rc = collective(a->kind, g, v, PDSHM_SUM, 30 * SEC);
     if (rc == PDSHM_EOWNERDEAD && after < 0) {
       atomic_store(&a->b->dead_ns[a->rank], tu_now_ns());
       atomic_store(&a->b->dead_round[a->rank], i);
@@ -638,9 +808,9 @@ static int kid_rounds(void *argp) {
     if (rc) KID_FAIL(a->b, "rank %d round %d: %s", a->rank, i, pdshm_err_name(rc));
     atomic_store(&a->b->progress[a->rank], i);
     if (after >= 0) after++;
-    if (a->allreduce && after > 0)
+    if (a->kind != K_BARRIER && after > 0)
       for (int64_t k = 0; k < n; k++)
-        if (p[k] != (float)(k % 5) * (float)a->size)
+        if (p[k] != round_after(a->kind, a->rank, a->size, k, n))
           KID_FAIL(a->b, "rank %d round %d: [%lld] = %g", a->rank, i, (long long)k, p[k]);
   }
   pdshm_group_leave(g);
@@ -656,7 +826,10 @@ static int kid_victim(void *argp) {
   return kid_rounds(a);
 }
 
-static void death_test(int allreduce, unsigned seed) {
+static const char *const kind_names[K_KINDS] = {"barriers", "allreduces", "reduce_scatters",
+                                                "allgathers"};
+
+static void death_test(int kind, unsigned seed) {
   struct board *b = board_new();
   const int size = 4, victim = 2;
   struct die_arg a[4];
@@ -664,7 +837,7 @@ static void death_test(int allreduce, unsigned seed) {
   srand(seed);
   for (int r = 0; r < size; r++) {
     a[r] = (struct die_arg){.b = b, .rank = r, .size = size, .rounds = 20,
-                            .allreduce = allreduce, .group = allreduce ? "dar" : "dbar"};
+                            .kind = kind, .group = kind_names[kind]};
     pid[r] = tu_spawn(r == victim ? kid_victim : kid_rounds, &a[r]);
   }
   while (!atomic_load(&b->progress[victim])) /* every member joined and passed a round */
@@ -693,7 +866,7 @@ static void death_test(int allreduce, unsigned seed) {
     most = lag > most ? lag : most;
   }
   fprintf(stderr, "test_group: survivors of a SIGKILL in %s told of it within %.1f ms\n",
-          allreduce ? "allreduces" : "barriers", most / 1e6);
+          kind_names[kind], most / 1e6);
   /* a replacement takes the rank over and the rounds go on */
   a[victim].rounds = 20;
   a[victim].b = b;
@@ -711,9 +884,13 @@ static void death_test(int allreduce, unsigned seed) {
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
 }
 
-START_TEST(member_killed_in_barriers) { death_test(0, (unsigned)_i + 1); }
+START_TEST(member_killed_in_barriers) { death_test(K_BARRIER, (unsigned)_i + 1); }
 END_TEST
-START_TEST(member_killed_in_allreduces) { death_test(1, (unsigned)_i + 7); }
+START_TEST(member_killed_in_allreduces) { death_test(K_ALLREDUCE, (unsigned)_i + 7); }
+END_TEST
+START_TEST(member_killed_in_reduce_scatters) { death_test(K_REDUCE_SCATTER, (unsigned)_i + 13); }
+END_TEST
+START_TEST(member_killed_in_allgathers) { death_test(K_ALLGATHER, (unsigned)_i + 19); }
 END_TEST
 
 int main(void) {
@@ -739,8 +916,15 @@ int main(void) {
   tcase_add_test(tc, allreduce_errors);
   tcase_add_test(tc, half_conversions_round_to_nearest_even);
   tcase_add_test(tc, allreduce_times_out_unchanged_and_resumes);
+  tcase_add_test(tc, reduce_scatter_every_dtype_and_op);
+  tcase_add_test(tc, allgather_every_dtype);
+  tcase_add_test(tc, reduce_scatter_and_allgather_mismatch_is_einval_everywhere);
+  tcase_add_test(tc, mixed_kinds_are_einval_everywhere_and_write_nothing);
+  tcase_add_test(tc, share_errors_and_bounds);
   tc = tu_tcase(s, "death", 60, setup, teardown);
   tcase_add_loop_test(tc, member_killed_in_barriers, 0, 3);
   tcase_add_loop_test(tc, member_killed_in_allreduces, 0, 3);
+  tcase_add_loop_test(tc, member_killed_in_reduce_scatters, 0, 3);
+  tcase_add_loop_test(tc, member_killed_in_allgathers, 0, 3);
   return tu_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -2,11 +2,11 @@
  *
  * For each operation on a group -- creating join, join of an existing group,
  * takeover of a dead member's rank, leave, last leave, barriers, allreduces,
- * and the reaper of a dead member -- a child attaches, prepares (not
+ * reduce_scatters, allgathers, and the reaper of a dead member -- a child attaches, prepares (not
  * counted), runs the operation with the crash points counting, and dies.  A
  * first run counts the windows the operation passes (N); then for every k in
  * 1..N a child dies at window k.  This process takes part where the
- * operation needs a partner (a barrier or allreduce of its own, which must
+ * operation needs a partner (a barrier or collective of its own, which must
  * end, 0 or EOWNERDEAD, never hang); then it reaps, requires pdshm_check to
  * pass, a replacement to take the child's rank over and a barrier and a
  * correct allreduce with it, and every byte back once all have left.
@@ -65,9 +65,28 @@ static void teardown(void) {
 /* ---- the operations ------------------------------------------------------------- */
 
 enum op { OP_JOIN_NEW, OP_JOIN, OP_TAKEOVER, OP_LEAVE, OP_LEAVE_LAST, OP_BARRIER, OP_ALLREDUCE,
-          OP_REAP, NOPS };
-static const char *const op_names[NOPS] = {"join-new", "join", "takeover", "leave", "leave-last",
-                                           "barrier", "allreduce", "reap"};
+          OP_REAP, OP_REDUCE_SCATTER, OP_ALLGATHER, NOPS };
+static const char *const op_names[NOPS] = {"join-new", "join",      "takeover",       "leave",
+                                           "leave-last", "barrier", "allreduce",      "reap",
+                                           "reduce_scatter",        "allgather"};
+/* Whether op is a collective on a tensor. */
+static bool op_tensor(enum op op) {
+  return op == OP_ALLREDUCE || op == OP_REDUCE_SCATTER || op == OP_ALLGATHER;
+}
+/* Whether op passes group rounds, with a partner in them. */
+static bool op_rounds(enum op op) { return op == OP_BARRIER || op_tensor(op); }
+/* Two of the rounds of op (a barrier's: three), 0 or the first error. */
+static int op_rounds_run(enum op op, pdshm_group *g, pdshm_var *v) {
+  int rc = 0;
+  for (int i = 0; i < (op == OP_BARRIER ? 3 : 2) && !rc; i++)
+    switch (op) {
+    case OP_BARRIER: rc = pdshm_group_barrier(g, 10 * SEC); break;
+    case OP_ALLREDUCE: rc = pdshm_group_allreduce(g, v, PDSHM_SUM, 10 * SEC); break;
+    case OP_REDUCE_SCATTER: rc = pdshm_group_reduce_scatter(g, v, PDSHM_SUM, 10 * SEC); break;
+    default: rc = pdshm_group_allgather(g, v, 10 * SEC); break;
+    }
+  return rc;
+}
 /* Whether this process holds rank 0 of "cg" (size 2) while the child runs. */
 static bool op_partnered(enum op op) { return op != OP_JOIN_NEW && op != OP_LEAVE_LAST; }
 
@@ -99,7 +118,7 @@ static int child_main(void *arg) {
   if (pl->op != OP_JOIN_NEW && pl->op != OP_JOIN && pl->op != OP_TAKEOVER && pl->op != OP_REAP &&
       pdshm_group_join(s, "cg", size, -1, &g))
     return 11;
-  if (pl->op == OP_ALLREDUCE && child_fill_var(s, &v)) return 12;
+  if (op_tensor(pl->op) && child_fill_var(s, &v)) return 12;
   atomic_store(&sh->ready, 1);
   if (pl->op != OP_REAP) pdshm__crash_arm(pl->k, NULL);
   int rc = 0;
@@ -108,11 +127,8 @@ static int child_main(void *arg) {
   case OP_JOIN: rc = pdshm_group_join(s, "cg", 2, -1, &g); break;
   case OP_TAKEOVER: rc = pdshm_group_join(s, "cg", 2, 1, &g); break;
   case OP_LEAVE: case OP_LEAVE_LAST: rc = pdshm_group_leave(g); break;
-  case OP_BARRIER:
-    for (int i = 0; i < 3 && !rc; i++) rc = pdshm_group_barrier(g, 10 * SEC);
-    break;
-  case OP_ALLREDUCE:
-    for (int i = 0; i < 2 && !rc; i++) rc = pdshm_group_allreduce(g, v, PDSHM_SUM, 10 * SEC);
+  case OP_BARRIER: case OP_ALLREDUCE: case OP_REDUCE_SCATTER: case OP_ALLGATHER:
+    rc = op_rounds_run(pl->op, g, v);
     break;
   case OP_REAP: rc = pdshm_reap(s, NULL); break;
   default: break;
@@ -160,11 +176,7 @@ static int child_replacement(void *arg) {
 static int g_told;
 
 static void partner(enum op op, pdshm_group *g, pdshm_var *v) {
-  int rc = 0;
-  if (op == OP_BARRIER)
-    for (int i = 0; i < 3 && !rc; i++) rc = pdshm_group_barrier(g, 10 * SEC);
-  if (op == OP_ALLREDUCE)
-    for (int i = 0; i < 2 && !rc; i++) rc = pdshm_group_allreduce(g, v, PDSHM_SUM, 10 * SEC);
+  int rc = op_rounds_run(op, g, v);
   ck_assert_msg(rc == 0 || rc == PDSHM_EOWNERDEAD, "%s beside a dying member: %s",
                 op_names[op], pdshm_err_name(rc));
   g_told += rc == PDSHM_EOWNERDEAD;
@@ -183,9 +195,9 @@ static void verify(enum op op, pdshm_group *g, pdshm_var *v) {
      * twice each (a death whose announcer died half way is told again) */
     int rc = pdshm_group_barrier(g, 10 * SEC);
     while (rc == PDSHM_EOWNERDEAD && ++g_told <= 4) rc = pdshm_group_barrier(g, 10 * SEC);
-    /* a member certainly died: the child of a barrier or an allreduce, the
+    /* a member certainly died: the child of a barrier or a collective, the
      * member a takeover or a reap was about */
-    if (op == OP_BARRIER || op == OP_ALLREDUCE || op == OP_TAKEOVER || op == OP_REAP)
+    if (op_rounds(op) || op == OP_TAKEOVER || op == OP_REAP)
       ck_assert_msg(g_told > 0, "%s: never told of the death", op_names[op]);
     ck_assert_msg(rc == 0, "%s: barrier with the replacement: %s", op_names[op],
                   pdshm_err_name(rc));
@@ -215,7 +227,7 @@ static uint64_t run_once(enum op op, uint64_t k) {
   g_told = 0;
   struct plan pl = {.op = op, .k = k};
   pid_t pid = tu_spawn(child_main, &pl);
-  if (g && (op == OP_BARRIER || op == OP_ALLREDUCE)) partner(op, g, v);
+  if (g && op_rounds(op)) partner(op, g, v);
   int st = tu_wait(pid);
   ck_assert_msg(st == 128 + SIGKILL, "%s k=%llu: child exited %d (%s)", op_names[op],
                 (unsigned long long)k, st, sh->why);

@@ -16,15 +16,15 @@ Which host a process is on: MPI's shared-memory split
 PDSHM_MPI_LOCAL_SIZE) is given: then ranks [h*L, (h+1)*L) are host h, so
 that several hosts can be simulated on one machine.
 
-Job.allreduce(x, op): (1) the host's group reduces every local tensor in
-place in the segment; (2) the hosts agree on the outcome and on the call
-(dtype, size, op) in one small MPI allreduce, so that a host that failed does
-not leave the others waiting; (3) local rank i allreduces its shard
-[i n/L, (i+1) n/L) of its own tensor across hosts, MPI reading and writing
-the segment's memory; (4) every local rank fills the rest of its tensor with
-op's identity and the group reduces once more, which leaves each shard's
-result in every local tensor.  Every process hands MPI 1/L of the bytes of a
-flat allreduce.  float16 and bfloat16 cross hosts as 16-bit words through
+Job.allreduce(x, op): (1) the host's group reduce-scatters the local
+tensors in place in the segment: local rank i's shard [i n/L, (i+1) n/L)
+(Group.share) of its own tensor holds the host's result; (2) the hosts agree
+on the outcome and on the call (dtype, size, op) in one small MPI allreduce,
+so that a host that failed does not leave the others waiting; (3) local rank
+i allreduces its shard of its own tensor across hosts, MPI reading and
+writing the segment's memory; (4) the group allgathers the shards into every
+local tensor.  Every process hands MPI 1/L of the bytes of a flat allreduce,
+and reads and writes about 2n elements of host memory (1: n + n/L, 4: n).  float16 and bfloat16 cross hosts as 16-bit words through
 MPI ops that compute in float32; MEAN divides once at the end (integers
 truncate towards zero), as the group's own MEAN does.
 
@@ -124,20 +124,6 @@ def _flat(x: Any) -> tuple:
         name = str(a.dtype)
     a = a.reshape(-1)
     return name, a.view(_np.uint16) if name in _WIDEN else a
-
-
-def _identity(dtype: str, op: str) -> Any:
-    """op's identity, as a value of the flat view's dtype (16-bit floats:
-    their words)."""
-    sign = -1 if op == "max" else 1 if op == "min" else 0
-    if dtype in ("int32", "int64"):
-        info = _np.iinfo(dtype)
-        return info.min if sign < 0 else info.max if sign > 0 else 0
-    if dtype == "bfloat16":
-        return 0xFF80 if sign < 0 else 0x7F80 if sign > 0 else 0
-    if dtype == "float16":
-        return 0xFC00 if sign < 0 else 0x7C00 if sign > 0 else 0
-    return sign * _np.inf if sign else 0
 
 
 def _divide(a: _np.ndarray, dtype: str, by: int) -> None:
@@ -289,9 +275,9 @@ class Job:
                 "float64": MPI.DOUBLE, "int32": MPI.INT32_T, "int64": MPI.INT64_T}[dtype]
 
     def _cross_hosts(self, dtype: str, a: _np.ndarray, op: str) -> None:
-        """Step 3 and step 4's fill, on this rank's flat view a."""
-        MPI, n = self._MPI, a.size
-        lo, hi = n * self.local_rank // self.local_size, n * (self.local_rank + 1) // self.local_size
+        """Step 3, on this rank's flat view a, whose shard holds the host's result."""
+        MPI = self._MPI
+        lo, hi = self.group.share(a.size)
         comb = "sum" if op == "mean" else op
         mop = self._half_ops[(dtype, comb)] if dtype in _WIDEN else \
             {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[comb]
@@ -302,9 +288,6 @@ class Job:
         if op == "mean":
             integer = dtype in ("int32", "int64")
             _divide(shard, dtype, self.hosts * self.local_size if integer else self.hosts)
-        ident = _identity(dtype, op)
-        a[:lo] = ident
-        a[hi:] = ident
 
     def allreduce(self, x: Any, op: str = "sum", timeout: Optional[float] = None) -> None:
         """Every process's tensor x (a Var of its host's segment, or a whole
@@ -320,7 +303,8 @@ class Job:
         in_host = "sum" if op == "mean" and dtype in ("int32", "int64") else op
         code, failure = 0, None
         try:
-            self._group_call("an allreduce", self.group.allreduce, x, op=in_host, timeout=timeout)
+            self._group_call("an allreduce's reduce-scatter", self.group.reduce_scatter, x,
+                             op=in_host, timeout=timeout)
         except _pdshm.Error as e:
             code, failure = e.code, e
         agreed = self._agree(code, dtype, a.size, op)
@@ -328,9 +312,7 @@ class Job:
             raise failure if failure is not None and agreed == code else \
                 _error(agreed, "an allreduce: another host's call failed or differs")
         self._cross_hosts(dtype, a, op)
-        share = op if op in ("max", "min") else "sum"
-        self._group_call("an allreduce's sharing round", self.group.allreduce, x, op=share,
-                         timeout=timeout)
+        self._group_call("an allreduce's allgather", self.group.allgather, x, timeout=timeout)
 
     # ---- broadcast -----------------------------------------------------------
     def bcast(self, var: Any, root_host: int = 0, timeout: Optional[float] = None) -> None:
@@ -355,7 +337,7 @@ class Job:
         self.barrier(timeout)
         raw = var.numpy().reshape(-1).view(_np.uint8)
         n = raw.size
-        lo, hi = n * self.local_rank // self.local_size, n * (self.local_rank + 1) // self.local_size
+        lo, hi = self.group.share(n)
         if hi > lo:
             self.cross_comm.Bcast([raw[lo:hi], self._MPI.BYTE], root=root_host)
         if self.host == root_host:

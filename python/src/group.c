@@ -1,6 +1,7 @@
 /*
  * group.c - trainer groups and waiting (DESIGN section 4): Segment.group(),
- * the Group type (rank, size, barrier, allreduce, leave) and Var.wait().
+ * the Group type (rank, size, barrier, allreduce, reduce_scatter, allgather,
+ * share, leave) and Var.wait().
  *
  * Invariants:
  *  1. A Group holds its Segment; Segment.detach() (and a fork child's
@@ -9,13 +10,13 @@
  *     thread is using without the GIL leaves when that call ends (the call
  *     holds the Segment, so pdshm_detach waits for it too).
  *  2. One thread at a time uses a pdshm_group: a call that finds the Group
- *     busy (another thread inside barrier/allreduce) raises pdshm.Error
+ *     busy (another thread inside a barrier or collective) raises pdshm.Error
  *     (EBUSY) instead of entering.
  *  3. Waits and barriers run with the GIL released, in slices of
  *     WAIT_SLICE_NS, checking for signals (Ctrl-C) between slices: a barrier
  *     that timed out has not been passed and its next call waits for the same
- *     round, so slicing changes nothing.  allreduce is not sliced: a timeout
- *     while members write would spoil the round for all.
+ *     round, so slicing changes nothing.  The collectives are not sliced: a
+ *     timeout while members write would spoil the round for all.
  */
 #include <math.h>
 
@@ -194,7 +195,7 @@ static PyObject *group_leave(PyObject *self, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
-/* ---- barrier, allreduce ---------------------------------------------------------------------- */
+/* ---- barrier, the collectives ---------------------------------------------------------------------- */
 
 static PyObject *group_barrier(PyObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"timeout", NULL};
@@ -246,7 +247,7 @@ static int reduce_op(pdshmpy_state *st, PyObject *o, pdshm_reduce_op *out) {
   return -1;
 }
 
-/* ---- views as allreduce arguments ---------------------------------------------------------- */
+/* ---- views as collectives' arguments ---------------------------------------------------------- */
 
 /* The bytes of obj, a torch tensor (data_ptr(), contiguous) or anything with a
  * C-contiguous buffer (a numpy array): 0, or -1 with an exception. */
@@ -280,8 +281,8 @@ static int view_bytes(pdshmpy_state *st, PyObject *obj, void **addr, size_t *len
     if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_BufferError))
       return -1;
     PyErr_Clear();
-    pdshmpy_raise_msg(st, PDSHM_EINVAL, "allreduce takes a Var or a C-contiguous view of one "
-                                        "(numpy array, torch tensor), not %R", Py_TYPE(obj));
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "a collective takes a Var or a C-contiguous view of "
+                                        "one (numpy array, torch tensor), not %R", Py_TYPE(obj));
     return -1;
   }
   *addr = b.buf;
@@ -311,16 +312,14 @@ static pdshm_var *view_var(pdshmpy_group *gr, pdshm_seg *seg, PyObject *obj) {
   return NULL;
 }
 
-static PyObject *group_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"var", "op", "timeout", NULL};
-  pdshmpy_group *gr = GR(self);
-  pdshmpy_state *st = PDSHMPY_STATE(self);
-  PyObject *varo, *opo = NULL, *timeo = Py_None;
-  pdshm_reduce_op op = PDSHM_SUM;
-  int64_t ns;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO:allreduce", kwlist, &varo, &opo, &timeo) ||
-      (opo && reduce_op(st, opo, &op) < 0) || timeout_ns(st, timeo, &ns) < 0)
-    return NULL;
+enum collective { ALLREDUCE, REDUCE_SCATTER, ALLGATHER };
+static const char *const collective_names[] = {"allreduce", "reduce_scatter", "allgather"};
+
+/* One collective on varo (a Var, or a whole-tensor view of one): None, or
+ * NULL with an exception. */
+static PyObject *group_collective(pdshmpy_group *gr, enum collective kind, PyObject *varo,
+                                  pdshm_reduce_op op, int64_t ns) {
+  pdshmpy_state *st = PDSHMPY_STATE(gr);
   pdshm_group *g = group_handle(gr);
   pdshm_seg *seg = g ? pdshmpy_seg_get(gr->seg) : NULL;
   if (!seg) return NULL;
@@ -343,14 +342,70 @@ static PyObject *group_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
   gr->busy = 1;
   pdshmpy_seg_hold(gr->seg);
   Py_BEGIN_ALLOW_THREADS
-  rc = pdshm_group_allreduce(g, v, op, ns);
+  rc = kind == ALLREDUCE        ? pdshm_group_allreduce(g, v, op, ns)
+       : kind == REDUCE_SCATTER ? pdshm_group_reduce_scatter(g, v, op, ns)
+                                : pdshm_group_allgather(g, v, ns);
   Py_END_ALLOW_THREADS
   group_call_done(gr);
   if (rc == -EOWNERDEAD)
     return pdshmpy_raise_msg(st, rc, "a member of group %R died: the tensors are unspecified",
                              gr->name);
-  if (rc) return pdshmpy_raise_fmt(st, rc, "allreduce in group '%s'", PyUnicode_AsUTF8(gr->name));
+  if (rc)
+    return pdshmpy_raise_fmt(st, rc, "%s in group '%s'", collective_names[kind],
+                             PyUnicode_AsUTF8(gr->name));
   Py_RETURN_NONE;
+}
+
+/* allreduce and reduce_scatter: (var, op="sum", timeout=None). */
+static PyObject *group_reducing(PyObject *self, PyObject *args, PyObject *kw,
+                                enum collective kind) {
+  static char *kwlist[] = {"var", "op", "timeout", NULL};
+  pdshmpy_state *st = PDSHMPY_STATE(self);
+  PyObject *varo, *opo = NULL, *timeo = Py_None;
+  pdshm_reduce_op op = PDSHM_SUM;
+  int64_t ns;
+  const char *format = kind == ALLREDUCE ? "O|OO:allreduce" : "O|OO:reduce_scatter";
+  if (!PyArg_ParseTupleAndKeywords(args, kw, format, kwlist, &varo, &opo, &timeo) ||
+      (opo && reduce_op(st, opo, &op) < 0) || timeout_ns(st, timeo, &ns) < 0)
+    return NULL;
+  return group_collective(GR(self), kind, varo, op, ns);
+}
+
+static PyObject *group_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
+  return group_reducing(self, args, kw, ALLREDUCE);
+}
+
+static PyObject *group_reduce_scatter(PyObject *self, PyObject *args, PyObject *kw) {
+  return group_reducing(self, args, kw, REDUCE_SCATTER);
+}
+
+static PyObject *group_allgather(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"var", "timeout", NULL};
+  PyObject *varo, *timeo = Py_None;
+  int64_t ns;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:allgather", kwlist, &varo, &timeo) ||
+      timeout_ns(PDSHMPY_STATE(self), timeo, &ns) < 0)
+    return NULL;
+  return group_collective(GR(self), ALLGATHER, varo, PDSHM_SUM, ns);
+}
+
+/* share(n): this member's (first, end) of n elements. */
+static PyObject *group_share(PyObject *self, PyObject *arg) {
+  unsigned long long n = PyLong_AsUnsignedLongLong(arg);
+  if (n == (unsigned long long)-1 && PyErr_Occurred()) {
+    if (PyErr_ExceptionMatches(PyExc_OverflowError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      return pdshmpy_raise_msg(PDSHMPY_STATE(self), PDSHM_EINVAL,
+                               "share takes an element count 0 <= n < 2**64, not %R", arg);
+    }
+    return NULL;
+  }
+  pdshm_group *g = group_handle(GR(self));
+  if (!g) return NULL;
+  uint64_t first, end;
+  int rc = pdshm_group_share(g, n, &first, &end);
+  if (rc) return pdshmpy_raise_fmt(PDSHMPY_STATE(self), rc, "share");
+  return Py_BuildValue("(KK)", (unsigned long long)first, (unsigned long long)end);
 }
 
 /* ---- the type ------------------------------------------------------------------------------- */
@@ -411,6 +466,24 @@ static PyMethodDef group_methods[] = {
      "\"mean\", \"max\", \"min\") over all\nmembers' tensors, computed in place in the "
      "segment.  Dtypes: float16,\nbfloat16, float32, float64, int32, int64.  PeerDied or "
      "TimeoutError as for\nbarrier (then the tensors' contents are unspecified)."},
+    {"reduce_scatter", (PyCFunction)(void (*)(void))group_reduce_scatter,
+     METH_VARARGS | METH_KEYWORDS,
+     "reduce_scatter(var, op=\"sum\", timeout=None)\n\nThe first half of allreduce: "
+     "arguments as for allreduce; on return this\nmember's share (share()) of its own "
+     "tensor holds the op over every\nmember's same share, and the rest of its tensor is "
+     "as it was.  A round where\nmembers call different collectives (or a barrier) is "
+     "ValueError at every\nmember and changes nothing.  PeerDied or TimeoutError as for "
+     "allreduce\n(then the shares are unspecified, the rest unchanged)."},
+    {"allgather", (PyCFunction)(void (*)(void))group_allgather, METH_VARARGS | METH_KEYWORDS,
+     "allgather(var, timeout=None)\n\nThe second half of allreduce: every member's share "
+     "(share()) of its own\ntensor is copied into the same share of every other member's "
+     "tensor.  Any\ndtype; same dtype and element count at every member (else ValueError "
+     "at\nevery member, nothing changed).  PeerDied or TimeoutError as for allreduce\n"
+     "(then this member's own share is unchanged, the rest unspecified)."},
+    {"share", group_share, METH_O,
+     "share(n) -> (first, end)\n\nThis member's share of n elements: the elements "
+     "[first, end) it reduces\nin allreduce and reduce_scatter and spreads in allgather, "
+     "first =\nn * rank // size and end the same for rank + 1.  Pure arithmetic."},
     {"leave", group_leave, METH_NOARGS,
      "leave()\n\nFrees this rank (a replacement may take it); the group's memory goes "
      "back\nwith its last member.  Later calls raise pdshm.Error."},
@@ -428,7 +501,8 @@ static PyGetSetDef group_getset[] = {
 static PyType_Slot group_slots[] = {
     {Py_tp_doc,
      "This process's membership of a trainer group (Segment.group()): barriers and\n"
-     "in-place allreduce that survive a member's death (PeerDied, not a hang).\n"
+     "in-place allreduce, reduce_scatter and allgather that survive a member's\n"
+     "death (PeerDied, not a hang).\n"
      "`with` leaves at exit; detaching the segment leaves too."},
     {Py_tp_dealloc, group_dealloc},
     {Py_tp_repr, group_repr},

@@ -1,5 +1,5 @@
-"""Trainer groups (DESIGN sections 4 and 5): join, barrier, allreduce, the
-death of a member seen as pdshm.PeerDied by the survivors, a replacement
+"""Trainer groups (DESIGN sections 4 and 5): join, barrier, allreduce,
+reduce_scatter, allgather and share, the death of a member seen as pdshm.PeerDied by the survivors, a replacement
 taking over the dead member's rank, and the errors of joining."""
 import errno
 import time
@@ -211,3 +211,97 @@ def test_allreduce_refuses_what_is_no_whole_view_of_a_variable_and_changes_nothi
         with pytest.raises(pdshm.InvalidArgument):
             g.allreduce(t, op="sum", timeout=T)
         g.allreduce(v.numpy(), op="sum", timeout=T)  # a fresh view is fine
+
+
+def test_share_splits_n_elements_in_rank_order(seg):
+    with seg.group("g", 4, rank=3) as g:
+        assert g.share(10) == (7, 10)
+        assert g.share(2) == (1, 2)
+        assert g.share(0) == (0, 0)
+        assert g.share(2**64 - 1) == ((2**64 - 1) * 3 // 4, 2**64 - 1)
+        for bad in (-1, 2**64, "3"):
+            with pytest.raises(ValueError):
+                g.share(bad)
+    with pytest.raises(pdshm.Error):
+        g.share(10)  # left
+
+
+def test_reduce_scatter_reduces_each_members_share_and_leaves_the_rest(seg, children):
+    with seg.group("g", 3, rank=0) as g:
+        kids = [member(children, seg, 3, r,
+                       ("reduce_scatter", [float(r + 1)] * 7, "mean", T)) for r in (1, 2)]
+        for k in kids:
+            joined(k)
+        v = my_tensor(seg, g, [1.0] * 7)
+        g.reduce_scatter(v, op="mean", timeout=T)
+        assert g.share(7) == (0, 2)
+        assert v.numpy().tolist() == [2.0, 2.0] + [1.0] * 5
+        # rank 1's share [2, 4) is the mean 2.0, as was the rest; rank 2's [4, 7)
+        assert sorted(k.result() for k in kids) == [(1, [[2.0] * 7]),
+                                                    (2, [[3.0] * 4 + [2.0] * 3])]
+
+
+def test_allgather_spreads_each_members_share(seg, children):
+    with seg.group("g", 3, rank=0) as g:
+        # member r holds r + 1 in its share of 7 ([0, 2), [2, 4), [4, 7)), -1 elsewhere
+        theirs = {1: [-1.0, -1.0, 2.0, 2.0, -1.0, -1.0, -1.0],
+                  2: [-1.0] * 4 + [3.0] * 3}
+        kids = [member(children, seg, 3, r, ("allgather", theirs[r], T)) for r in (1, 2)]
+        for k in kids:
+            joined(k)
+        v = my_tensor(seg, g, [1.0, 1.0] + [-1.0] * 5)
+        g.allgather(v, timeout=T)
+        want = [1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 3.0]
+        assert v.numpy().tolist() == want
+        assert sorted(k.result() for k in kids) == [(1, [want]), (2, [want])]
+
+
+def test_reduce_scatter_then_allgather_is_an_allreduce(seg, children):
+    with seg.group("g", 2, rank=0) as g:
+        kid = member(children, seg, 2, 1, ("reduce_scatter", [3.0, -2.0, 5.0], "sum", T),
+                     ("allgather", None, T))
+        joined(kid)
+        v = my_tensor(seg, g, [1.0, 5.0, 1.0])
+        g.reduce_scatter(v.numpy(), timeout=T)
+        g.allgather(v, timeout=T)
+        assert v.numpy().tolist() == [4.0, 3.0, 6.0]
+        # its share of 3 is [1, 3): reduced there, its element 0 left as it was
+        assert kid.result() == (1, [[3.0, 3.0, 6.0], [4.0, 3.0, 6.0]])
+
+
+def test_mixing_collectives_is_value_error_at_every_member_and_changes_nothing(seg, children):
+    with seg.group("g", 2, rank=0) as g:
+        kid = member(children, seg, 2, 1, ("allgather", [7.0, 8.0], T),
+                     ("reduce_scatter", [7.0, 8.0], "sum", T), ("barrier", T))
+        joined(kid)
+        v = my_tensor(seg, g, [1.0, 2.0])
+        with pytest.raises(ValueError):
+            g.reduce_scatter(v, op="sum", timeout=T)   # beside its allgather
+        with pytest.raises(ValueError):
+            g.allreduce(v, op="sum", timeout=T)        # beside its reduce_scatter
+        with pytest.raises(ValueError):
+            g.allgather(v, timeout=T)                  # beside its barrier
+        assert v.numpy().tolist() == [1.0, 2.0]
+        rank, out = kid.result()
+        assert out[0][0] == "raised" and "ValueError" in out[0][1]
+        assert out[1][0] == "raised" and "ValueError" in out[1][1]
+        assert out[2] is None
+
+
+def test_death_of_a_member_is_peer_died_in_reduce_scatter_and_allgather(seg, children):
+    with seg.group("g", 2, rank=0) as g:
+        kid = member(children, seg, 2, 1, ("hang",))
+        joined(kid)
+        kid.kill()
+        v = my_tensor(seg, g, [1.0, 2.0])
+        start = time.monotonic()
+        with pytest.raises(pdshm.PeerDied):
+            g.reduce_scatter(v, timeout=T)
+        assert time.monotonic() - start < 5
+    with seg.group("h", 2, rank=0) as g:
+        kid = member(children, seg, 2, 1, ("hang",), group="h")
+        joined(kid)
+        kid.kill()
+        v = my_tensor(seg, g, [1.0, 2.0], group="h")
+        with pytest.raises(pdshm.PeerDied):
+            g.allgather(v, timeout=T)

@@ -205,6 +205,9 @@ def group_member(conn, seg_name, group, size, rank, steps):
     """Joins the group and runs steps, each one of
          ("barrier", timeout)
          ("allreduce", values, op, timeout)   on its own float64 variable
+         ("reduce_scatter", values, op, timeout)   likewise
+         ("allgather", values, timeout)        likewise (values None: the
+                                               variable as the last step left it)
          ("tell", msg)  /  ("await", msg)      talk to the test
          ("hang",)                             wait to be killed
     and returns (rank, [each step's result]); a step that raised gives
@@ -226,6 +229,15 @@ def group_member(conn, seg_name, group, size, rank, steps):
                     v = seg.root.var(f"{group}.grad{g.rank}")
                     v.assign(np.array(step[1], dtype=np.float64))
                     g.allreduce(v, op=step[2], timeout=step[3])
+                    out.append(v.numpy().tolist())
+                elif step[0] in ("reduce_scatter", "allgather"):
+                    v = seg.root.var(f"{group}.grad{g.rank}")
+                    if step[1] is not None:
+                        v.assign(np.array(step[1], dtype=np.float64))
+                    if step[0] == "reduce_scatter":
+                        g.reduce_scatter(v, op=step[2], timeout=step[3])
+                    else:
+                        g.allgather(v, timeout=step[2])
                     out.append(v.numpy().tolist())
                 elif step[0] == "tell":
                     conn.send(step[1])
