@@ -1,6 +1,7 @@
 """Allreduce across simulated hosts (float32 sum, every process its own
-tensor): pdshm.mpi's hierarchical scheme (reduce in the host through the
-segment, 1/L of the bytes across hosts over MPI, share in the host) against
+tensor): pdshm.mpi's hierarchical scheme (a reduce-scatter in the host
+through the segment, each trainer's 1/L of the bytes across hosts over MPI,
+an allgather in the host) against
 a flat MPI_Allreduce over every process (the baseline: OpenMPI through
 mpi4py) and torch.distributed's gloo over every process, in one MPI job.
 Figures are ratios against the baseline measured in the same run.
