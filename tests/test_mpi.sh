@@ -4,15 +4,7 @@
 # hosts of 1 and 1 host of 4 (the edges: no sharing in a host, no MPI
 # between hosts).  Each host's segment is removed afterwards.
 set -eu
-build=${abs_top_builddir:-.}
-src=${PDSHM_SRCDIR:-.}
-if [ -z "${MPIRUN:-}" ] || ! command -v "$MPIRUN" >/dev/null 2>&1; then
-  echo "no mpirun: skipped"
-  exit 77
-fi
-prefix=t-mpi-$$
-cleanup() { rm -f /dev/shm/pdshm."$prefix"-*; }
-trap cleanup EXIT
+. "${PDSHM_SRCDIR:-.}/tests/mpi_common.sh"
 for layout in 2x2 4x1 1x4; do
   hosts=${layout%x*} local=${layout#*x}
   echo "# $hosts hosts x $local"

@@ -5,23 +5,8 @@
 # test accuracy and loss as a fresh 3-epoch run.  Skipped without mpirun,
 # mpi4py, torch or sklearn.
 set -eu
-build=${abs_top_builddir:-.}
-src=${PDSHM_SRCDIR:-.}
-if [ -z "${MPIRUN:-}" ] || ! command -v "$MPIRUN" >/dev/null 2>&1; then
-  echo "no mpirun: skipped"; exit 77
-fi
-if [ -z "${PYTHON:-}" ] || ! "$PYTHON" -c 'import mpi4py, torch, sklearn' 2>/dev/null; then
-  echo "no mpi4py, torch or sklearn for ${PYTHON:-(no interpreter)}: skipped"; exit 77
-fi
-case "${PDSHM_SANITIZERS:-}" in
-  *sanitize*) echo "a sanitized module under an uninstrumented interpreter: skipped"; exit 77 ;;
-esac
-PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
-PYTHONDONTWRITEBYTECODE=1
-export PYTHONPATH PYTHONDONTWRITEBYTECODE
-prefix=t-mpidigits-$$
-cleanup() { rm -f /dev/shm/pdshm."$prefix"*; }
-trap cleanup EXIT
+need="mpi4py, torch, sklearn"
+. "${PDSHM_SRCDIR:-.}/tests/mpi_python_common.sh"
 digits() {
   PDSHM_MPI_LOCAL_SIZE=2 PDSHM_MPIRUN_TIMEOUT=120 "$src/tests/mpirun.sh" -np 4 \
     -x PDSHM_MPI_LOCAL_SIZE -x PYTHONPATH -x PYTHONDONTWRITEBYTECODE \

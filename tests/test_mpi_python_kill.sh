@@ -3,23 +3,8 @@
 # seconds, never a hang (tests/mpi_kill.py, 2 simulated hosts of 2).
 # Skipped without a launcher, mpi4py or numpy.
 set -eu
-build=${abs_top_builddir:-.}
-src=${PDSHM_SRCDIR:-.}
-if [ -z "${MPIRUN:-}" ] || ! command -v "$MPIRUN" >/dev/null 2>&1; then
-  echo "no mpirun: skipped"; exit 77
-fi
-if [ -z "${PYTHON:-}" ] || ! "$PYTHON" -c 'import mpi4py, numpy' 2>/dev/null; then
-  echo "no mpi4py or numpy for ${PYTHON:-(no interpreter)}: skipped"; exit 77
-fi
-case "${PDSHM_SANITIZERS:-}" in
-  *sanitize*) echo "a sanitized module under an uninstrumented interpreter: skipped"; exit 77 ;;
-esac
-PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
-PYTHONDONTWRITEBYTECODE=1
-export PYTHONPATH PYTHONDONTWRITEBYTECODE
-prefix=t-mpipykill-$$
-cleanup() { rm -f /dev/shm/pdshm."$prefix"*; }
-trap cleanup EXIT
+need="mpi4py, numpy"
+. "${PDSHM_SRCDIR:-.}/tests/mpi_python_common.sh"
 start=$(date +%s)
 if out=$(PDSHM_MPI_LOCAL_SIZE=2 PDSHM_MPIRUN_TIMEOUT=60 "$src/tests/mpirun.sh" -np 4 \
     -x PDSHM_MPI_LOCAL_SIZE -x PYTHONPATH -x PYTHONDONTWRITEBYTECODE \
