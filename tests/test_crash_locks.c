@@ -11,6 +11,14 @@
 
 static double ms_since(uint64_t t0) { return (double)(tu_now_ns() - t0) / 1e6; }
 
+/* The world's params scope, opened, and its variable lk (crashops.c). */
+static pdshm_var *world_lk(pdshm_seg *seg, pdshm_scope **params) {
+  ck_assert_int_eq(pdshm_scope_open(seg, "params", params), 0);
+  pdshm_var *v = pdshm_find_local_var(*params, "lk");
+  ck_assert_ptr_nonnull(v);
+  return v;
+}
+
 /* A child killed inside the heap lock (a block half split): the next
  * allocation gets the lock at once and finds the bins rebuilt. */
 START_TEST(heap_lock_holder_killed) {
@@ -66,8 +74,7 @@ START_TEST(var_lock_holders_killed) {
     crash_child_run((struct plan){.op = crash_op_named(ops_held[i])}, &o);
     crash_outcome_free(&o);
     pdshm_scope *params;
-    ck_assert_int_eq(pdshm_scope_open(seg, "params", &params), 0);
-    pdshm_var *v = pdshm_find_local_var(params, "lk");
+    pdshm_var *v = world_lk(seg, &params);
     uint64_t t0 = tu_now_ns();
     ck_assert_int_eq(pdshm_var_lock(v, 1), 0);
     double ms = ms_since(t0);
@@ -104,8 +111,7 @@ static void our_share_counted(pdshm_seg *seg, pdshm_var *v, const char *what, ui
 static bool share_beside_death(bool reaper_dies, uint64_t k, const char *point) {
   pdshm_seg *seg = crash_world();
   pdshm_scope *params;
-  ck_assert_int_eq(pdshm_scope_open(seg, "params", &params), 0);
-  pdshm_var *v = pdshm_find_local_var(params, "lk");
+  pdshm_var *v = world_lk(seg, &params);
   ck_assert_int_eq(pdshm_var_lock(v, 0), 0);
   struct outcome o = {0};
   struct plan a = {.op = crash_op_named(reaper_dies ? "var_lock_die_shared" : "var_lock_shared"),
@@ -144,8 +150,7 @@ END_TEST
 START_TEST(dead_waiting_writer_does_not_hold_readers) {
   pdshm_seg *seg = crash_world();
   pdshm_scope *params;
-  ck_assert_int_eq(pdshm_scope_open(seg, "params", &params), 0);
-  pdshm_var *v = pdshm_find_local_var(params, "lk");
+  pdshm_var *v = world_lk(seg, &params);
   ck_assert_int_eq(pdshm_var_lock(v, 0), 0);
   struct outcome o = {0};
   crash_child_run((struct plan){.op = crash_op_named("var_lock_die_exclusive"), .k = 1,
