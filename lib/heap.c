@@ -271,14 +271,14 @@ static int carve(pdshm_seg *seg, pdshm_off_t off, uint64_t n, unsigned state, ui
     struct pdshm_blk *t = heap_blk(seg, off + n);
     t->prev16 = (uint32_t)(n / 16);
     t->type = PDSHM_T_NONE;
-    t->owner = 0;
+    pdshm__blk_set_owner(t, 0);
     set_word(t, (size - n) | PDSHM_BLK_FREE | holey);
     fix_next_prev(seg, off + n, size - n);
     PDSHM_CRASHPOINT("heap.carve.tail");
   }
   zero_if_record(seg, off, n, type);
   b->type = (uint16_t)type;
-  b->owner = owner;
+  pdshm__blk_set_owner(b, owner);
   set_word(b, n | state);
   PDSHM_CRASHPOINT("heap.carve.head");
   if (n < size) bin_insert(seg, off + n, size - n);
@@ -311,7 +311,7 @@ static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
   uint64_t size = freed, holey = 0;
   set_word(b, size | PDSHM_BLK_FREE);
   b->type = PDSHM_T_NONE;
-  b->owner = 0;
+  pdshm__blk_set_owner(b, 0);
   PDSHM_CRASHPOINT("heap.release.free");
   pdshm_off_t next = off + size;
   uint64_t nw = next < seg->hdr->arena_end ? word(heap_blk(seg, next)) : 0;
@@ -354,7 +354,7 @@ static pdshm_off_t *next_of(const pdshm_seg *seg, pdshm_off_t off) {
 
 static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t off, uint16_t tag) {
   struct pdshm_blk *b = heap_blk(seg, off);
-  b->owner = tag;
+  pdshm__blk_set_owner(b, tag);
   b->type = PDSHM_T_NONE;
   *next_of(seg, off) = cb->head;
   set_word(b, pdshm__blk_size(word(b)) | PDSHM_BLK_CACHED);
@@ -416,7 +416,7 @@ void pdshm__heap_init(pdshm_seg *seg) {
     struct pdshm_blk *b = heap_blk(seg, at);
     b->prev16 = (uint32_t)(prev / 16);
     b->type = PDSHM_T_NONE;
-    b->owner = 0;
+    pdshm__blk_set_owner(b, 0);
     set_word(b, size | PDSHM_BLK_FREE);
     bin_insert(seg, at, size);
     prev = size;
@@ -557,7 +557,7 @@ static int relink_block(void *arg, pdshm_off_t at, const struct pdshm_blk *cb, u
   struct pdshm_blk *b = heap_blk(rl->seg, at);
   b->prev16 = (uint32_t)(rl->prev / 16);
   if (free) { /* a death may leave these set */
-    b->owner = 0;
+    pdshm__blk_set_owner(b, 0);
     b->type = PDSHM_T_NONE;
     rl->run = at;
     rl->run_word = w;
@@ -624,7 +624,7 @@ static int sweep_keep(struct sweep *sw, pdshm_off_t payload) {
 static int sweep_block(void *arg, pdshm_off_t at, const struct pdshm_blk *cb, uint64_t w) {
   struct sweep *sw = arg;
   unsigned st = pdshm__blk_state(w);
-  if (cb->owner != sw->tag || st == PDSHM_BLK_FREE) return 0;
+  if (pdshm__blk_owner(cb) != sw->tag || st == PDSHM_BLK_FREE) return 0;
   if (sw->cached_only && st != PDSHM_BLK_CACHED) return 0;
   if (st == PDSHM_BLK_USED && (sw->keep_mask >> cb->type & 1))
     return sweep_keep(sw, at + PDSHM_BLK_HDR);
@@ -635,7 +635,7 @@ static int sweep_block(void *arg, pdshm_off_t at, const struct pdshm_blk *cb, ui
   }
   struct pdshm_blk *b = heap_blk(sw->seg, at);
   set_word(b, pdshm__blk_size(w) | PDSHM_BLK_FREE);
-  b->owner = 0;
+  pdshm__blk_set_owner(b, 0);
   b->type = PDSHM_T_NONE;
   PDSHM_CRASHPOINT("heap.sweep.freed");
   return 0;

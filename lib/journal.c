@@ -137,12 +137,12 @@ void pdshm__j_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payl
   assert(j->nold < PDSHM_J_BLOCKS);
   /* A block we already own (a handle record) must stay ours on rollback:
    * the entry says so with JRN_KEEP; a published one goes back to owner 0. */
-  pdshm_off_t keep = pdshm__blk(seg, payload)->owner == ln->tag ? JRN_KEEP : 0;
+  pdshm_off_t keep = pdshm__blk_owner(pdshm__blk(seg, payload)) == ln->tag ? JRN_KEEP : 0;
   j->oldb[j->nold] = payload | keep;
   atomic_thread_fence(memory_order_release);
   j->nold++;
   PDSHM_CRASHPOINT("j.retire.unmarked");
-  pdshm__blk(seg, payload)->owner = ln->tag;
+  pdshm__blk_set_owner(pdshm__blk(seg, payload), ln->tag);
   PDSHM_CRASHPOINT("j.retire.marked");
 }
 
@@ -168,7 +168,7 @@ static void jrn_seq_even(pdshm_seg *seg, struct pdshm_journal *j) {
 static bool jrn_marked(pdshm_seg *seg, pdshm_off_t payload, uint16_t tag) {
   struct pdshm_blk *b = pdshm__blk(seg, payload);
   uint64_t w = atomic_load_explicit(&b->word, memory_order_acquire);
-  return pdshm__blk_state(w) == PDSHM_BLK_USED && b->owner == tag;
+  return pdshm__blk_state(w) == PDSHM_BLK_USED && pdshm__blk_owner(b) == tag;
 }
 
 /* A bumped word is a version: a 64-bit counter followed by the 32-bit count
@@ -200,7 +200,7 @@ static void jrn_apply_stores(pdshm_seg *seg, struct pdshm_journal *j, uint16_t t
   jrn_seq_even(seg, j);
   for (uint32_t i = 0; i < j->nnew && i < PDSHM_J_BLOCKS; i++)
     if (!(j->newb[i] & JRN_KEEP) && jrn_marked(seg, j->newb[i], tag)) {
-      pdshm__blk(seg, j->newb[i])->owner = 0;
+      pdshm__blk_set_owner(pdshm__blk(seg, j->newb[i]), 0);
       PDSHM_CRASHPOINT("j.apply.publish");
     }
 }
@@ -229,7 +229,7 @@ static void jrn_apply(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag) {
 static void jrn_unretire(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag) {
   for (uint32_t i = 0; i < j->nold && i < PDSHM_J_BLOCKS; i++)
     if (!(j->oldb[i] & JRN_KEEP) && jrn_marked(seg, j->oldb[i], tag)) {
-      pdshm__blk(seg, j->oldb[i])->owner = 0;
+      pdshm__blk_set_owner(pdshm__blk(seg, j->oldb[i]), 0);
       PDSHM_CRASHPOINT("j.rollback.unmark");
     }
   jrn_seq_even(seg, j);

@@ -366,4 +366,16 @@ struct pdshm_hdr {
 static inline uint64_t pdshm__blk_size(uint64_t word) { return word & ~(uint64_t)PDSHM_BLK_FLAGS; }
 static inline unsigned pdshm__blk_state(uint64_t word) { return (unsigned)(word & PDSHM_BLK_STATE); }
 
+/* A block's owner is read by sweeps (under the heap lock) of every block in
+ * the chain, while the owning slot publishes or retires its own blocks under
+ * other locks: every access outside the heap checker is one relaxed atomic
+ * access, so a sweep sees the old tag or the new one, never a torn value
+ * (and neither is the dead slot's tag it looks for). */
+static inline uint16_t pdshm__blk_owner(const struct pdshm_blk *b) {
+  return __atomic_load_n(&b->owner, __ATOMIC_RELAXED);
+}
+static inline void pdshm__blk_set_owner(struct pdshm_blk *b, uint16_t owner) {
+  __atomic_store_n(&b->owner, owner, __ATOMIC_RELAXED);
+}
+
 #endif /* PDSHM_LAYOUT_H */

@@ -75,7 +75,7 @@ static void ph_mark_free(pdshm_seg *seg, pdshm_off_t at) {
   struct pdshm_blk *b = ph_blk(seg, at);
   atomic_store_explicit(&b->word, pdshm__blk_size(ph_word(b)) | PDSHM_BLK_FREE,
                         memory_order_release);
-  b->owner = 0;
+  pdshm__blk_set_owner(b, 0);
   b->type = PDSHM_T_NONE;
 }
 
@@ -110,7 +110,7 @@ void pdshm__pin_orphan_locked(pdshm_seg *seg, pdshm_off_t payload) {
   if (!t) return;
   t->orphan = 1;
   PDSHM_CRASHPOINT("pin.orphan.flagged");
-  pdshm__blk(seg, payload)->owner = 0;
+  pdshm__blk_set_owner(pdshm__blk(seg, payload), 0);
   PDSHM_CRASHPOINT("pin.orphan.published");
 }
 
@@ -146,7 +146,7 @@ pdshm_off_t pdshm__pin_drop_locked(pdshm_seg *seg, pdshm_off_t rec) {
 static int ph_sweep_one(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
   const struct ph_walk *pw = arg;
   (void)w;
-  if (b->owner != pw->tag || !ph_pin(pw->seg, at)) return 0;
+  if (pdshm__blk_owner(b) != pw->tag || !ph_pin(pw->seg, at)) return 0;
   pdshm_off_t freed = pdshm__pin_drop_locked(pw->seg, at + PDSHM_BLK_HDR);
   if (freed) {
     ph_mark_free(pw->seg, freed - PDSHM_BLK_HDR);

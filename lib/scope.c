@@ -53,7 +53,7 @@ int pdshm__scope_init_root(pdshm_seg *seg) {
   r->created_ns = pdshm__now_ns(CLOCK_REALTIME);
   pdshm__lockent(seg, lk)->guards = off;
   atomic_store(&pdshm__lockent(seg, lk)->alloc, PDSHM_LOCK_PUBLISHED);
-  pdshm__blk(seg, off)->owner = 0;
+  pdshm__blk_set_owner(pdshm__blk(seg, off), 0);
   seg->hdr->root = off;
   return 0;
 }

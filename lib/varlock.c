@@ -176,8 +176,10 @@ static int vl_claim(pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen,
     uint32_t i = (vl_hint + k) % PDSHM_VL_SLOT_HOLDS, idle = PDSHM_VL_IDLE;
     struct pdshm_vl_hold *e = vl_rec(seg, seg->slot, i);
     if (atomic_load_explicit(&e->state, memory_order_relaxed) != idle) continue;
+    /* acquire: the thread of ours that let the record go (a release store
+     * of IDLE) wrote var and gen before; ours come after */
     if (!atomic_compare_exchange_strong_explicit(&e->state, &idle, PDSHM_VL_CLAIMED,
-                                                 memory_order_relaxed, memory_order_relaxed))
+                                                 memory_order_acquire, memory_order_relaxed))
       continue;
     e->var = pdshm__off(seg, r);
     e->gen = gen;
