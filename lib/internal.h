@@ -174,7 +174,10 @@ int pdshm__chain_walk(const pdshm_seg *seg, const struct pdshm_walker *w, pdshm_
 /* ---- errors.c ------------------------------------------------------------- */
 /* Records the detail pdshm_last_error() returns, and returns err. */
 int pdshm__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void pdshm__fail_clear(void);
+/* Whether, and how, this thread's last call failed (errors.c; 0: it did
+ * not).  Every entry point clears it first, inline: it is on every path. */
+extern PDSHM_TLS_HOT unsigned char pdshm__errors_state;
+static inline void pdshm__fail_clear(void) { pdshm__errors_state = 0; }
 
 /* ---- clock.c -------------------------------------------------------------- */
 /* The time on `clock` (CLOCK_MONOTONIC, CLOCK_REALTIME), in nanoseconds. */
@@ -186,15 +189,57 @@ extern _Atomic uint64_t pdshm__forkgen; /* bumped in every fork child           
 void pdshm__seg_list_atfork(void);
 void pdshm__seg_list_add(pdshm_seg *seg);    /* at the end of create, attach  */
 void pdshm__seg_list_remove(pdshm_seg *seg); /* at the start of detach        */
+/* Bumped whenever an attachment comes or goes, and in a fork child (after
+ * pdshm__forkgen), so that the thread's last answer of pdshm__seg_of can
+ * tell it may be stale. */
+extern _Atomic uint64_t pdshm__seg_list_gen;
+/* This thread's last answer of pdshm__seg_find: valid while the list's
+ * generation is still gen (then seg is on the list, so not detached). */
+struct pdshm_seg_last {
+  pdshm_seg *seg;
+  uint64_t gen;
+};
+extern PDSHM_TLS_HOT struct pdshm_seg_last pdshm__seg_last;
+/* The attachment whose address range holds p, looked up in the list under
+ * its mutex (and remembered in pdshm__seg_last), or NULL. */
+pdshm_seg *pdshm__seg_find(const void *p);
 /* The attachment whose address range holds p (a variable pointer), or NULL;
- * p is compared, never read. */
-pdshm_seg *pdshm__seg_of(const void *p);
+ * p is compared, never read.  The thread's last answer is tried first, its
+ * generation before its handle is read: no lock, no call on the common path. */
+static inline pdshm_seg *pdshm__seg_of(const void *p) {
+  const uint8_t *b = p;
+  const struct pdshm_seg_last *last = &pdshm__seg_last;
+  if (__builtin_expect(
+          last->seg &&
+              last->gen == atomic_load_explicit(&pdshm__seg_list_gen, memory_order_acquire) &&
+              b >= last->seg->base && b < last->seg->base + last->seg->size,
+          1))
+    return last->seg;
+  return pdshm__seg_find(p);
+}
 
 /* ---- seg_state.c ----------------------------------------------------------- */
+/* The handle is this process's: not NULL, not inherited across fork(). */
+static inline bool pdshm__seg_ok(const pdshm_seg *seg) {
+  return seg && seg->forkgen == atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
+}
+/* ... and may mutate the segment: not read-only, not poisoned (the header
+ * is read only once the handle is known to be mapped here). */
+static inline bool pdshm__seg_ok_write(const pdshm_seg *seg) {
+  return pdshm__seg_ok(seg) && !(seg->flags & PDSHM_RDONLY) &&
+         !atomic_load_explicit(&seg->hdr->poisoned, memory_order_acquire);
+}
+/* Why pdshm__seg_ok, or pdshm__seg_ok_write, is false: the error, set. */
+int pdshm__seg_unusable(const pdshm_seg *seg);
+int pdshm__seg_unwritable(const pdshm_seg *seg);
 /* 0, or PDSHM_EFORKED in a child of the process that attached, or EINVAL. */
-int pdshm__seg_usable(const pdshm_seg *seg);
+static inline int pdshm__seg_usable(const pdshm_seg *seg) {
+  return __builtin_expect(pdshm__seg_ok(seg), 1) ? 0 : pdshm__seg_unusable(seg);
+}
 /* 0, or EROFS / EFORKED / ENOTRECOVERABLE: may this handle mutate the segment? */
-int pdshm__seg_writable(const pdshm_seg *seg);
+static inline int pdshm__seg_writable(const pdshm_seg *seg) {
+  return __builtin_expect(pdshm__seg_ok_write(seg), 1) ? 0 : pdshm__seg_unwritable(seg);
+}
 
 /* ---- seg_inherit.c --------------------------------------------------------- */
 /* In a fork child (atfork handler): swaps the inherited descriptor for one of

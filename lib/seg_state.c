@@ -1,7 +1,9 @@
 /*
  * seg_state.c - what every entry point asks of an attachment before it
  * touches the segment: is the handle this process's (not inherited across
- * fork()), and may it write (not read-only, not poisoned)?
+ * fork()), and may it write (not read-only, not poisoned)?  The checks are
+ * inline (internal.h: pdshm__seg_ok, pdshm__seg_ok_write), on every entry
+ * point's path; here are the errors when they fail.
  *
  * Owns nothing: it reads the handle (pdshm_seg), pdshm__forkgen
  * (seg_list.c) and the header's poisoned flag (lock.c sets it).
@@ -10,7 +12,7 @@
 
 #include "internal.h"
 
-int pdshm__seg_usable(const pdshm_seg *seg) {
+int pdshm__seg_unusable(const pdshm_seg *seg) {
   if (!seg) return pdshm__fail(PDSHM_EINVAL, "NULL segment handle");
   if (seg->forkgen != atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed))
     return pdshm__fail(PDSHM_EFORKED, "segment \"%s\" was attached by the parent process",
@@ -18,8 +20,8 @@ int pdshm__seg_usable(const pdshm_seg *seg) {
   return 0;
 }
 
-int pdshm__seg_writable(const pdshm_seg *seg) {
-  int rc = pdshm__seg_usable(seg);
+int pdshm__seg_unwritable(const pdshm_seg *seg) {
+  int rc = pdshm__seg_unusable(seg);
   if (rc) return rc;
   if (seg->flags & PDSHM_RDONLY)
     return pdshm__fail(PDSHM_EROFS, "segment \"%s\" is attached read-only", seg->name);
