@@ -189,57 +189,12 @@ extern _Atomic uint64_t pdshm__forkgen; /* bumped in every fork child           
 void pdshm__seg_list_atfork(void);
 void pdshm__seg_list_add(pdshm_seg *seg);    /* at the end of create, attach  */
 void pdshm__seg_list_remove(pdshm_seg *seg); /* at the start of detach        */
-/* Bumped whenever an attachment comes or goes, and in a fork child (after
- * pdshm__forkgen), so that the thread's last answer of pdshm__seg_of can
- * tell it may be stale. */
-extern _Atomic uint64_t pdshm__seg_list_gen;
-/* This thread's last answer of pdshm__seg_find: valid while the list's
- * generation is still gen (then seg is on the list, so not detached). */
-struct pdshm_seg_last {
-  pdshm_seg *seg;
-  uint64_t gen;
-};
-extern PDSHM_TLS_HOT struct pdshm_seg_last pdshm__seg_last;
-/* The attachment whose address range holds p, looked up in the list under
- * its mutex (and remembered in pdshm__seg_last), or NULL. */
-pdshm_seg *pdshm__seg_find(const void *p);
-/* The attachment whose address range holds p (a variable pointer), or NULL;
- * p is compared, never read.  The thread's last answer is tried first, its
- * generation before its handle is read: no lock, no call on the common path. */
-static inline pdshm_seg *pdshm__seg_of(const void *p) {
-  const uint8_t *b = p;
-  const struct pdshm_seg_last *last = &pdshm__seg_last;
-  if (__builtin_expect(
-          last->seg &&
-              last->gen == atomic_load_explicit(&pdshm__seg_list_gen, memory_order_acquire) &&
-              b >= last->seg->base && b < last->seg->base + last->seg->size,
-          1))
-    return last->seg;
-  return pdshm__seg_find(p);
-}
+/* The attachment a pointer is in, looked up: seg_list.h (inline). */
+#include "seg_list.h"
 
 /* ---- seg_state.c ----------------------------------------------------------- */
-/* The handle is this process's: not NULL, not inherited across fork(). */
-static inline bool pdshm__seg_ok(const pdshm_seg *seg) {
-  return seg && seg->forkgen == atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
-}
-/* ... and may mutate the segment: not read-only, not poisoned (the header
- * is read only once the handle is known to be mapped here). */
-static inline bool pdshm__seg_ok_write(const pdshm_seg *seg) {
-  return pdshm__seg_ok(seg) && !(seg->flags & PDSHM_RDONLY) &&
-         !atomic_load_explicit(&seg->hdr->poisoned, memory_order_acquire);
-}
-/* Why pdshm__seg_ok, or pdshm__seg_ok_write, is false: the error, set. */
-int pdshm__seg_unusable(const pdshm_seg *seg);
-int pdshm__seg_unwritable(const pdshm_seg *seg);
-/* 0, or PDSHM_EFORKED in a child of the process that attached, or EINVAL. */
-static inline int pdshm__seg_usable(const pdshm_seg *seg) {
-  return __builtin_expect(pdshm__seg_ok(seg), 1) ? 0 : pdshm__seg_unusable(seg);
-}
-/* 0, or EROFS / EFORKED / ENOTRECOVERABLE: may this handle mutate the segment? */
-static inline int pdshm__seg_writable(const pdshm_seg *seg) {
-  return __builtin_expect(pdshm__seg_ok_write(seg), 1) ? 0 : pdshm__seg_unwritable(seg);
-}
+/* The checks every entry point makes: seg_state.h (inline). */
+#include "seg_state.h"
 
 /* ---- seg_inherit.c --------------------------------------------------------- */
 /* In a fork child (atfork handler): swaps the inherited descriptor for one of

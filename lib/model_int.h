@@ -147,19 +147,19 @@ void pdshm__var_free_unreachable(pdshm_seg *seg, struct pdshm_lane_ctx *ln,
 static inline pdshm_seg *pdshm__var_attached(const pdshm_var *v, int *rc);
 /* The same, writable: also EROFS, ENOTRECOVERABLE. */
 static inline pdshm_seg *pdshm__var_seg(const pdshm_var *v, int *rc);
-/* Their slow path, out of line: the same checks, each with its error. */
-pdshm_seg *pdshm__var_seg_slow(const pdshm_var *v, int *rc, bool writable);
+/* Their slow path is pdshm__seg_of_checked (seg_state.h): the same
+ * checks, each with its error. */
 
 static inline pdshm_seg *pdshm__var_attached(const pdshm_var *v, int *rc) {
   pdshm_seg *seg = v ? pdshm__seg_of(v) : NULL;
-  if (__builtin_expect(!pdshm__seg_ok(seg), 0)) return pdshm__var_seg_slow(v, rc, false);
+  if (__builtin_expect(!pdshm__seg_ok(seg), 0)) return pdshm__seg_of_checked(v, rc, false);
   *rc = 0;
   return seg;
 }
 
 static inline pdshm_seg *pdshm__var_seg(const pdshm_var *v, int *rc) {
   pdshm_seg *seg = v ? pdshm__seg_of(v) : NULL;
-  if (__builtin_expect(!pdshm__seg_ok_write(seg), 0)) return pdshm__var_seg_slow(v, rc, true);
+  if (__builtin_expect(!pdshm__seg_ok_write(seg), 0)) return pdshm__seg_of_checked(v, rc, true);
   *rc = 0;
   return seg;
 }

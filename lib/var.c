@@ -24,17 +24,6 @@
 
 static const uint8_t *var_base(const struct pdshm_var_rec *r) { return (const uint8_t *)r - r->self; }
 
-/* The checks of pdshm__var_seg (writable) or pdshm__var_attached again,
- * each with its error: NULL v, in no attachment, the attachment's check.
- * v is not read. */
-pdshm_seg *pdshm__var_seg_slow(const pdshm_var *v, int *rc, bool writable) {
-  pdshm_seg *seg = v ? pdshm__seg_of(v) : NULL;
-  if (!v) *rc = pdshm__fail(PDSHM_EINVAL, "NULL variable");
-  else if (!seg) *rc = pdshm__fail(PDSHM_EINVAL, "variable is in no attachment of this process");
-  else *rc = writable ? pdshm__seg_writable(seg) : pdshm__seg_usable(seg);
-  return *rc ? NULL : seg;
-}
-
 /* ---- creation ------------------------------------------------------------------- */
 
 /* Under x's journal: a new variable named (name, len) in x. */
