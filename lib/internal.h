@@ -345,8 +345,8 @@ int pdshm__journal_repair_lock(pdshm_seg *seg, uint32_t i);
 void pdshm__journal_init_process(void);
 
 /* ---- lane.c ---------------------------------------------------------------- */
-struct pdshm_lane_ctx *pdshm__lane_get(pdshm_seg *seg);
-void pdshm__lane_put(struct pdshm_lane_ctx *ln);
+/* Which lane a thread mutates through: lane.h (its common path inline). */
+#include "lane.h"
 
 /* ---- proc.c ---------------------------------------------------------------- */
 /* Slot i's OFD lock: 1 when we now hold it, 0 when somebody else does,
