@@ -237,8 +237,12 @@ void pdshm__futex_wake(_Atomic uint32_t *word, _Atomic uint32_t *waiters);
  * read-modify-write, which orders it before the count's load (invariant 1)
  * without a fence. */
 void pdshm__futex_wake_after_rmw(_Atomic uint32_t *word, _Atomic uint32_t *waiters);
-/* The futex word (low 32 bits) of a 64-bit counter. */
-_Atomic uint32_t *pdshm__futex_low(_Atomic uint64_t *w64);
+/* The futex word (low 32 bits) of a little-endian 64-bit word: of a
+ * version, of a variable's lock word, of a group's state. */
+static inline _Atomic uint32_t *pdshm__futex_low(_Atomic uint64_t *w64) {
+  _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "futex words are the low halves");
+  return (_Atomic uint32_t *)(void *)w64;
+}
 /* A word with a contended bit of its own (futex.c, invariant 4): sleeps up
  * to slice_ns (>= 0) while it is `expect`, as one of the waiters of class
  * `bits`; 0 when woken or it differs, PDSHM_ETIMEDOUT after the slice. */
