@@ -8,7 +8,7 @@
  * Invariants:
  *  1. Every attachment of the process is on the list from the end of its
  *     create or attach to the start of its detach; the list changes only
- *     under seg_list_mu, and every change bumps seg_list_gen.
+ *     under seg_list_mu, and every change bumps pdshm__seg_list_gen.
  *  2. In a fork child, pdshm__forkgen is bumped before anything else, so
  *     every handle inherited from the parent answers PDSHM_EFORKED
  *     (seg_state.c), and each one is mapped again or left unmapped
