@@ -27,33 +27,32 @@ PDSHM_API const char *pdshm_err_name(int err) {
 }
 
 /* The detail of the last failure, per thread (the library never prints): in
- * the thread's block (thread.c) when errors_state says so, which is read only
- * while that block exists, so a thread's exit needs nothing from this file. */
+ * the thread's block (thread.c) when pdshm__errors_state says so, which is
+ * read only while that block exists, so a thread's exit needs nothing from
+ * this file. */
 enum errors_state {
-  ERRORS_NONE = 0,  /* the last call did not fail                          */
+  ERRORS_NONE = 0,  /* the last call did not fail (pdshm__fail_clear)      */
   ERRORS_DETAIL,    /* pdshm__self->error says why                         */
   ERRORS_NOMEM      /* it failed, and its detail had no memory to go in    */
 };
-static PDSHM_TLS_HOT unsigned char errors_state;
+PDSHM_TLS_HOT unsigned char pdshm__errors_state; /* internal.h */
 
 PDSHM_API const char *pdshm_last_error(void) {
-  if (errors_state == ERRORS_DETAIL && pdshm__self) return pdshm__self->error;
-  if (errors_state == ERRORS_NOMEM) return "(out of memory for this error's detail)";
+  if (pdshm__errors_state == ERRORS_DETAIL && pdshm__self) return pdshm__self->error;
+  if (pdshm__errors_state == ERRORS_NOMEM) return "(out of memory for this error's detail)";
   return "";
 }
-
-void pdshm__fail_clear(void) { errors_state = ERRORS_NONE; }
 
 int pdshm__fail(int err, const char *fmt, ...) {
   struct pdshm_thread *t = pdshm__thread();
   if (!t) {
-    errors_state = ERRORS_NOMEM;
+    pdshm__errors_state = ERRORS_NOMEM;
     return err;
   }
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(t->error, sizeof t->error, fmt, ap);
   va_end(ap);
-  errors_state = ERRORS_DETAIL;
+  pdshm__errors_state = ERRORS_DETAIL;
   return err;
 }

@@ -61,13 +61,6 @@ void pdshm__futex_wake_after_rmw(_Atomic uint32_t *word, _Atomic uint32_t *waite
     futex_call(word, FUTEX_WAKE, INT_MAX, NULL);
 }
 
-/* The low 32 bits of a little-endian 64-bit word: the futex word of a
- * version or of a group's state. */
-_Atomic uint32_t *pdshm__futex_low(_Atomic uint64_t *w64) {
-  _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "futex words are the low halves");
-  return (_Atomic uint32_t *)(void *)w64;
-}
-
 int pdshm__futex_wait_bits(_Atomic uint32_t *word, uint32_t expect, uint32_t bits,
                            int64_t slice_ns) {
   struct timespec ts; /* FUTEX_WAIT_BITSET's timeout is a CLOCK_MONOTONIC instant */

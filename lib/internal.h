@@ -174,7 +174,10 @@ int pdshm__chain_walk(const pdshm_seg *seg, const struct pdshm_walker *w, pdshm_
 /* ---- errors.c ------------------------------------------------------------- */
 /* Records the detail pdshm_last_error() returns, and returns err. */
 int pdshm__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void pdshm__fail_clear(void);
+/* Whether, and how, this thread's last call failed (errors.c; 0: it did
+ * not).  Every entry point clears it first, inline: it is on every path. */
+extern PDSHM_TLS_HOT unsigned char pdshm__errors_state;
+static inline void pdshm__fail_clear(void) { pdshm__errors_state = 0; }
 
 /* ---- clock.c -------------------------------------------------------------- */
 /* The time on `clock` (CLOCK_MONOTONIC, CLOCK_REALTIME), in nanoseconds. */
@@ -186,15 +189,12 @@ extern _Atomic uint64_t pdshm__forkgen; /* bumped in every fork child           
 void pdshm__seg_list_atfork(void);
 void pdshm__seg_list_add(pdshm_seg *seg);    /* at the end of create, attach  */
 void pdshm__seg_list_remove(pdshm_seg *seg); /* at the start of detach        */
-/* The attachment whose address range holds p (a variable pointer), or NULL;
- * p is compared, never read. */
-pdshm_seg *pdshm__seg_of(const void *p);
+/* The attachment a pointer is in, looked up: seg_list.h (inline). */
+#include "seg_list.h"
 
 /* ---- seg_state.c ----------------------------------------------------------- */
-/* 0, or PDSHM_EFORKED in a child of the process that attached, or EINVAL. */
-int pdshm__seg_usable(const pdshm_seg *seg);
-/* 0, or EROFS / EFORKED / ENOTRECOVERABLE: may this handle mutate the segment? */
-int pdshm__seg_writable(const pdshm_seg *seg);
+/* The checks every entry point makes: seg_state.h (inline). */
+#include "seg_state.h"
 
 /* ---- seg_inherit.c --------------------------------------------------------- */
 /* In a fork child (atfork handler): swaps the inherited descriptor for one of
@@ -237,8 +237,12 @@ void pdshm__futex_wake(_Atomic uint32_t *word, _Atomic uint32_t *waiters);
  * read-modify-write, which orders it before the count's load (invariant 1)
  * without a fence. */
 void pdshm__futex_wake_after_rmw(_Atomic uint32_t *word, _Atomic uint32_t *waiters);
-/* The futex word (low 32 bits) of a 64-bit counter. */
-_Atomic uint32_t *pdshm__futex_low(_Atomic uint64_t *w64);
+/* The futex word (low 32 bits) of a little-endian 64-bit word: of a
+ * version, of a variable's lock word, of a group's state. */
+static inline _Atomic uint32_t *pdshm__futex_low(_Atomic uint64_t *w64) {
+  _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "futex words are the low halves");
+  return (_Atomic uint32_t *)(void *)w64;
+}
 /* A word with a contended bit of its own (futex.c, invariant 4): sleeps up
  * to slice_ns (>= 0) while it is `expect`, as one of the waiters of class
  * `bits`; 0 when woken or it differs, PDSHM_ETIMEDOUT after the slice. */
@@ -345,8 +349,8 @@ int pdshm__journal_repair_lock(pdshm_seg *seg, uint32_t i);
 void pdshm__journal_init_process(void);
 
 /* ---- lane.c ---------------------------------------------------------------- */
-struct pdshm_lane_ctx *pdshm__lane_get(pdshm_seg *seg);
-void pdshm__lane_put(struct pdshm_lane_ctx *ln);
+/* Which lane a thread mutates through: lane.h (its common path inline). */
+#include "lane.h"
 
 /* ---- proc.c ---------------------------------------------------------------- */
 /* Slot i's OFD lock: 1 when we now hold it, 0 when somebody else does,

@@ -144,9 +144,22 @@ void pdshm__var_free_unreachable(pdshm_seg *seg, struct pdshm_lane_ctx *ln,
  * its address alone, or NULL with *rc and the error set: EINVAL (NULL, or in
  * no attachment), EFORKED (a handle inherited across fork()).  Every entry
  * point taking a pdshm_var * calls this (or the next) before it reads v. */
-pdshm_seg *pdshm__var_attached(const pdshm_var *v, int *rc);
-/* The same, writable: also EROFS, ENOTRECOVERABLE. */
-pdshm_seg *pdshm__var_seg(const pdshm_var *v, int *rc);
+static inline pdshm_seg *pdshm__var_attached(const pdshm_var *v, int *rc) {
+  pdshm_seg *seg = v ? pdshm__seg_of(v) : NULL;
+  if (__builtin_expect(!pdshm__seg_ok(seg), 0)) return pdshm__seg_of_checked(v, rc, false);
+  *rc = 0;
+  return seg;
+}
+
+/* The same, writable: also EROFS, ENOTRECOVERABLE.  Both check inline and
+ * leave the errors to pdshm__seg_of_checked (seg_state.h), which checks
+ * again, each way to fail with its own. */
+static inline pdshm_seg *pdshm__var_seg(const pdshm_var *v, int *rc) {
+  pdshm_seg *seg = v ? pdshm__seg_of(v) : NULL;
+  if (__builtin_expect(!pdshm__seg_ok_write(seg), 0)) return pdshm__seg_of_checked(v, rc, true);
+  *rc = 0;
+  return seg;
+}
 
 /* ---- var_live.c ---- */
 /* The lock of r's scope when r is a live variable of a live scope, else 0;

@@ -2,12 +2,13 @@
  * seg_list.c - this process's attachments: the list a fork() child walks,
  * and the lookup of the attachment a variable pointer belongs to.
  *
- * Owns: the list (process memory), pdshm__forkgen and the fork handlers.
+ * Owns: the list (process memory), pdshm__forkgen, pdshm__seg_list_gen, each
+ * thread's pdshm__seg_last and the fork handlers.
  *
  * Invariants:
  *  1. Every attachment of the process is on the list from the end of its
  *     create or attach to the start of its detach; the list changes only
- *     under seg_list_mu, and every change bumps seg_list_gen.
+ *     under seg_list_mu, and every change bumps pdshm__seg_list_gen.
  *  2. In a fork child, pdshm__forkgen is bumped before anything else, so
  *     every handle inherited from the parent answers PDSHM_EFORKED
  *     (seg_state.c), and each one is mapped again or left unmapped
@@ -21,9 +22,8 @@ _Atomic uint64_t pdshm__forkgen;
 
 static pthread_mutex_t seg_list_mu = PTHREAD_MUTEX_INITIALIZER;
 static pdshm_seg *seg_list;
-/* Bumped whenever an attachment comes or goes, and in a fork child, so that
- * cached lookups of pdshm__seg_of can tell they may be stale. */
-static _Atomic uint64_t seg_list_gen;
+_Atomic uint64_t pdshm__seg_list_gen; /* internal.h */
+PDSHM_TLS_HOT struct pdshm_seg_last pdshm__seg_last;
 
 static void seg_atfork_prepare(void) { pthread_mutex_lock(&seg_list_mu); }
 static void seg_atfork_parent(void) { pthread_mutex_unlock(&seg_list_mu); }
@@ -34,7 +34,7 @@ static void seg_atfork_parent(void) { pthread_mutex_unlock(&seg_list_mu); }
 static void seg_atfork_child(void) {
   atomic_fetch_add(&pdshm__forkgen, 1);
   for (pdshm_seg *s = seg_list; s; s = s->next) pdshm__seg_inherit(s);
-  atomic_fetch_add_explicit(&seg_list_gen, 1, memory_order_release);
+  atomic_fetch_add_explicit(&pdshm__seg_list_gen, 1, memory_order_release);
   pthread_mutex_unlock(&seg_list_mu);
 }
 
@@ -44,10 +44,10 @@ void pdshm__seg_list_atfork(void) {
 
 /* Newest first: a fork child's new attachment may be mapped over the range
  * of an inherited handle that could not be mapped again, and must win the
- * lookups of pdshm__seg_of (whose cached answers the new generation ends). */
+ * lookups of pdshm__seg_of (whose remembered answers the new generation ends). */
 void pdshm__seg_list_add(pdshm_seg *seg) {
   pthread_mutex_lock(&seg_list_mu);
-  atomic_fetch_add_explicit(&seg_list_gen, 1, memory_order_release);
+  atomic_fetch_add_explicit(&pdshm__seg_list_gen, 1, memory_order_release);
   seg->next = seg_list;
   seg_list = seg;
   pthread_mutex_unlock(&seg_list_mu);
@@ -55,7 +55,7 @@ void pdshm__seg_list_add(pdshm_seg *seg) {
 
 void pdshm__seg_list_remove(pdshm_seg *seg) {
   pthread_mutex_lock(&seg_list_mu);
-  atomic_fetch_add_explicit(&seg_list_gen, 1, memory_order_release);
+  atomic_fetch_add_explicit(&pdshm__seg_list_gen, 1, memory_order_release);
   for (pdshm_seg **p = &seg_list; *p; p = &(*p)->next)
     if (*p == seg) {
       *p = seg->next;
@@ -64,25 +64,18 @@ void pdshm__seg_list_remove(pdshm_seg *seg) {
   pthread_mutex_unlock(&seg_list_mu);
 }
 
-static PDSHM_TLS_HOT struct {
-  pdshm_seg *seg;
-  uint64_t gen;
-} seg_last;
-
 /* p is compared, never read (in a fork child the range may be unmapped).
- * The thread's last answer is tried first: no lock on the common path. */
-pdshm_seg *pdshm__seg_of(const void *p) {
+ * The answer and the generation it holds for are read under the mutex: a
+ * detach that follows bumps the generation, which ends the answer. */
+pdshm_seg *pdshm__seg_find(const void *p) {
   const uint8_t *b = p;
-  uint64_t gen = atomic_load_explicit(&seg_list_gen, memory_order_acquire);
-  pdshm_seg *s = seg_last.seg;
-  if (s && seg_last.gen == gen && b >= s->base && b < s->base + s->size) return s;
   pdshm_seg *found = NULL;
   pthread_mutex_lock(&seg_list_mu);
-  for (s = seg_list; s && !found; s = s->next)
+  for (pdshm_seg *s = seg_list; s && !found; s = s->next)
     if (b >= s->base && b < s->base + s->size) found = s;
-  gen = atomic_load_explicit(&seg_list_gen, memory_order_relaxed);
+  uint64_t gen = atomic_load_explicit(&pdshm__seg_list_gen, memory_order_relaxed);
   pthread_mutex_unlock(&seg_list_mu);
-  seg_last.seg = found;
-  seg_last.gen = gen;
+  pdshm__seg_last.seg = found;
+  pdshm__seg_last.gen = gen;
   return found;
 }

@@ -24,26 +24,6 @@
 
 static const uint8_t *var_base(const struct pdshm_var_rec *r) { return (const uint8_t *)r - r->self; }
 
-/* The attachment whose range holds v, then check(it): v is not read. */
-static inline pdshm_seg *var_lookup(const pdshm_var *v, int *rc,
-                                    int (*check)(const pdshm_seg *seg)) {
-  if (!v) {
-    *rc = pdshm__fail(PDSHM_EINVAL, "NULL variable");
-    return NULL;
-  }
-  pdshm_seg *seg = pdshm__seg_of(v);
-  *rc = seg ? check(seg) : pdshm__fail(PDSHM_EINVAL, "variable is in no attachment of this process");
-  return *rc ? NULL : seg;
-}
-
-pdshm_seg *pdshm__var_attached(const pdshm_var *v, int *rc) {
-  return var_lookup(v, rc, pdshm__seg_usable);
-}
-
-pdshm_seg *pdshm__var_seg(const pdshm_var *v, int *rc) {
-  return var_lookup(v, rc, pdshm__seg_writable);
-}
-
 /* ---- creation ------------------------------------------------------------------- */
 
 /* Under x's journal: a new variable named (name, len) in x. */

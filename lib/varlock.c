@@ -136,6 +136,18 @@ static struct pdshm_held_lock *vl_find_gen(const void *var, uint64_t vgen, bool 
 
 static struct pdshm_held_lock *vl_find(const void *var) { return vl_find_gen(var, 0, true, NULL); }
 
+/* This thread's entry for var of generation vgen, tried first at the top
+ * of the table, where the last lock taken is (locks are mostly released in
+ * the reverse order of their taking): no walk for the common unlock. */
+static struct pdshm_held_lock *vl_find_held(const void *var, uint64_t vgen) {
+  if (!vl_top) return NULL;
+  struct pdshm_held_lock *top = &pdshm__self->held[vl_top - 1];
+  if (top->var == var && top->gen == vgen &&
+      top->forkgen == atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed))
+    return top;
+  return vl_find_gen(var, vgen, false, NULL);
+}
+
 /* A free entry: the hole vl_find_gen found below vl_top, else the one at
  * vl_top.  ENOLCK when the table is full, ENOMEM when the thread's block
  * cannot be made. */
@@ -151,7 +163,10 @@ static int vl_held_free(struct pdshm_held_lock *hole, struct pdshm_held_lock **o
 
 static void vl_held_release(struct pdshm_held_lock *h) {
   memset(h, 0, sizeof *h);
-  while (vl_top && !pdshm__self->held[vl_top - 1].var) vl_top--;
+  const struct pdshm_held_lock *held = pdshm__self->held;
+  unsigned top = vl_top;
+  while (top && !held[top - 1].var) top--;
+  vl_top = top;
 }
 
 /* Invariant 5: r is still the live variable of generation gen. */
@@ -170,11 +185,14 @@ static void vl_state(struct pdshm_vl_hold *e, uint32_t st) {
   atomic_store_explicit(&e->state, st, memory_order_release);
 }
 
-/* Invariant 2: a free record of our slot, CLAIMED and naming r. */
-static int vl_claim(pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen, uint32_t *out) {
+/* Invariant 2: a free record of our slot, CLAIMED and naming r: its index
+ * in *out, the record itself in *rec. */
+static int vl_claim(pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen, uint32_t *out,
+                    struct pdshm_vl_hold **rec) {
+  struct pdshm_vl_hold *vl = vl_rec(seg, seg->slot, 0);
   for (unsigned k = 0; k < PDSHM_VL_SLOT_HOLDS; k++) {
     uint32_t i = (vl_hint + k) % PDSHM_VL_SLOT_HOLDS, idle = PDSHM_VL_IDLE;
-    struct pdshm_vl_hold *e = vl_rec(seg, seg->slot, i);
+    struct pdshm_vl_hold *e = &vl[i];
     if (atomic_load_explicit(&e->state, memory_order_relaxed) != idle) continue;
     /* acquire: the thread of ours that let the record go (a release store
      * of IDLE) wrote var and gen before; ours come after */
@@ -185,6 +203,7 @@ static int vl_claim(pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen,
     e->gen = gen;
     vl_hint = i;
     *out = i;
+    *rec = e;
     return 0;
   }
   return pdshm__fail(PDSHM_ENOLCK, "this process holds %u variable locks", PDSHM_VL_SLOT_HOLDS);
@@ -419,7 +438,7 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   if (!seg) return rc;
   struct pdshm_var_rec *r = pdshm__var_rec(v);
   uint64_t gen = r->gen;
-  struct pdshm_held_lock *hole = NULL, *held = vl_find_gen(r, gen, false, &hole);
+  struct pdshm_held_lock *hole = NULL, *held = vl_top ? vl_find_gen(r, gen, false, &hole) : NULL;
   if (held && (held->excl || exclusive))
     return pdshm__fail(PDSHM_EDEADLK, "this thread already holds the lock of \"%s\"",
                        pdshm_var_name(v));
@@ -429,12 +448,12 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   }
   if (!vl_same(seg, r, gen)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
   uint32_t ent = 0;
+  struct pdshm_vl_hold *e;
   if ((rc = vl_held_free(hole, &held))) return rc;
-  if ((rc = vl_claim(seg, r, gen, &ent))) {
+  if ((rc = vl_claim(seg, r, gen, &ent, &e))) {
     vl_held_release(held);
     return rc;
   }
-  struct pdshm_vl_hold *e = vl_rec(seg, seg->slot, ent);
   rc = exclusive ? vl_lock_excl(seg, r, gen, e) : vl_lock_shared(seg, r, gen, e);
   if (rc) {
     vl_state(e, PDSHM_VL_IDLE);
@@ -456,7 +475,7 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
   struct pdshm_var_rec *r = pdshm__var_rec(v);
   /* The hold on the variable at r now, else one on an erased one that was
    * there (invariant 7). */
-  struct pdshm_held_lock *held = vl_find_gen(r, r->gen, false, NULL);
+  struct pdshm_held_lock *held = vl_find_held(r, r->gen);
   if (!held) held = vl_find(r);
   if (!held) return pdshm__fail(PDSHM_EPERM, "this thread does not hold that variable's lock");
   if (!held->excl && --held->count) return 0;

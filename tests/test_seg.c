@@ -84,6 +84,40 @@ START_TEST(unlinked_segment_keeps_working) {
 }
 END_TEST
 
+/* The thread remembers the attachment its last variable was in; a detach
+ * ends that memory, so a variable of the detached segment is in no
+ * attachment (its pointer is compared, never read), while a variable of
+ * another attachment keeps working. */
+START_TEST(variable_of_a_detached_attachment_is_einval) {
+  const char *name_a = tu_name("gone_a"), *name_b = tu_name("gone_b");
+  pdshm_seg *a = tu_create_as(name_a, 0, 0), *b = tu_create_as(name_b, 0, 0);
+  pdshm_scope *root_a, *root_b;
+  pdshm_var *va, *vb;
+  int64_t dims[1] = {4};
+  ck_assert_int_eq(pdshm_root(a, &root_a), 0);
+  ck_assert_int_eq(pdshm_root(b, &root_b), 0);
+  ck_assert_int_eq(pdshm_var_create(root_a, "a", &va), 0);
+  ck_assert_int_eq(pdshm_var_create(root_b, "b", &vb), 0);
+  ck_assert_int_eq(pdshm_var_lock(vb, 1), 0); /* b remembered, then a */
+  ck_assert_int_eq(pdshm_var_unlock(vb), 0);
+  ck_assert_int_eq(pdshm_var_lock(va, 1), 0);
+  ck_assert_int_eq(pdshm_var_unlock(va), 0);
+  ck_assert_int_eq(pdshm_scope_release(root_a), 0);
+  ck_assert_int_eq(pdshm_detach(a), 0);
+  ck_assert_int_eq(pdshm_var_lock(va, 1), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_var_unlock(va), PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_tensor_resize(va, PDSHM_F32, 1, dims), PDSHM_EINVAL);
+  ck_assert_ptr_null(pdshm_tensor_data(va));
+  ck_assert_int_eq(pdshm_var_lock(vb, 0), 0);
+  ck_assert_int_eq(pdshm_var_unlock(vb), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(vb, PDSHM_F32, 1, dims), 0);
+  ck_assert_int_eq(pdshm_scope_release(root_b), 0);
+  ck_assert_int_eq(pdshm_detach(b), 0);
+  ck_assert_int_eq(pdshm_unlink(name_a), 0);
+  ck_assert_int_eq(pdshm_unlink(name_b), 0);
+}
+END_TEST
+
 START_TEST(null_arguments_are_einval) {
   const char *name = tu_name("nullout");
   tu_track(name);
@@ -731,6 +765,7 @@ static Suite *seg_suite(void) {
   tcase_add_test(tc, attach_missing_is_enoent);
   tcase_add_test(tc, unlink_missing_is_enoent);
   tcase_add_test(tc, unlinked_segment_keeps_working);
+  tcase_add_test(tc, variable_of_a_detached_attachment_is_einval);
   tcase_add_test(tc, null_arguments_are_einval);
   tc = tu_tcase(s, "names", 10, setup, teardown);
   tcase_add_test(tc, bad_names_are_refused);
