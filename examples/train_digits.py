@@ -82,6 +82,15 @@ def accuracy(torch, model, x, y):
         return float((model(torch.from_numpy(x)).argmax(1).numpy() == y).mean())
 
 
+def report_epoch(torch, model, epoch, loss, x_test, y_test, started):
+    """Prints an epoch's line; returns the time it was printed at."""
+    now = time.monotonic()
+    print(f"epoch {epoch:3d}  loss {loss:.4f}  "
+          f"test accuracy {accuracy(torch, model, x_test, y_test):.4f}  "
+          f"{now - started:.3f} s", flush=True)
+    return now
+
+
 def make_optimizer(args):
     import pdshm.torch as pt
     if args.optimizer == "adam":
@@ -119,12 +128,9 @@ def trainer(seg_name, rank, args):
             if rank == 0 and step % per == 0:
                 # every shard of this step is applied, and no one writes the
                 # parameters before rank 0 joins the next reduction
-                now = time.monotonic()
                 # the loss of rank 0's shares (the others may not have written theirs yet)
-                print(f"epoch {step // per:3d}  loss {losses[step - per:step, 0].mean():.4f}  "
-                      f"test accuracy {accuracy(torch, model, x_test, y_test):.4f}  "
-                      f"{now - started:.3f} s", flush=True)
-                started = now
+                started = report_epoch(torch, model, step // per, losses[step - per:step, 0].mean(),
+                                       x_test, y_test, started)
 
 
 def segment_bytes(args):
@@ -229,11 +235,8 @@ def mpi_main(args):
                 continue
             losses.append(loss.item())
             if world == 0 and step % per == 0:
-                now = time.monotonic()
-                print(f"epoch {step // per:3d}  loss {np.mean(losses[-per:]):.4f}  "
-                      f"test accuracy {accuracy(torch, model, x_test, y_test):.4f}  "
-                      f"{now - started:.3f} s", flush=True)
-                started = now
+                started = report_epoch(torch, model, step // per, np.mean(losses[-per:]),
+                                       x_test, y_test, started)
         if world == 0:
             print(f"final test accuracy {accuracy(torch, model, x_test, y_test):.4f}  "
                   f"({job.bytes_sent / max(1, len(losses)) / 1024:.1f} KiB a step over MPI "
