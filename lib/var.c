@@ -201,7 +201,7 @@ void pdshm__var_free_unreachable(pdshm_seg *seg, struct pdshm_lane_ctx *ln,
   /* Marked first: if we die after clearing the entry, the reaper's sweep
    * frees what is marked; before clearing, it redoes all of this. */
   for (unsigned i = 0; i < n; i++) {
-    pdshm__blk(seg, blocks[i])->owner = ln->tag;
+    pdshm__blk_set_owner(pdshm__blk(seg, blocks[i]), ln->tag);
     PDSHM_CRASHPOINT("var.free.mark");
   }
   atomic_store_explicit((_Atomic uint64_t *)&e->var, 0, memory_order_release);
