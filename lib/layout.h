@@ -265,7 +265,8 @@ enum pdshm_destroy_phase {
   PDSHM_DESTROY_NONE = 0,   /* nothing being destroyed                          */
   PDSHM_DESTROY_UNHOOK = 1, /* off the parent's kid list, the parent's ref
                                dropped: a journal under the parent's lock      */
-  PDSHM_DESTROY_VARS = 2,   /* every variable freed: no lock, idempotent       */
+  PDSHM_DESTROY_VARS = 2,   /* every variable freed, under the scope's own
+                               lock (no journal): idempotent                   */
   PDSHM_DESTROY_RECORD = 3  /* table, name, record and lock entry retired: a
                                journal under the scope's own lock              */
 };

@@ -303,6 +303,47 @@ START_TEST(threads_pin_while_another_resizes) {
 }
 END_TEST
 
+/* A pin (like every edit) checks the variable under its scope's lock and then
+ * relies on it: the destruction of a scope that lost its last handle, which
+ * frees its variables, must wait for that lock too, or it frees the buffer
+ * the pin is about to count (and whose bytes a collective then writes).
+ * Here the test stops the destruction at its first step (the parent's lock)
+ * once the last handle is gone, takes the scope's lock as pin_hooked does,
+ * and lets the destruction go on while it holds that lock. */
+static void *releaser(void *arg) {
+  return (void *)(intptr_t)pdshm_scope_release(arg);
+}
+
+START_TEST(scope_destruction_waits_for_the_scope_lock) {
+  pdshm_scope *local;
+  ck_assert_int_eq(pdshm_scope_new(root, NULL, &local), 0);
+  pdshm_var *v = filled(local, "t", FLOATS, 4);
+  struct pdshm_var_rec *r = (struct pdshm_var_rec *)(void *)v;
+  const pdshm_off_t buf = r->buf;
+  const uint32_t parent_lk = pdshm__scope_at(seg, root->rec)->lock;
+  ck_assert_int_eq(pdshm__lock(seg, parent_lk), 0);
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, releaser, local), 0);
+  usleep(100000); /* the handle dropped, the destruction waits for parent_lk */
+  const uint32_t lk = pdshm__var_scope_lock(seg, r);
+  ck_assert_uint_ne(lk, 0);
+  ck_assert_int_eq(pdshm__lock(seg, lk), 0);
+  ck_assert(pdshm__var_live_locked(seg, r, lk));
+  pdshm__unlock(seg, parent_lk);
+  usleep(200000); /* time enough to free the variables, were the lock no bar */
+  bool live = pdshm__var_live_locked(seg, r, lk);
+  uint64_t w = atomic_load_explicit(&pdshm__blk(seg, buf)->word, memory_order_acquire);
+  pdshm__unlock(seg, lk);
+  void *rc;
+  pthread_join(t, &rc);
+  ck_assert_int_eq((int)(intptr_t)rc, 0);
+  ck_assert_msg(live, "the variable died under its scope's lock");
+  ck_assert_msg(pdshm__blk_state(w) == PDSHM_BLK_USED, "its buffer was freed under the lock");
+  ck_assert_uint_eq(used(), base_used);
+  clean();
+}
+END_TEST
+
 /* ---- errors change nothing ------------------------------------------------------------ */
 
 START_TEST(bad_calls_change_nothing) {
@@ -705,6 +746,7 @@ static Suite *pin_suite(void) {
   tcase_add_test(tc, pin_survives_scope_release);
   tcase_add_test(tc, zero_byte_tensor_pins);
   tcase_add_test(tc, threads_pin_while_another_resizes);
+  tcase_add_test(tc, scope_destruction_waits_for_the_scope_lock);
   tc = tu_tcase(s, "errors", 30, setup, teardown);
   tcase_add_test(tc, bad_calls_change_nothing);
   tcase_add_test(tc, read_only_attachment_cannot_pin);
