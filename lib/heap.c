@@ -356,8 +356,10 @@ static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t o
   struct pdshm_blk *b = heap_blk(seg, off);
   pdshm__blk_set_owner(b, tag);
   b->type = PDSHM_T_NONE;
-  *next_of(seg, off) = cb->head;
+  /* CACHED before the link, which overwrites the payload's first word: a
+   * recount that reads the link then sees the block cached (pin_heap.c). */
   set_word(b, pdshm__blk_size(word(b)) | PDSHM_BLK_CACHED);
+  __atomic_store_n(next_of(seg, off), cb->head, __ATOMIC_RELEASE);
   PDSHM_CRASHPOINT("heap.cache.push");
   cb->head = off;
   cb->count++;

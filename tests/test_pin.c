@@ -344,6 +344,64 @@ START_TEST(scope_destruction_waits_for_the_scope_lock) {
 }
 END_TEST
 
+/* The recount of pins (the heap's repair after a death under its lock) runs
+ * while other threads free buffers with no lock: a free finding a buffer's
+ * count at 0 caches it at once (pdshm__free).  So a pinned buffer's count
+ * must never read 0 in the middle of a recount, as it did when the recount
+ * zeroed every count before counting the records again. */
+#define RECOUNTS 2000
+
+struct recount_watch {
+  pdshm_off_t buf;
+  _Atomic int stop;
+  _Atomic uint64_t looks, unpinned;
+};
+
+static void *recount_watcher(void *arg) {
+  struct recount_watch *rw = arg;
+  while (!atomic_load(&rw->stop)) {
+    if (!pdshm__tensor_pinned(seg, rw->buf)) atomic_fetch_add(&rw->unpinned, 1);
+    atomic_fetch_add(&rw->looks, 1);
+  }
+  return NULL;
+}
+
+START_TEST(a_recount_never_shows_a_pinned_buffer_unpinned) {
+  pdshm_scope *fill; /* blocks for the recount's walks to step over */
+  char name[16];
+  ck_assert_int_eq(pdshm_scope_new(root, NULL, &fill), 0);
+  for (int i = 0; i < 64; i++) {
+    snprintf(name, sizeof name, "f%d", i);
+    filled(fill, name, 64, (float)i);
+  }
+  pdshm_var *v = filled(root, "t", FLOATS, 5);
+  pdshm_pin *p;
+  ck_assert_int_eq(pdshm_tensor_pin(v, &p, NULL), 0);
+  struct recount_watch rw = {.buf = ((struct pdshm_var_rec *)(void *)v)->buf};
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, recount_watcher, &rw), 0);
+  while (!atomic_load(&rw.looks)) sched_yield();
+  for (int i = 0; i < RECOUNTS; i++) {
+    ck_assert_int_eq(pdshm__lock(seg, PDSHM_LOCK_HEAP), 0);
+    int rc = pdshm__pin_recount_locked(seg);
+    pdshm__unlock(seg, PDSHM_LOCK_HEAP);
+    ck_assert_int_eq(rc, 0);
+  }
+  atomic_store(&rw.stop, 1);
+  pthread_join(t, NULL);
+  ck_assert_msg(!atomic_load(&rw.unpinned), "%llu of %llu looks found the pinned buffer unpinned",
+                (unsigned long long)atomic_load(&rw.unpinned),
+                (unsigned long long)atomic_load(&rw.looks));
+  ck_assert_uint_eq(pdshm__tensor_pins(seg, rw.buf, NULL), 1);
+  clean();
+  ck_assert_int_eq(pdshm_tensor_unpin(p), 0);
+  ck_assert_int_eq(pdshm_scope_release(fill), 0);
+  ck_assert_int_eq(pdshm_var_erase(root, "t"), 0);
+  ck_assert_uint_eq(used(), base_used);
+  clean();
+}
+END_TEST
+
 /* ---- errors change nothing ------------------------------------------------------------ */
 
 START_TEST(bad_calls_change_nothing) {
@@ -747,6 +805,7 @@ static Suite *pin_suite(void) {
   tcase_add_test(tc, zero_byte_tensor_pins);
   tcase_add_test(tc, threads_pin_while_another_resizes);
   tcase_add_test(tc, scope_destruction_waits_for_the_scope_lock);
+  tcase_add_test(tc, a_recount_never_shows_a_pinned_buffer_unpinned);
   tc = tu_tcase(s, "errors", 30, setup, teardown);
   tcase_add_test(tc, bad_calls_change_nothing);
   tcase_add_test(tc, read_only_attachment_cannot_pin);
