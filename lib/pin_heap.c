@@ -50,7 +50,7 @@ static uint64_t ph_word(const struct pdshm_blk *b) {
 static struct pdshm_tensor_buf *ph_tbuf(const pdshm_seg *seg, pdshm_off_t at) {
   const struct pdshm_blk *b = ph_blk(seg, at);
   uint64_t w = ph_word(b);
-  if (pdshm__blk_state(w) != PDSHM_BLK_USED || b->type != PDSHM_T_TENSOR ||
+  if (pdshm__blk_state(w) != PDSHM_BLK_USED || pdshm__blk_type(b) != PDSHM_T_TENSOR ||
       pdshm__blk_size(w) < PDSHM_BLK_HDR + sizeof(struct pdshm_tensor_buf))
     return NULL;
   return PDSHM_AT(seg->base, at + PDSHM_BLK_HDR, struct pdshm_tensor_buf);
@@ -70,7 +70,7 @@ static struct pdshm_tensor_buf *ph_target(const pdshm_seg *seg, pdshm_off_t targ
 static struct pdshm_pin_rec *ph_pin(const pdshm_seg *seg, pdshm_off_t at) {
   const struct pdshm_blk *b = ph_blk(seg, at);
   uint64_t w = ph_word(b);
-  if (pdshm__blk_state(w) != PDSHM_BLK_USED || b->type != PDSHM_T_PIN ||
+  if (pdshm__blk_state(w) != PDSHM_BLK_USED || pdshm__blk_type(b) != PDSHM_T_PIN ||
       pdshm__blk_size(w) < PDSHM_BLK_HDR + sizeof(struct pdshm_pin_rec))
     return NULL;
   return PDSHM_AT(seg->base, at + PDSHM_BLK_HDR, struct pdshm_pin_rec);
@@ -82,7 +82,7 @@ static void ph_mark_free(pdshm_seg *seg, pdshm_off_t at) {
   atomic_store_explicit(&b->word, pdshm__blk_size(ph_word(b)) | PDSHM_BLK_FREE,
                         memory_order_release);
   pdshm__blk_set_owner(b, 0);
-  b->type = PDSHM_T_NONE;
+  pdshm__blk_set_type(b, PDSHM_T_NONE);
 }
 
 /* What the walks of the chain below carry (pdshm__chain_walk). */
@@ -187,7 +187,7 @@ struct ph_targets {
 /* The block at `at` is still USED of `type` (read after its payload). */
 static bool ph_still(const pdshm_seg *seg, pdshm_off_t at, unsigned type) {
   const struct pdshm_blk *b = ph_blk(seg, at);
-  return pdshm__blk_state(ph_word(b)) == PDSHM_BLK_USED && b->type == type;
+  return pdshm__blk_state(ph_word(b)) == PDSHM_BLK_USED && pdshm__blk_type(b) == type;
 }
 
 /* A record's target, read against a concurrent cache push of the record. */

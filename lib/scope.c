@@ -167,7 +167,7 @@ static bool handle_ok(pdshm_seg *seg, pdshm_off_t h, uint16_t tag) {
   if (h % PDSHM_ALIGN || h < hd->arena_off + PDSHM_BLK_HDR || h >= hd->arena_end) return false;
   struct pdshm_blk *b = pdshm__blk(seg, h);
   return pdshm__blk_state(atomic_load(&b->word)) == PDSHM_BLK_USED && pdshm__blk_owner(b) == tag &&
-         b->type == PDSHM_T_HANDLE;
+         pdshm__blk_type(b) == PDSHM_T_HANDLE;
 }
 
 int pdshm__handle_drop(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h) {

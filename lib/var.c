@@ -413,7 +413,7 @@ PDSHM_API pdshm_var *pdshm_varref_get(pdshm_seg *seg, pdshm_varref ref) {
     return NULL;
   struct pdshm_blk *b = pdshm__blk(seg, ref.off);
   if (pdshm__blk_state(atomic_load_explicit(&b->word, memory_order_acquire)) != PDSHM_BLK_USED ||
-      b->type != PDSHM_T_VAR)
+      pdshm__blk_type(b) != PDSHM_T_VAR)
     return NULL;
   struct pdshm_var_rec *r = pdshm__var_at(seg, ref.off);
   if (r->magic != PDSHM_VAR_MAGIC || r->self != ref.off || r->gen != ref.gen) return NULL;
