@@ -177,11 +177,16 @@ int pdshm__pin_sweep_slot_locked(pdshm_seg *seg, uint16_t tag) {
  * of its type once the field was read: a push stores CACHED before the link,
  * so a link read is followed by a CACHED one. */
 
-/* The sorted targets of every PIN record (ph_collect). */
+/* The sorted targets of every PIN record (ph_collect); without private
+ * memory for them (`uncounted`), each count is checked by a walk of its own
+ * instead: slower, but a repair must not fail for want of it. */
 struct ph_targets {
   pdshm_seg *seg;
   pdshm_off_t *t;
   size_t n, cap;
+  bool uncounted;
+  pdshm_off_t counting;    /* ph_count_one: the buffer counted, and its count */
+  uint64_t count;
 };
 
 /* The block at `at` is still USED of `type` (read after its payload). */
@@ -210,16 +215,27 @@ static int ph_collect(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint
     ph_untarget(pt->seg, at, p);
     return 0;
   }
+  if (pt->uncounted) return 0;
   if (pt->n == pt->cap) {
     size_t cap = pt->cap ? pt->cap * 2 : 64;
     pdshm_off_t *nt = pdshm__zalloc(cap * sizeof *nt);
-    if (!nt) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
-    if (pt->n) memcpy(nt, pt->t, pt->n * sizeof *nt);
+    if (nt && pt->n) memcpy(nt, pt->t, pt->n * sizeof *nt);
     pdshm__xfree(pt->t);
     pt->t = nt;
-    pt->cap = cap;
+    pt->cap = nt ? cap : 0;
+    pt->n = 0;
+    pt->uncounted = !nt;
+    if (!nt) return 0;
   }
   pt->t[pt->n++] = target;
+  return 0;
+}
+
+static int ph_count_one(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
+  struct ph_targets *pt = arg;
+  const struct pdshm_pin_rec *p = ph_pin(pt->seg, at);
+  (void)b, (void)w;
+  if (p && ph_pin_target(p) == pt->counting) pt->count++;
   return 0;
 }
 
@@ -228,8 +244,14 @@ static int ph_off_cmp(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* How many of the sorted targets are `target`. */
-static uint64_t ph_records_of(const struct ph_targets *pt, pdshm_off_t target) {
+/* How many PIN records target `target`. */
+static uint64_t ph_records_of(struct ph_targets *pt, pdshm_off_t target) {
+  if (pt->uncounted) {
+    pt->counting = target;
+    pt->count = 0;
+    (void)pdshm__chain_walk(pt->seg, &(struct pdshm_walker){NULL, ph_count_one, pt}, NULL);
+    return pt->count;
+  }
   size_t lo = 0, hi = pt->n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
@@ -252,8 +274,9 @@ static int ph_settle(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint6
   (void)b, (void)w;
   if (!t) return 0;
   uint64_t pins = atomic_load_explicit(&t->pins, memory_order_acquire);
+  if (!pins) return 0;
   uint64_t n = ph_records_of(pt, at + PDSHM_BLK_HDR);
-  if (pins && pins != n && ph_still(pt->seg, at, PDSHM_T_TENSOR))
+  if (pins != n && ph_still(pt->seg, at, PDSHM_T_TENSOR))
     atomic_store_explicit(&t->pins, n, memory_order_release);
   return 0;
 }
