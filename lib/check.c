@@ -180,7 +180,7 @@ static void ck_table(struct ck *c, pdshm_off_t x, const struct pdshm_scope_rec *
       ck_var(c, x, v, &t->ent[i]);
     }
   }
-  /* A dying scope's variables are freed without its lock, entry by entry
+  /* A dying scope's variables are freed entry by entry, without a journal
    * (PDSHM_DESTROY_VARS): its counts may lag. */
   if (!r->dying && (live != r->nvars || used != t->used || used * 8 > cap * pdshm__table_fill_eighths(cap)))
     ck_say(c, "scope %#llx: table counts disagree (live %llu/%llu, used %llu/%llu of %llu)",

@@ -46,7 +46,7 @@ static struct pdshm_group_rec *group_at(pdshm_seg *seg, pdshm_off_t off) {
       off + sizeof(struct pdshm_group_rec) > h->arena_end)
     return NULL;
   struct pdshm_blk *b = pdshm__blk(seg, off);
-  if (b->type != PDSHM_T_GROUP) return NULL;
+  if (pdshm__blk_type(b) != PDSHM_T_GROUP) return NULL;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, off);
   if (g->magic != PDSHM_GROUP_MAGIC || g->size == 0 || g->size > PDSHM_GROUP_MAX ||
       off + pdshm__group_bytes(g->size) > h->arena_end)

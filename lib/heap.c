@@ -270,14 +270,14 @@ static int carve(pdshm_seg *seg, pdshm_off_t off, uint64_t n, unsigned state, ui
   if (n < size) { /* invariant 2: the tail's header first */
     struct pdshm_blk *t = heap_blk(seg, off + n);
     t->prev16 = (uint32_t)(n / 16);
-    t->type = PDSHM_T_NONE;
+    pdshm__blk_set_type(t, PDSHM_T_NONE);
     pdshm__blk_set_owner(t, 0);
     set_word(t, (size - n) | PDSHM_BLK_FREE | holey);
     fix_next_prev(seg, off + n, size - n);
     PDSHM_CRASHPOINT("heap.carve.tail");
   }
   zero_if_record(seg, off, n, type);
-  b->type = (uint16_t)type;
+  pdshm__blk_set_type(b, (uint16_t)type);
   pdshm__blk_set_owner(b, owner);
   set_word(b, n | state);
   PDSHM_CRASHPOINT("heap.carve.head");
@@ -310,7 +310,7 @@ static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
   const uint64_t freed = pdshm__blk_size(word(b));
   uint64_t size = freed, holey = 0;
   set_word(b, size | PDSHM_BLK_FREE);
-  b->type = PDSHM_T_NONE;
+  pdshm__blk_set_type(b, PDSHM_T_NONE);
   pdshm__blk_set_owner(b, 0);
   PDSHM_CRASHPOINT("heap.release.free");
   pdshm_off_t next = off + size;
@@ -355,9 +355,11 @@ static pdshm_off_t *next_of(const pdshm_seg *seg, pdshm_off_t off) {
 static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t off, uint16_t tag) {
   struct pdshm_blk *b = heap_blk(seg, off);
   pdshm__blk_set_owner(b, tag);
-  b->type = PDSHM_T_NONE;
-  *next_of(seg, off) = cb->head;
+  pdshm__blk_set_type(b, PDSHM_T_NONE);
+  /* CACHED before the link, which overwrites the payload's first word: a
+   * recount that reads the link then sees the block cached (pin_heap.c). */
   set_word(b, pdshm__blk_size(word(b)) | PDSHM_BLK_CACHED);
+  __atomic_store_n(next_of(seg, off), cb->head, __ATOMIC_RELEASE);
   PDSHM_CRASHPOINT("heap.cache.push");
   cb->head = off;
   cb->count++;
@@ -371,7 +373,7 @@ static pdshm_off_t cache_pop(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigne
   cb->count--;
   PDSHM_CRASHPOINT("heap.cache.pop");
   zero_if_record(seg, off, size, type);
-  b->type = (uint16_t)type;
+  pdshm__blk_set_type(b, (uint16_t)type);
   set_word(b, size | PDSHM_BLK_USED);
   return off;
 }
@@ -415,7 +417,7 @@ void pdshm__heap_init(pdshm_seg *seg) {
     if (size > max) size = size - max < PDSHM_BLK_MIN ? max - PDSHM_BLK_MIN : max;
     struct pdshm_blk *b = heap_blk(seg, at);
     b->prev16 = (uint32_t)(prev / 16);
-    b->type = PDSHM_T_NONE;
+    pdshm__blk_set_type(b, PDSHM_T_NONE);
     pdshm__blk_set_owner(b, 0);
     set_word(b, size | PDSHM_BLK_FREE);
     bin_insert(seg, at, size);
@@ -504,7 +506,7 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
   pdshm_off_t off = payload - PDSHM_BLK_HDR;
   uint64_t w = word(heap_blk(seg, off)), size = pdshm__blk_size(w);
   if (pdshm__blk_state(w) != PDSHM_BLK_USED) return; /* freed already: never twice */
-  if (heap_blk(seg, off)->type == PDSHM_T_TENSOR && pdshm__tensor_pinned(seg, payload)) {
+  if (pdshm__blk_type(heap_blk(seg, off)) == PDSHM_T_TENSOR && pdshm__tensor_pinned(seg, payload)) {
     free_pinned(seg, payload);
     return;
   }
@@ -558,7 +560,7 @@ static int relink_block(void *arg, pdshm_off_t at, const struct pdshm_blk *cb, u
   b->prev16 = (uint32_t)(rl->prev / 16);
   if (free) { /* a death may leave these set */
     pdshm__blk_set_owner(b, 0);
-    b->type = PDSHM_T_NONE;
+    pdshm__blk_set_type(b, PDSHM_T_NONE);
     rl->run = at;
     rl->run_word = w;
   }
@@ -626,9 +628,9 @@ static int sweep_block(void *arg, pdshm_off_t at, const struct pdshm_blk *cb, ui
   unsigned st = pdshm__blk_state(w);
   if (pdshm__blk_owner(cb) != sw->tag || st == PDSHM_BLK_FREE) return 0;
   if (sw->cached_only && st != PDSHM_BLK_CACHED) return 0;
-  if (st == PDSHM_BLK_USED && (sw->keep_mask >> cb->type & 1))
+  if (st == PDSHM_BLK_USED && (sw->keep_mask >> pdshm__blk_type(cb) & 1))
     return sweep_keep(sw, at + PDSHM_BLK_HDR);
-  if (st == PDSHM_BLK_USED && cb->type == PDSHM_T_TENSOR &&
+  if (st == PDSHM_BLK_USED && pdshm__blk_type(cb) == PDSHM_T_TENSOR &&
       pdshm__tensor_pinned(sw->seg, at + PDSHM_BLK_HDR)) {
     pdshm__pin_orphan_locked(sw->seg, at + PDSHM_BLK_HDR);
     return 0;
@@ -636,7 +638,7 @@ static int sweep_block(void *arg, pdshm_off_t at, const struct pdshm_blk *cb, ui
   struct pdshm_blk *b = heap_blk(sw->seg, at);
   set_word(b, pdshm__blk_size(w) | PDSHM_BLK_FREE);
   pdshm__blk_set_owner(b, 0);
-  b->type = PDSHM_T_NONE;
+  pdshm__blk_set_type(b, PDSHM_T_NONE);
   PDSHM_CRASHPOINT("heap.sweep.freed");
   return 0;
 }

@@ -265,7 +265,8 @@ enum pdshm_destroy_phase {
   PDSHM_DESTROY_NONE = 0,   /* nothing being destroyed                          */
   PDSHM_DESTROY_UNHOOK = 1, /* off the parent's kid list, the parent's ref
                                dropped: a journal under the parent's lock      */
-  PDSHM_DESTROY_VARS = 2,   /* every variable freed: no lock, idempotent       */
+  PDSHM_DESTROY_VARS = 2,   /* every variable freed, under the scope's own
+                               lock (no journal): idempotent                   */
   PDSHM_DESTROY_RECORD = 3  /* table, name, record and lock entry retired: a
                                journal under the scope's own lock              */
 };
@@ -376,6 +377,17 @@ static inline uint16_t pdshm__blk_owner(const struct pdshm_blk *b) {
 }
 static inline void pdshm__blk_set_owner(struct pdshm_blk *b, uint16_t owner) {
   __atomic_store_n(&b->owner, owner, __ATOMIC_RELAXED);
+}
+
+/* A block's type likewise: a lane caches and hands out its own blocks with
+ * no lock while the sweeps and the recount read every block's type under the
+ * heap lock (and the liveness checks under none); what they decide from it
+ * they confirm by the word or by a lock. */
+static inline uint16_t pdshm__blk_type(const struct pdshm_blk *b) {
+  return __atomic_load_n(&b->type, __ATOMIC_RELAXED);
+}
+static inline void pdshm__blk_set_type(struct pdshm_blk *b, uint16_t type) {
+  __atomic_store_n(&b->type, type, __ATOMIC_RELAXED);
 }
 
 #endif /* PDSHM_LAYOUT_H */

@@ -232,8 +232,9 @@ static bool pin_parent_holds(const pdshm_seg *seg, const pdshm_pin *in) {
     return false;
   const struct pdshm_blk *b = pdshm__blk(seg, in->rec);
   uint64_t w = atomic_load_explicit(&b->word, memory_order_acquire);
-  if (pdshm__blk_state(w) != PDSHM_BLK_USED || b->type != PDSHM_T_PIN ||
-      b->owner != in->slot + 1 || pdshm__blk_size(w) < PDSHM_BLK_HDR + sizeof(struct pdshm_pin_rec))
+  if (pdshm__blk_state(w) != PDSHM_BLK_USED || pdshm__blk_type(b) != PDSHM_T_PIN ||
+      pdshm__blk_owner(b) != in->slot + 1 ||
+      pdshm__blk_size(w) < PDSHM_BLK_HDR + sizeof(struct pdshm_pin_rec))
     return false;
   const struct pdshm_pin_rec *r = PDSHM_AT(seg->base, in->rec, const struct pdshm_pin_rec);
   return r->target == in->target &&

@@ -166,8 +166,8 @@ static bool handle_ok(pdshm_seg *seg, pdshm_off_t h, uint16_t tag) {
   const struct pdshm_hdr *hd = seg->hdr;
   if (h % PDSHM_ALIGN || h < hd->arena_off + PDSHM_BLK_HDR || h >= hd->arena_end) return false;
   struct pdshm_blk *b = pdshm__blk(seg, h);
-  return pdshm__blk_state(atomic_load(&b->word)) == PDSHM_BLK_USED && b->owner == tag &&
-         b->type == PDSHM_T_HANDLE;
+  return pdshm__blk_state(atomic_load(&b->word)) == PDSHM_BLK_USED && pdshm__blk_owner(b) == tag &&
+         pdshm__blk_type(b) == PDSHM_T_HANDLE;
 }
 
 int pdshm__handle_drop(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h) {
@@ -525,19 +525,27 @@ static int destroy_unhook(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t
   return 0;
 }
 
-/* PDSHM_DESTROY_VARS (no lock: x is unreachable): free every variable; a
- * re-run after a death skips the entries already cleared.  One release
- * store of the next phase ends it. */
-static void destroy_vars(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
+/* PDSHM_DESTROY_VARS (x's lock): free every variable; a re-run after a death
+ * skips the entries already cleared.  x is unreachable, but a pdshm_var *
+ * into it may still be in use (the caller's race, pdshm.h): its edits and
+ * pins check the record under x's lock, and must find it a variable, buffer
+ * and all, for as long as they hold the lock (var_live.c, invariant 1).  One
+ * release store of the next phase ends it. */
+static int destroy_vars(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
   struct pdshm_scope_rec *r = scope_rec(seg, x);
   if (r->table) {
+    const uint32_t lk = r->lock;
+    int rc = pdshm__lock(seg, lk);
+    if (rc) return rc;
     struct pdshm_table *tb = PDSHM_AT(seg->base, r->table, struct pdshm_table);
     for (uint64_t i = 0; i < tb->cap; i++)
       if (tb->ent[i].var > PDSHM_TOMBSTONE) pdshm__var_free_unreachable(seg, ln, &tb->ent[i]);
+    pdshm__unlock(seg, lk);
   }
   atomic_store_explicit((_Atomic uint64_t *)&ln->rec->todo.phase, PDSHM_DESTROY_RECORD,
                         memory_order_release);
   PDSHM_CRASHPOINT("scope.destroy.vars");
+  return 0;
 }
 
 /* PDSHM_DESTROY_RECORD (x's lock): the record itself, and the queue moves
@@ -569,7 +577,7 @@ static int destroy_step(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   pdshm_off_t x = t->destroy;
   switch (t->phase) {
   case PDSHM_DESTROY_UNHOOK: return destroy_unhook(seg, ln, x);
-  case PDSHM_DESTROY_VARS: destroy_vars(seg, ln, x); return 0;
+  case PDSHM_DESTROY_VARS: return destroy_vars(seg, ln, x);
   case PDSHM_DESTROY_RECORD: return destroy_record(seg, ln, x);
   default: return pdshm__fail(PDSHM_EBADSEG, "todo phase %llu", (unsigned long long)t->phase);
   }

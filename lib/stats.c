@@ -32,8 +32,8 @@ struct stats_walk {
 static int stats_block(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
   struct stats_walk *sw = arg;
   if (pdshm__blk_state(w) != PDSHM_BLK_USED) return 0;
-  if (b->type == PDSHM_T_SCOPE) sw->st->scopes++;
-  if (b->type == PDSHM_T_VAR &&
+  if (pdshm__blk_type(b) == PDSHM_T_SCOPE) sw->st->scopes++;
+  if (pdshm__blk_type(b) == PDSHM_T_VAR &&
       pdshm__blk_size(w) >= PDSHM_BLK_HDR + sizeof(struct pdshm_var_rec)) {
     const struct pdshm_var_rec *r = pdshm__var_at(sw->seg, at + PDSHM_BLK_HDR);
     sw->st->vars++;

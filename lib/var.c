@@ -181,7 +181,7 @@ void pdshm__var_free_unreachable(pdshm_seg *seg, struct pdshm_lane_ctx *ln,
   /* Marked first: if we die after clearing the entry, the reaper's sweep
    * frees what is marked; before clearing, it redoes all of this. */
   for (unsigned i = 0; i < n; i++) {
-    pdshm__blk(seg, blocks[i])->owner = ln->tag;
+    pdshm__blk_set_owner(pdshm__blk(seg, blocks[i]), ln->tag);
     PDSHM_CRASHPOINT("var.free.mark");
   }
   atomic_store_explicit((_Atomic uint64_t *)&e->var, 0, memory_order_release);
@@ -393,7 +393,7 @@ PDSHM_API pdshm_var *pdshm_varref_get(pdshm_seg *seg, pdshm_varref ref) {
     return NULL;
   struct pdshm_blk *b = pdshm__blk(seg, ref.off);
   if (pdshm__blk_state(atomic_load_explicit(&b->word, memory_order_acquire)) != PDSHM_BLK_USED ||
-      b->type != PDSHM_T_VAR)
+      pdshm__blk_type(b) != PDSHM_T_VAR)
     return NULL;
   struct pdshm_var_rec *r = pdshm__var_at(seg, ref.off);
   if (r->magic != PDSHM_VAR_MAGIC || r->self != ref.off || r->gen != ref.gen) return NULL;

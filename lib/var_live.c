@@ -37,7 +37,8 @@ static bool block_is(const pdshm_seg *seg, pdshm_off_t payload, unsigned type, s
     return false;
   const struct pdshm_blk *b = pdshm__blk(seg, payload);
   uint64_t w = atomic_load_explicit(&((struct pdshm_blk *)b)->word, memory_order_acquire);
-  return pdshm__blk_state(w) == PDSHM_BLK_USED && b->type == type && b->owner == 0;
+  return pdshm__blk_state(w) == PDSHM_BLK_USED && pdshm__blk_type(b) == type &&
+         pdshm__blk_owner(b) == 0;
 }
 
 /* The lock of x when x is a live scope record, else 0 (never a lendable

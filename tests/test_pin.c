@@ -303,6 +303,105 @@ START_TEST(threads_pin_while_another_resizes) {
 }
 END_TEST
 
+/* A pin (like every edit) checks the variable under its scope's lock and then
+ * relies on it: the destruction of a scope that lost its last handle, which
+ * frees its variables, must wait for that lock too, or it frees the buffer
+ * the pin is about to count (and whose bytes a collective then writes).
+ * Here the test stops the destruction at its first step (the parent's lock)
+ * once the last handle is gone, takes the scope's lock as pin_hooked does,
+ * and lets the destruction go on while it holds that lock. */
+static void *releaser(void *arg) {
+  return (void *)(intptr_t)pdshm_scope_release(arg);
+}
+
+START_TEST(scope_destruction_waits_for_the_scope_lock) {
+  pdshm_scope *local;
+  ck_assert_int_eq(pdshm_scope_new(root, NULL, &local), 0);
+  pdshm_var *v = filled(local, "t", FLOATS, 4);
+  struct pdshm_var_rec *r = (struct pdshm_var_rec *)(void *)v;
+  const pdshm_off_t buf = r->buf;
+  const uint32_t parent_lk = pdshm__scope_at(seg, root->rec)->lock;
+  ck_assert_int_eq(pdshm__lock(seg, parent_lk), 0);
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, releaser, local), 0);
+  usleep(100000); /* the handle dropped, the destruction waits for parent_lk */
+  const uint32_t lk = pdshm__var_scope_lock(seg, r);
+  ck_assert_uint_ne(lk, 0);
+  ck_assert_int_eq(pdshm__lock(seg, lk), 0);
+  ck_assert(pdshm__var_live_locked(seg, r, lk));
+  pdshm__unlock(seg, parent_lk);
+  usleep(200000); /* time enough to free the variables, were the lock no bar */
+  bool live = pdshm__var_live_locked(seg, r, lk);
+  uint64_t w = atomic_load_explicit(&pdshm__blk(seg, buf)->word, memory_order_acquire);
+  pdshm__unlock(seg, lk);
+  void *rc;
+  pthread_join(t, &rc);
+  ck_assert_int_eq((int)(intptr_t)rc, 0);
+  ck_assert_msg(live, "the variable died under its scope's lock");
+  ck_assert_msg(pdshm__blk_state(w) == PDSHM_BLK_USED, "its buffer was freed under the lock");
+  ck_assert_uint_eq(used(), base_used);
+  clean();
+}
+END_TEST
+
+/* The recount of pins (the heap's repair after a death under its lock) runs
+ * while other threads free buffers with no lock: a free finding a buffer's
+ * count at 0 caches it at once (pdshm__free).  So a pinned buffer's count
+ * must never read 0 in the middle of a recount, as it did when the recount
+ * zeroed every count before counting the records again. */
+#define RECOUNTS 2000
+
+struct recount_watch {
+  pdshm_off_t buf;
+  _Atomic int stop;
+  _Atomic uint64_t looks, unpinned;
+};
+
+static void *recount_watcher(void *arg) {
+  struct recount_watch *rw = arg;
+  while (!atomic_load(&rw->stop)) {
+    if (!pdshm__tensor_pinned(seg, rw->buf)) atomic_fetch_add(&rw->unpinned, 1);
+    atomic_fetch_add(&rw->looks, 1);
+  }
+  return NULL;
+}
+
+START_TEST(a_recount_never_shows_a_pinned_buffer_unpinned) {
+  pdshm_scope *fill; /* blocks for the recount's walks to step over */
+  char name[16];
+  ck_assert_int_eq(pdshm_scope_new(root, NULL, &fill), 0);
+  for (int i = 0; i < 64; i++) {
+    snprintf(name, sizeof name, "f%d", i);
+    filled(fill, name, 64, (float)i);
+  }
+  pdshm_var *v = filled(root, "t", FLOATS, 5);
+  pdshm_pin *p;
+  ck_assert_int_eq(pdshm_tensor_pin(v, &p, NULL), 0);
+  struct recount_watch rw = {.buf = ((struct pdshm_var_rec *)(void *)v)->buf};
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, recount_watcher, &rw), 0);
+  while (!atomic_load(&rw.looks)) sched_yield();
+  for (int i = 0; i < RECOUNTS; i++) {
+    ck_assert_int_eq(pdshm__lock(seg, PDSHM_LOCK_HEAP), 0);
+    int rc = pdshm__pin_recount_locked(seg);
+    pdshm__unlock(seg, PDSHM_LOCK_HEAP);
+    ck_assert_int_eq(rc, 0);
+  }
+  atomic_store(&rw.stop, 1);
+  pthread_join(t, NULL);
+  ck_assert_msg(!atomic_load(&rw.unpinned), "%llu of %llu looks found the pinned buffer unpinned",
+                (unsigned long long)atomic_load(&rw.unpinned),
+                (unsigned long long)atomic_load(&rw.looks));
+  ck_assert_uint_eq(pdshm__tensor_pins(seg, rw.buf, NULL), 1);
+  clean();
+  ck_assert_int_eq(pdshm_tensor_unpin(p), 0);
+  ck_assert_int_eq(pdshm_scope_release(fill), 0);
+  ck_assert_int_eq(pdshm_var_erase(root, "t"), 0);
+  ck_assert_uint_eq(used(), base_used);
+  clean();
+}
+END_TEST
+
 /* ---- errors change nothing ------------------------------------------------------------ */
 
 START_TEST(bad_calls_change_nothing) {
@@ -705,6 +804,8 @@ static Suite *pin_suite(void) {
   tcase_add_test(tc, pin_survives_scope_release);
   tcase_add_test(tc, zero_byte_tensor_pins);
   tcase_add_test(tc, threads_pin_while_another_resizes);
+  tcase_add_test(tc, scope_destruction_waits_for_the_scope_lock);
+  tcase_add_test(tc, a_recount_never_shows_a_pinned_buffer_unpinned);
   tc = tu_tcase(s, "errors", 30, setup, teardown);
   tcase_add_test(tc, bad_calls_change_nothing);
   tcase_add_test(tc, read_only_attachment_cannot_pin);

@@ -21,6 +21,16 @@
  *
  * make check runs it for TORTURE_SECONDS (default 20); make torture runs
  * TORTURE_KILLS kills (default 10000).
+ *
+ * Built with --enable-tsan, a worker's ThreadSanitizer sees its own threads
+ * only: what another process did (took the heap lock after us, handed a
+ * block we freed out again, filled it, released a scope lock we then take)
+ * leaves no trace in it.  So it reports as a race one thread's earlier use
+ * of some bytes (a free list's links, a tensor or a name it wrote) and
+ * another thread's use of them now that another process owns them (a kid's
+ * name compared, another member's buffer reduced or copied into), though
+ * the two are ordered through that process.  No thread here writes a tensor
+ * another one reads on purpose.  With WORKERS set to 1 the reports vanish.
  */
 #include <pthread.h>
 #include <signal.h>
