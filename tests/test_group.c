@@ -1,5 +1,4 @@
-/* test_group.c - trainer groups (DESIGN §4): pdshm_var_wait woken by another
- * process's exclusive unlock and resize, without spinning; join's errors;
+/* test_group.c - trainer groups (DESIGN §4): join's errors;
  * a group's memory back after its last member leaves or is reaped; barriers
  * over thousands of rounds among 4 processes; allreduce of every dtype and op
  * against a reference computed here, odd sizes, buffers anywhere; a mismatch
@@ -13,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -68,66 +66,6 @@ static void wait_ok(pid_t pid, struct board *b) {
   int st = tu_wait(pid);
   ck_assert_msg(st == 0, "child exited %d: %s", st, b ? b->why : "");
 }
-
-/* ---- var_wait ------------------------------------------------------------------ */
-
-static uint64_t cpu_ns(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * SEC +
-         (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
-}
-
-START_TEST(var_wait_times_out) {
-  pdshm_var *v;
-  ck_assert_int_eq(pdshm_var_create(root, "w", &v), 0);
-  uint64_t t0 = tu_now_ns(), c0 = cpu_ns();
-  ck_assert_int_eq(pdshm_var_wait(v, pdshm_var_version(v), 200000000), PDSHM_ETIMEDOUT);
-  uint64_t dt = tu_now_ns() - t0, dc = cpu_ns() - c0;
-  ck_assert_uint_ge(dt, 200000000);
-  ck_assert_msg(dc < 20000000, "waiting 200 ms took %llu ns of CPU", (unsigned long long)dc);
-  /* a version that already differs returns at once */
-  ck_assert_int_eq(pdshm_var_wait(v, pdshm_var_version(v) + 1, 0), 0);
-  ck_assert_int_eq(pdshm_var_wait(NULL, 0, 0), PDSHM_EINVAL);
-}
-END_TEST
-
-static int kid_bump(void *arg) {
-  int how = *(int *)arg;
-  pdshm_seg *s;
-  pdshm_scope *r;
-  pdshm_var *v;
-  if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r)) return 2;
-  if (!(v = pdshm_find_var(r, "w"))) return 3;
-  usleep(100000);
-  if (how == 0) {
-    if (pdshm_var_lock(v, 1) || pdshm_var_unlock(v)) return 4;
-  } else {
-    int64_t d = 1000;
-    if (pdshm_tensor_resize(v, PDSHM_F32, 1, &d)) return 5;
-  }
-  pdshm_scope_release(r);
-  pdshm_detach(s);
-  return 0;
-}
-
-static void var_wait_woken(int how) {
-  pdshm_var *v;
-  ck_assert_int_eq(pdshm_var_create(root, "w", &v), 0);
-  uint64_t seen = pdshm_var_version(v);
-  pid_t pid = tu_spawn(kid_bump, &how);
-  uint64_t t0 = tu_now_ns(), c0 = cpu_ns();
-  ck_assert_int_eq(pdshm_var_wait(v, seen, 10 * SEC), 0);
-  uint64_t dt = tu_now_ns() - t0, dc = cpu_ns() - c0;
-  ck_assert_uint_ne(pdshm_var_version(v), seen);
-  ck_assert_msg(dt < 5 * SEC, "woken after %llu ns", (unsigned long long)dt);
-  ck_assert_msg(dc < 20000000, "waiting took %llu ns of CPU", (unsigned long long)dc);
-  wait_ok(pid, NULL);
-}
-START_TEST(var_wait_woken_by_exclusive_unlock) { var_wait_woken(0); }
-END_TEST
-START_TEST(var_wait_woken_by_resize) { var_wait_woken(1); }
-END_TEST
 
 /* ---- join, leave --------------------------------------------------------------- */
 
@@ -896,9 +834,6 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("group");
   TCase *tc = tu_tcase(s, "wait", 30, setup, teardown);
-  tcase_add_test(tc, var_wait_times_out);
-  tcase_add_test(tc, var_wait_woken_by_exclusive_unlock);
-  tcase_add_test(tc, var_wait_woken_by_resize);
   tc = tu_tcase(s, "join", 30, setup, teardown);
   tcase_add_test(tc, join_errors);
   tcase_add_test(tc, memory_back_after_last_leave);
