@@ -428,10 +428,25 @@ static int ck_lock_world(pdshm_seg *seg, uint8_t *held) {
   }
 }
 
+/* The locks of the variables the model reached (varlock_check.c). */
+static int ck_varlocks(struct ck *c) {
+  size_t n = 0;
+  pdshm_off_t *vars = pdshm__zalloc(c->n * sizeof *vars);
+  if (!vars) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
+  for (size_t i = 0; i < c->n; i++)
+    if (c->b[i].reached && c->b[i].type == PDSHM_T_VAR) vars[n++] = c->b[i].off;
+  int found = pdshm__varlock_check(c->seg, vars, n, c->report);
+  pdshm__xfree(vars);
+  if (found < 0) return found;
+  c->problems += found;
+  return 0;
+}
+
 static int ck_once(pdshm_seg *seg, FILE *report, int *problems) {
   struct ck c = {.seg = seg, .report = report};
   int rc = ck_walk_blocks(&c);
   if (!rc && !c.problems) ck_model(&c);
+  if (!rc && !c.problems) rc = ck_varlocks(&c);
   if (!rc) {
     int heap = pdshm__heap_check_locked(seg, report);
     c.problems += heap > 0 ? heap : 0;

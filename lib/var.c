@@ -38,6 +38,7 @@ static int var_create_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_of
   r->magic = PDSHM_VAR_MAGIC;
   r->self = v;
   r->gen = pdshm__new_id(seg, ln);
+  atomic_store_explicit(&r->lk, pdshm__varlock_tag(r->gen), memory_order_relaxed);
   r->scope = x;
   r->name = nm;
   r->hash = hash;

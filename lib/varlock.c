@@ -6,14 +6,15 @@
  * of the process slots (layout.h), and this thread's table of held variable
  * locks (in its block, thread.c).
  *
- * The word, r->lk (the version sits beside it: one cache line):
+ * The word, r->lk (the version sits beside it: one 16-byte pair):
  *   bits  0-12  owner: slot+1 of the exclusive holder; while FROZEN, slot+1
  *               of the dead slot whose reaper recounts the readers
  *   bit  13     FROZEN: a reaper recounts the shared holders (invariant 4)
  *   bits 14-29  shared holders
  *   bit  30     RSLEEP: a reader may sleep on the word (futex.c, inv. 4)
  *   bit  31     WSLEEP: a writer may sleep on the word
- *   bits 32-63  0
+ *   bits 32-63  TAG: the variable's generation (pdshm__varlock_tag), set when
+ *               the record is made and never changed (invariant 5)
  * The low half is the futex word.  A waiter sets its class's bit before it
  * sleeps, as a writer or a reader (a futex bitset).  Whoever takes away what
  * waiters wait for clears the bits in the same read-modify-write and, for
@@ -38,15 +39,14 @@
  *     state its taker stored before it.
  *  3. A dead exclusive holder: its word names its slot.  Its reaper (found
  *     by a waiter that saw the owner's slot dead between sleeps, which then
- *     reaps) clears the owner of the live variable at the address of each
- *     EXCL record of that slot (of any generation: a take's CAS may have
- *     landed on a record reused since, invariant 5), by CAS from exactly
- *     that owner: only that slot ever wrote its number there, so the word
- *     alone tells whether the take's CAS happened.  No journal runs under
- *     a variable lock (resize journals under the scope's lock, whose own
- *     repair finishes it), so there is nothing more to repair: the next
- *     taker gets the lock, the data as the dead holder left it, and the
- *     version it had.
+ *     reaps) clears the owner of the variable each EXCL record of that slot
+ *     names, when that variable is still of the record's generation, by CAS
+ *     from exactly that owner and TAG: only that slot ever wrote its number
+ *     there, so the word alone tells whether the take's CAS happened.  No
+ *     journal runs under a variable lock (resize journals under the scope's
+ *     lock, whose own repair finishes it), so there is nothing more to
+ *     repair: the next taker gets the lock, the data as the dead holder left
+ *     it, and the version it had.
  *  4. A dead shared holder: whether its CAS happened is not known from the
  *     word (others change it too), so nothing guesses.  Its reaper freezes
  *     the word (FROZEN, owner = the dead slot+1; takers and releasers that
@@ -58,16 +58,19 @@
  *     while the word is frozen leaves its dead slot's records in place; the
  *     next reaper of that slot takes the freeze over (or anyone's, whose
  *     slot nobody holds any more) and recounts.
- *  5. A variable erased while held or waited for: the record is checked
- *     (vl_same) before each take, before each sleep and after each CAS that
- *     took; a take whose CAS landed on a record reused since undoes it (or,
- *     the word frozen meanwhile, leaves it to the recount, which waits for
- *     TAKING records of that address, any generation) and returns ESTALE.
- *     Unlock touches the word only while the record is still the variable
- *     it locked; of an erased one it drops the records alone.  What remains
- *     is the caller's race the header describes: an unlock whose variable
- *     is erased and its record made again between the unlock's generation
- *     check and its CAS, a few instructions.
+ *  5. A variable erased while held or waited for, its record freed and
+ *     perhaps made again as another variable: every change to the word is a
+ *     compare-and-swap from a value read with this variable's TAG, so a lock,
+ *     unlock, undo, reap, freeze or thaw through a stale record changes
+ *     nobody else's word (a new variable's word has another TAG; a block
+ *     reused for anything else would have to hold, at that place, the very
+ *     value read).  The exclusive release swaps the word and the version in
+ *     one 16-byte compare-and-swap (cpu.h), so the bump cannot land on a
+ *     successor either.  A shared release never takes a share the word does
+ *     not count (readers 0).  A take whose CAS landed on a variable erased
+ *     since undoes it (a CAS against the same TAG: after a reuse there is
+ *     nothing of ours to undo) and returns ESTALE; so does any call that
+ *     reads another TAG.
  *  6. Writer preference: a writer waiting for readers to drain marks
  *     lk_wwait with its slot and epoch, and new readers back off for a
  *     bounded time, and not at all once that slot is dead or taken again (a
@@ -87,18 +90,10 @@
 #include <time.h>
 
 #include "model_int.h"
+#include "varlock.h"
 
-#define VL_OWNER 0x1fffull
-#define VL_FROZEN (1ull << 13)
-#define VL_READER (1ull << 14)
-#define VL_READERS (0xffffull << 14)
-#define VL_RSLEEP (1ull << 30)
-#define VL_WSLEEP (1ull << 31)
-#define VL_BUSY (VL_OWNER | VL_FROZEN) /* what blocks a shared take        */
-#define VL_SLEEPERS (VL_RSLEEP | VL_WSLEEP)
 #define VL_AS_WRITER 1u               /* futex bitsets: a waiter's class   */
 #define VL_AS_READER 2u
-_Static_assert(PDSHM_PROCS_MAX < VL_OWNER, "an owner's slot+1 fits bits 0-12");
 
 #define VL_SPIN 1                     /* looks at the word before sleeping */
 #define VL_SLICE_MIN_NS 250000ll      /* a first sleep; then liveness is   */
@@ -233,9 +228,12 @@ struct vl_waiter {
  * out it reaps when the word names an abandoned slot (an owner, or a
  * reaper's frozen recount), or, stopped by readers alone, every
  * VL_REAP_EVERY_NS (a dead reader's share).  ESTALE when the variable is
- * gone; 0 to look at the word again. */
+ * gone (w is another's word, or the record no longer the variable); 0 to
+ * look at the word again. */
 static int vl_wait(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64_t w,
                    struct vl_waiter *wt) {
+  if (!vl_ours(w, pdshm__varlock_tag(gen)))
+    return pdshm__fail(PDSHM_ESTALE, "variable was erased");
   if (wt->round++ < VL_SPIN) {
     pdshm__cpu_relax();
     return 0;
@@ -272,6 +270,22 @@ static void vl_wake(struct pdshm_var_rec *r, uint64_t cleared, bool all_writers)
   if (cleared & VL_RSLEEP) pdshm__futex_wake_bits(f, VL_AS_READER, INT32_MAX);
 }
 
+/* Takes owner `who` (slot+1) off r's word of tag `tag`, with the sleep
+ * bits, and wakes their sleepers (every writer when all_writers); false
+ * when the word is not so held (another variable's now, or not that
+ * owner's). */
+static bool vl_release_owner(struct pdshm_var_rec *r, uint64_t tag, uint64_t who,
+                             bool all_writers) {
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  while (vl_ours(w, tag) && (w & (VL_OWNER | VL_FROZEN)) == who)
+    if (atomic_compare_exchange_weak_explicit(&r->lk, &w, w & ~(VL_OWNER | VL_SLEEPERS),
+                                              memory_order_acq_rel, memory_order_relaxed)) {
+      vl_wake(r, w, all_writers);
+      return true;
+    }
+  return false;
+}
+
 static void vl_pause(unsigned round) {
   if (round < 64) {
     pdshm__cpu_relax();
@@ -302,13 +316,13 @@ static bool vl_writer_waits(pdshm_seg *seg, struct pdshm_var_rec *r) {
 
 static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
                         struct pdshm_vl_hold *e) {
-  const uint64_t me = seg->slot + 1u;
+  const uint64_t me = seg->slot + 1u, tag = pdshm__varlock_tag(gen);
   vl_state(e, PDSHM_VL_EXCL);
   PDSHM_CRASHPOINT("varlock.excl.recorded");
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed), mark = 0;
   struct vl_waiter wt = {.as = VL_AS_WRITER};
   for (;;) {
-    if (!(w & (VL_BUSY | VL_READERS))) {
+    if (vl_ours(w, tag) && !(w & (VL_BUSY | VL_READERS))) {
       uint64_t next = w | me | (wt.slept ? VL_WSLEEP : 0);
       if (atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acquire,
                                                 memory_order_relaxed))
@@ -328,9 +342,8 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
     w = atomic_load_explicit(&r->lk, memory_order_relaxed);
   }
   PDSHM_CRASHPOINT("varlock.excl.held");
-  if (!vl_same(seg, r, gen)) { /* invariant 5: not ours to hold */
-    vl_wake(r, atomic_fetch_and_explicit(&r->lk, ~(VL_OWNER | VL_SLEEPERS), memory_order_release),
-            false);
+  if (!vl_same(seg, r, gen)) { /* invariant 5: erased since; the word is its own still */
+    vl_release_owner(r, tag, me, false);
     return pdshm__fail(PDSHM_ESTALE, "variable was erased");
   }
   if (mark || atomic_load_explicit(&r->lk_wwait, memory_order_relaxed)) /* no store when clear */
@@ -338,11 +351,15 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
   return 0;
 }
 
+/* The owner leaves and the version moves in one step (invariant 5): of an
+ * erased variable, nothing is touched. */
 static void vl_unlock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen) {
-  if (!vl_same(seg, r, gen)) return; /* erased: the word is not ours (invariant 5) */
-  atomic_fetch_add_explicit(&r->version, 1, memory_order_seq_cst);
-  PDSHM_CRASHPOINT("varlock.excl.bumped");
-  uint64_t w = atomic_fetch_and_explicit(&r->lk, ~(VL_OWNER | VL_SLEEPERS), memory_order_release);
+  const uint64_t me = seg->slot + 1u, tag = pdshm__varlock_tag(gen);
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed),
+           v = atomic_load_explicit(&r->version, memory_order_relaxed);
+  do {
+    if (!vl_ours(w, tag) || (w & (VL_OWNER | VL_FROZEN)) != me) return;
+  } while (!pdshm__cas_pair(&r->lk, &w, &v, w & ~(VL_OWNER | VL_SLEEPERS), v + 1));
   PDSHM_CRASHPOINT("varlock.excl.released");
   vl_wake(r, w, false);
   pdshm__futex_wake_after_rmw(pdshm__futex_low(&r->version), &r->vwaiters);
@@ -350,33 +367,42 @@ static void vl_unlock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen
 
 /* ---- shared ------------------------------------------------------------------------- */
 
-/* One share less: the last one clears WSLEEP and wakes a writer (only
- * writers wait for readers).  False when the word changed from *w first;
- * *w is then what it is now. */
-static bool vl_uncount(struct pdshm_var_rec *r, uint64_t *w) {
+enum vl_uncount_rc { VL_UNCOUNTED, VL_CHANGED, VL_NOT_COUNTED };
+
+/* One share less of the variable whose tag is `tag`, *w being its word as
+ * last read (not FROZEN): the last one clears WSLEEP and wakes a writer
+ * (only writers wait for readers).  VL_CHANGED when the word changed from
+ * *w first (*w is then what it is now); VL_NOT_COUNTED, touching nothing,
+ * when *w is another variable's word or counts no share (invariant 5). */
+static enum vl_uncount_rc vl_uncount(struct pdshm_var_rec *r, uint64_t *w, uint64_t tag) {
+  if (!vl_ours(*w, tag) || !(*w & VL_READERS)) return VL_NOT_COUNTED;
   uint64_t next = *w - VL_READER;
   bool last = !(next & VL_READERS);
   if (last) next &= ~VL_WSLEEP;
   if (!atomic_compare_exchange_weak_explicit(&r->lk, w, next, memory_order_acq_rel,
                                              memory_order_relaxed))
-    return false;
+    return VL_CHANGED;
   if (last) vl_wake(r, *w & VL_WSLEEP, false);
-  return true;
+  return VL_UNCOUNTED;
 }
 
-/* Invariant 5 after a counted CAS on a record reused since: takes the count
- * back, unless a recount (FROZEN) drops it anyway. */
-static void vl_uncount_stale(struct pdshm_var_rec *r) {
+/* Invariant 5 after a counted CAS on a variable erased since: takes the
+ * share back from its word, unless a recount (FROZEN) drops it anyway or
+ * the record is another variable's by now. */
+static void vl_uncount_stale(struct pdshm_var_rec *r, uint64_t tag) {
+  PDSHM_CRASHPOINT("varlock.shared.undoing");
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
-  while (!(w & VL_FROZEN) && (w & VL_READERS) && !vl_uncount(r, &w)) {
+  while (!(w & VL_FROZEN) && vl_uncount(r, &w, tag) == VL_CHANGED) {
   }
 }
 
 static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
                           struct pdshm_vl_hold *e) {
+  const uint64_t tag = pdshm__varlock_tag(gen);
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
   struct vl_waiter wt = {.as = VL_AS_READER};
   for (unsigned round = 0;; round++) {
+    if (!vl_ours(w, tag)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
     bool defer = atomic_load_explicit(&r->lk_wwait, memory_order_relaxed) &&
                  round < VL_READER_BACKOFF && vl_writer_waits(seg, r);
     if (!(w & VL_BUSY) && !defer) {
@@ -400,24 +426,28 @@ static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
   }
   PDSHM_CRASHPOINT("varlock.shared.counted");
   if (!vl_same(seg, r, gen)) {
-    vl_uncount_stale(r);
+    vl_uncount_stale(r, tag);
     return pdshm__fail(PDSHM_ESTALE, "variable was erased");
   }
   vl_state(e, PDSHM_VL_HELD);
   return 0;
 }
 
-/* Gives a share back; a frozen word waits for its recount (invariant 4). */
+/* Gives a share back; a frozen word waits for its recount (invariant 4).
+ * Of an erased variable, its word gets the share back while the record is
+ * not yet another variable's, and nothing is touched after. */
 static int vl_unlock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
                             struct pdshm_vl_hold *e) {
+  const uint64_t tag = pdshm__varlock_tag(gen);
   struct vl_waiter wt = {.round = VL_SPIN, .as = VL_AS_READER}; /* a recount: sleep at once */
   for (;;) {
-    if (!vl_same(seg, r, gen)) return 0; /* erased: nothing of ours is counted there */
     vl_state(e, PDSHM_VL_RELEASING);
     PDSHM_CRASHPOINT("varlock.shared.releasing");
     uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
     while (!(w & VL_FROZEN)) {
-      if (vl_uncount(r, &w)) {
+      enum vl_uncount_rc rc = vl_uncount(r, &w, tag);
+      if (rc == VL_NOT_COUNTED) return 0;
+      if (rc == VL_UNCOUNTED) {
         PDSHM_CRASHPOINT("varlock.shared.uncounted");
         return 0;
       }
@@ -495,33 +525,20 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
 
 /* ---- the reaper ------------------------------------------------------------------------ */
 
-/* The live variable at offset off, of any generation, or NULL. */
-static struct pdshm_var_rec *vl_var_at(pdshm_seg *seg, pdshm_off_t off) {
-  const struct pdshm_hdr *h = seg->hdr;
-  if (off % PDSHM_ALIGN || off < h->arena_off + PDSHM_BLK_HDR ||
-      off > h->arena_end - sizeof(struct pdshm_var_rec))
-    return NULL;
-  pdshm_var *v = pdshm_varref_get(seg, (pdshm_varref){.off = off, .gen = pdshm__var_at(seg, off)->gen});
+/* The live variable a hold record names (its offset and generation), or
+ * NULL: a take's CAS changes only its own generation's word (invariant 5). */
+static struct pdshm_var_rec *vl_var_of(pdshm_seg *seg, const struct pdshm_vl_hold *e) {
+  pdshm_var *v = pdshm_varref_get(seg, (pdshm_varref){.off = e->var, .gen = e->gen});
   return v ? pdshm__var_rec(v) : NULL;
-}
-
-/* Invariant 3: dead slot d's exclusive hold on r, if its CAS happened. */
-static void vl_reap_excl(struct pdshm_var_rec *r, uint32_t d) {
-  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
-  while ((w & VL_OWNER) == d + 1u && !(w & VL_FROZEN))
-    if (atomic_compare_exchange_weak_explicit(&r->lk, &w, w & ~(VL_OWNER | VL_SLEEPERS),
-                                              memory_order_acq_rel, memory_order_relaxed)) {
-      PDSHM_CRASHPOINT("varlock.reap.released");
-      vl_wake(r, w, true);
-      return;
-    }
 }
 
 /* Invariant 4: freezes r's word for dead slot d.  False when there is
  * nothing to recount: held exclusively (so no share counted), or gone. */
 static bool vl_freeze(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t d) {
+  const uint64_t tag = pdshm__varlock_tag(r->gen);
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_acquire);
   for (unsigned round = 0;; round++) {
+    if (!vl_ours(w, tag)) return false;
     uint32_t who = (uint32_t)(w & VL_OWNER);
     if (!(w & VL_FROZEN) && who) return false;
     if (w & VL_FROZEN && who == d + 1u) return true; /* our slot's reaper died here */
@@ -571,9 +588,11 @@ static void vl_recount(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t d) {
       n += vl_counts(seg, s, e, r);
     }
   }
+  const uint64_t tag = pdshm__varlock_tag(r->gen);
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed), next;
   do {
-    if ((w & (VL_FROZEN | VL_OWNER)) != (VL_FROZEN | (d + 1u))) return; /* erased meanwhile */
+    if (!vl_ours(w, tag) || (w & (VL_FROZEN | VL_OWNER)) != (VL_FROZEN | (d + 1u)))
+      return; /* erased meanwhile */
     next = (w & ~(VL_OWNER | VL_FROZEN | VL_READERS | VL_SLEEPERS)) | n * VL_READER;
   } while (!atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acq_rel,
                                                   memory_order_relaxed));
@@ -588,9 +607,11 @@ void pdshm__varlock_reap_slot(pdshm_seg *seg, uint32_t d) {
     struct pdshm_vl_hold *e = vl_rec(seg, d, i);
     uint32_t st = atomic_load_explicit(&e->state, memory_order_acquire);
     if (st == PDSHM_VL_IDLE) continue;
-    struct pdshm_var_rec *r = st == PDSHM_VL_CLAIMED ? NULL : vl_var_at(seg, e->var);
-    if (r && st == PDSHM_VL_EXCL) vl_reap_excl(r, d);
-    else if (r) vl_recount(seg, r, d);
+    struct pdshm_var_rec *r = st == PDSHM_VL_CLAIMED ? NULL : vl_var_of(seg, e);
+    if (r && st == PDSHM_VL_EXCL && vl_release_owner(r, pdshm__varlock_tag(e->gen), d + 1u, true))
+      PDSHM_CRASHPOINT("varlock.reap.released");
+    else if (r && st != PDSHM_VL_EXCL)
+      vl_recount(seg, r, d);
     vl_state(e, PDSHM_VL_IDLE);
     PDSHM_CRASHPOINT("varlock.reap.record");
   }
