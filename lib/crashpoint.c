@@ -16,13 +16,17 @@
 static _Atomic uint64_t crash_hits;   /* since the last arm                 */
 static _Atomic uint64_t crash_named;  /* hits of crash_point since the arm  */
 static uint64_t crash_at;             /* die at this hit; 0: never          */
+static int crash_signal = SIGKILL;    /* what the hit raises                */
 static const char *crash_point;       /* only count hits of this point      */
 static const char *crash_seen[CRASH_RECORD]; /* the point of each hit    */
 static char crash_env_point[128];
 
-void pdshm__crash_arm(uint64_t k, const char *name) {
+void pdshm__crash_arm(uint64_t k, const char *name) { pdshm__crash_arm_signal(k, name, SIGKILL); }
+
+void pdshm__crash_arm_signal(uint64_t k, const char *name, int sig) {
   crash_at = 0;
   crash_point = name;
+  crash_signal = sig;
   atomic_store(&crash_hits, 0);
   atomic_store(&crash_named, 0);
   crash_at = k;
@@ -41,7 +45,7 @@ void pdshm__crashpoint(const char *name) {
     if (strcmp(name, crash_point)) return;
     n = atomic_fetch_add(&crash_named, 1) + 1;
   }
-  if (crash_at && n == crash_at) raise(SIGKILL);
+  if (crash_at && n == crash_at) raise(crash_signal);
 }
 
 /* PDSHM_CRASH="K" or "NAME:N", read once at load. */

@@ -7,7 +7,9 @@
  * copy (lib/libpdshm_crash.la, built with -DPDSHM_CRASHPOINTS) counts the
  * hits and kills the process with SIGKILL at the hit it was told to
  * (pdshm__crash_arm, or PDSHM_CRASH in the environment: "K" for the K-th hit
- * of any point, "NAME:N" for the N-th hit of point NAME).
+ * of any point, "NAME:N" for the N-th hit of point NAME).  A test that must
+ * act while a process sits in a window stops it there instead
+ * (pdshm__crash_arm_signal with SIGSTOP), then continues it.
  */
 #ifndef PDSHM_CRASHPOINT_H
 #define PDSHM_CRASHPOINT_H
@@ -21,6 +23,9 @@ void pdshm__crashpoint(const char *name);
 /* Starts counting hits from zero; the process dies at hit k (0: never), or,
  * when name is not NULL, at the k-th hit of that point. */
 void pdshm__crash_arm(uint64_t k, const char *name);
+/* The same, raising sig instead of SIGKILL (SIGSTOP: the process stops in
+ * the window until it is sent SIGCONT). */
+void pdshm__crash_arm_signal(uint64_t k, const char *name, int sig);
 /* Hits since the last arm. */
 uint64_t pdshm__crash_hits(void);
 /* The point of hit i (1-based) since the last arm, NULL beyond the record. */

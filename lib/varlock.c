@@ -357,6 +357,7 @@ static void vl_unlock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen
   const uint64_t me = seg->slot + 1u, tag = pdshm__varlock_tag(gen);
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed),
            v = atomic_load_explicit(&r->version, memory_order_relaxed);
+  PDSHM_CRASHPOINT("varlock.excl.releasing");
   do {
     if (!vl_ours(w, tag) || (w & (VL_OWNER | VL_FROZEN)) != me) return;
   } while (!pdshm__cas_pair(&r->lk, &w, &v, w & ~(VL_OWNER | VL_SLEEPERS), v + 1));
