@@ -250,11 +250,14 @@ PDSHM_API const char *pdshm_scope_name(const pdshm_scope *s);
  * don't keep it.  Lookups take no lock and write nothing shared: they return
  * a variable that was, at some instant during the call, the one of that name.
  * Using a pdshm_var * that another process or thread erased meanwhile is the
- * caller's race; the edits (set_label, add_reader/writer, the first
- * pdshm_var_lock, pdshm_tensor_resize, pdshm_tensor_pin) check the record
- * under the scope's lock and return ESTALE, changing nothing, when it is no
- * longer a variable; a record already reused for a new variable is that new
- * variable (pdshm_var_ref's generation tells them apart).
+ * caller's race; the edits (set_label, add_reader/writer, pdshm_tensor_resize,
+ * pdshm_tensor_pin) check the record under the scope's lock and return
+ * ESTALE, changing nothing, when it is no longer a variable; a record already
+ * reused for a new variable is that new variable (pdshm_var_ref's generation
+ * tells them apart).  The variable locks leave no race: a lock word carries
+ * its variable's generation, so pdshm_var_lock and pdshm_var_unlock through a
+ * variable erased before or during the call never change a variable made
+ * since at the same record (see pdshm_var_lock).
  */
 /* Gets the local variable of that name, or creates it (shadowing a parent's).
  * EINVAL for a NULL or empty name; ENAMETOOLONG. */
@@ -304,8 +307,9 @@ PDSHM_API int pdshm_var_writers(const pdshm_var *v, const char **ops, int cap);
  * first lock) there is no private memory for the thread's table of held
  * locks; ENOLCK when this thread holds 256 variable locks already, the
  * process 256 (all its threads together), or the variable 65535 shared
- * holders; ESTALE when v was erased (unlock then lets go of what lock took,
- * whatever v has become).  A failure holds nothing. */
+ * holders; ESTALE when v was erased, before the call or while it waited
+ * (unlock then lets go of what lock took, whatever v has become, and touches
+ * the word of no variable made since).  A failure holds nothing. */
 PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive);
 PDSHM_API int pdshm_var_unlock(pdshm_var *v); /* EPERM when not held */
 /* Bumped by resize and by each unlock of an exclusive lock. */
