@@ -65,6 +65,9 @@ struct pdshm_held_lock {
   uint64_t forkgen;  /* pdshm__forkgen when taken: a fork child's new
                         attachment may map the segment where its parent's
                         was, and must not take the parent's holds for its own */
+  uint64_t attach_id;/* the attachment's id (pdshm_seg.id): one made after a
+                        detach may map the segment at the same address, and
+                        the detach let go of this hold already             */
   uint32_t count;    /* shared re-entries                                   */
   uint32_t ent;      /* its record in our slot's vl[] (layout.h)           */
   bool excl;
@@ -95,6 +98,10 @@ struct pdshm_thread {
 #endif
 };
 
+/* Called with a thread's block as the thread exits, before the block goes
+ * (varlock.c sets it: the variable locks the thread still holds are let
+ * go); NULL until then. */
+extern void (*_Atomic pdshm__thread_exit_hook)(struct pdshm_thread *t);
 /* This thread's block, or NULL before its first pdshm__thread() call. */
 extern PDSHM_TLS_HOT struct pdshm_thread *pdshm__self;
 /* Makes this thread's block: the slow path of pdshm__thread. */
@@ -119,6 +126,8 @@ struct pdshm_seg {
   uint32_t slot;               /* our slot, PDSHM_NOSLOT when read-only        */
   uint16_t owner_tag;          /* slot + 1, what our blocks carry in `owner`   */
   uint64_t forkgen;            /* pdshm__forkgen at attach                     */
+  uint64_t id;                 /* this process's count of attachments made so  */
+                               /* far, at this one's: never reused            */
   uint32_t pid;                /* getpid() at attach (a syscall: kept here)    */
   pthread_mutex_t reap_mu;     /* one reaper per attachment (OFD locks are     */
                                /* per descriptor, not per thread)              */
@@ -189,6 +198,10 @@ extern _Atomic uint64_t pdshm__forkgen; /* bumped in every fork child           
 void pdshm__seg_list_atfork(void);
 void pdshm__seg_list_add(pdshm_seg *seg);    /* at the end of create, attach  */
 void pdshm__seg_list_remove(pdshm_seg *seg); /* at the start of detach        */
+/* Calls fn(seg, arg) with this process's attachment of that id, under the
+ * list's mutex so that no detach frees it meanwhile; false, calling
+ * nothing, when it is detached (or was made before a fork). */
+bool pdshm__seg_list_with(uint64_t id, void (*fn)(pdshm_seg *seg, void *arg), void *arg);
 /* The attachment a pointer is in, looked up: seg_list.h (inline). */
 #include "seg_list.h"
 

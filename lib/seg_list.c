@@ -46,7 +46,9 @@ void pdshm__seg_list_atfork(void) {
  * of an inherited handle that could not be mapped again, and must win the
  * lookups of pdshm__seg_of (whose remembered answers the new generation ends). */
 void pdshm__seg_list_add(pdshm_seg *seg) {
+  static uint64_t made;
   pthread_mutex_lock(&seg_list_mu);
+  seg->id = ++made;
   atomic_fetch_add_explicit(&pdshm__seg_list_gen, 1, memory_order_release);
   seg->next = seg_list;
   seg_list = seg;
@@ -62,6 +64,15 @@ void pdshm__seg_list_remove(pdshm_seg *seg) {
       break;
     }
   pthread_mutex_unlock(&seg_list_mu);
+}
+
+bool pdshm__seg_list_with(uint64_t id, void (*fn)(pdshm_seg *seg, void *arg), void *arg) {
+  pthread_mutex_lock(&seg_list_mu);
+  pdshm_seg *s = seg_list;
+  while (s && s->id != id) s = s->next;
+  if (s) fn(s, arg);
+  pthread_mutex_unlock(&seg_list_mu);
+  return s != NULL;
 }
 
 /* p is compared, never read (in a fork child the range may be unmapped).

@@ -76,13 +76,15 @@
  *     bounded time, and not at all once that slot is dead or taken again (a
  *     writer that died waiting must not slow readers).  It reaps now and
  *     then, since a dead reader's share only goes away when someone reaps it.
- *  7. Holds are per thread: a thread unlocks what it locked.  This thread's
- *     holds are kept in a table in its block (thread.c), which answers
- *     EDEADLK and EPERM; a fork child inherits the table but none of the
- *     holds.  Entries are found by the record's address and generation,
- *     since a new variable may get an erased one's record: lock finds only a
- *     hold on the variable there now; unlock lets go of that one, else of a
- *     hold on an erased variable that was there.
+ *  7. Holds are per thread: a thread unlocks what it locked, and what it
+ *     still holds when it exits is let go then (thread.c's exit hook).  This
+ *     thread's holds are kept in a table in its block (thread.c), which
+ *     answers EDEADLK and EPERM; a fork child inherits the table but none of
+ *     the holds, and an attachment none of a detached one's (entries carry
+ *     the attachment's id).  Entries are found by the record's address and
+ *     generation, since a new variable may get an erased one's record: lock
+ *     finds only a hold on the variable there now; unlock lets go of that
+ *     one, else of a hold on an erased variable that was there.
  */
 #include "config.h"
 
@@ -111,15 +113,16 @@ static PDSHM_TLS_HOT unsigned vl_top;
 static PDSHM_TLS_HOT unsigned vl_hint;
 
 /* This thread's entry for var of generation vgen (any generation when
- * any_gen), or NULL; *hole, when asked for, gets the first free entry below
- * vl_top (or NULL) on the same walk.  Entries made before a fork are free in
- * the child. */
-static struct pdshm_held_lock *vl_find_gen(const void *var, uint64_t vgen, bool any_gen,
-                                           struct pdshm_held_lock **hole) {
+ * any_gen) in attachment seg, or NULL; *hole, when asked for, gets the first
+ * free entry below vl_top (or NULL) on the same walk.  Entries made before a
+ * fork are free in the child, and those of a detached attachment free in
+ * any later one. */
+static struct pdshm_held_lock *vl_find_gen(const pdshm_seg *seg, const void *var, uint64_t vgen,
+                                           bool any_gen, struct pdshm_held_lock **hole) {
   uint64_t gen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
   struct pdshm_held_lock *held = vl_top ? pdshm__self->held : NULL, *free = NULL;
   for (unsigned i = 0; i < vl_top; i++) {
-    if (!held[i].var || held[i].forkgen != gen) {
+    if (!held[i].var || held[i].forkgen != gen || held[i].attach_id != seg->id) {
       if (!free) free = &held[i];
     } else if (held[i].var == var && (any_gen || held[i].gen == vgen)) {
       return &held[i];
@@ -129,19 +132,24 @@ static struct pdshm_held_lock *vl_find_gen(const void *var, uint64_t vgen, bool 
   return NULL;
 }
 
-static struct pdshm_held_lock *vl_find(const void *var) { return vl_find_gen(var, 0, true, NULL); }
+static struct pdshm_held_lock *vl_find(const pdshm_seg *seg, const void *var) {
+  return vl_find_gen(seg, var, 0, true, NULL);
+}
 
 /* This thread's entry for var of generation vgen, tried first at the top
  * of the table, where the last lock taken is (locks are mostly released in
  * the reverse order of their taking): no walk for the common unlock. */
-static struct pdshm_held_lock *vl_find_held(const void *var, uint64_t vgen) {
+static struct pdshm_held_lock *vl_find_held(const pdshm_seg *seg, const void *var,
+                                            uint64_t vgen) {
   if (!vl_top) return NULL;
   struct pdshm_held_lock *top = &pdshm__self->held[vl_top - 1];
-  if (top->var == var && top->gen == vgen &&
+  if (top->var == var && top->gen == vgen && top->attach_id == seg->id &&
       top->forkgen == atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed))
     return top;
-  return vl_find_gen(var, vgen, false, NULL);
+  return vl_find_gen(seg, var, vgen, false, NULL);
 }
+
+static void vl_thread_exit(struct pdshm_thread *t);
 
 /* A free entry: the hole vl_find_gen found below vl_top, else the one at
  * vl_top.  ENOLCK when the table is full, ENOMEM when the thread's block
@@ -149,6 +157,8 @@ static struct pdshm_held_lock *vl_find_held(const void *var, uint64_t vgen) {
 static int vl_held_free(struct pdshm_held_lock *hole, struct pdshm_held_lock **out) {
   struct pdshm_thread *t = pdshm__thread();
   if (!t) return pdshm__fail(PDSHM_ENOMEM, "out of private memory for this thread's lock table");
+  if (!vl_top && !atomic_load_explicit(&pdshm__thread_exit_hook, memory_order_relaxed))
+    atomic_store(&pdshm__thread_exit_hook, vl_thread_exit);
   struct pdshm_held_lock *h = hole;
   if (!h && vl_top < PDSHM_VL_HELD_MAX) h = &t->held[vl_top++];
   if (!h) return pdshm__fail(PDSHM_ENOLCK, "this thread holds %d variable locks", PDSHM_VL_HELD_MAX);
@@ -462,6 +472,22 @@ static int vl_unlock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t ge
 
 /* ---- the API ------------------------------------------------------------------------- */
 
+/* Lets go of this thread's hold `held` in seg (its last re-entry): 0, or
+ * the error that leaves it held. */
+static int vl_let_go(pdshm_seg *seg, struct pdshm_held_lock *held) {
+  struct pdshm_var_rec *r = (struct pdshm_var_rec *)(uintptr_t)held->var;
+  struct pdshm_vl_hold *e = vl_rec(seg, seg->slot, held->ent);
+  if (held->excl) {
+    vl_unlock_excl(seg, r, held->gen);
+  } else {
+    int rc = vl_unlock_shared(seg, r, held->gen, e);
+    if (rc) return rc;
+  }
+  vl_state(e, PDSHM_VL_IDLE);
+  vl_held_release(held);
+  return 0;
+}
+
 PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   int rc;
   pdshm__fail_clear();
@@ -469,7 +495,7 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   if (!seg) return rc;
   struct pdshm_var_rec *r = pdshm__var_rec(v);
   uint64_t gen = r->gen;
-  struct pdshm_held_lock *hole = NULL, *held = vl_top ? vl_find_gen(r, gen, false, &hole) : NULL;
+  struct pdshm_held_lock *hole = NULL, *held = vl_top ? vl_find_gen(seg, r, gen, false, &hole) : NULL;
   if (held && (held->excl || exclusive))
     return pdshm__fail(PDSHM_EDEADLK, "this thread already holds the lock of \"%s\"",
                        pdshm_var_name(v));
@@ -492,7 +518,7 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
     return rc;
   }
   *held = (struct pdshm_held_lock){.var = r, .gen = gen, .count = 1, .ent = ent,
-                                   .excl = exclusive != 0,
+                                   .excl = exclusive != 0, .attach_id = seg->id,
                                    .forkgen = atomic_load_explicit(&pdshm__forkgen,
                                                                    memory_order_relaxed)};
   return 0;
@@ -506,22 +532,29 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
   struct pdshm_var_rec *r = pdshm__var_rec(v);
   /* The hold on the variable at r now, else one on an erased one that was
    * there (invariant 7). */
-  struct pdshm_held_lock *held = vl_find_held(r, r->gen);
-  if (!held) held = vl_find(r);
+  struct pdshm_held_lock *held = vl_find_held(seg, r, r->gen);
+  if (!held) held = vl_find(seg, r);
   if (!held) return pdshm__fail(PDSHM_EPERM, "this thread does not hold that variable's lock");
   if (!held->excl && --held->count) return 0;
-  struct pdshm_vl_hold *e = vl_rec(seg, seg->slot, held->ent);
-  if (held->excl)
-    vl_unlock_excl(seg, r, held->gen);
-  else
-    rc = vl_unlock_shared(seg, r, held->gen, e);
-  if (rc) { /* the share stays, and so does the hold: unlock may be called again */
+  if ((rc = vl_let_go(seg, held))) /* the share stays, and so does the hold: unlock may be called again */
     held->count = 1;
-    return rc;
+  return rc;
+}
+
+/* Invariant 7: a thread that exits lets go of the locks it still holds in
+ * attachments not detached since (a detach let go of them already); a
+ * share a recount keeps frozen past the wait stays until the detach. */
+static void vl_exit_let_go(pdshm_seg *seg, void *arg) {
+  if (!pdshm__seg_usable(seg)) (void)vl_let_go(seg, arg);
+}
+
+static void vl_thread_exit(struct pdshm_thread *t) {
+  uint64_t forkgen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
+  for (unsigned i = vl_top; i-- > 0;) {
+    struct pdshm_held_lock *h = &t->held[i];
+    if (h->var && h->forkgen == forkgen) pdshm__seg_list_with(h->attach_id, vl_exit_let_go, h);
   }
-  vl_state(e, PDSHM_VL_IDLE);
-  vl_held_release(held);
-  return 0;
+  vl_top = 0;
 }
 
 /* ---- the reaper ------------------------------------------------------------------------ */
@@ -531,6 +564,16 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
 static struct pdshm_var_rec *vl_var_of(pdshm_seg *seg, const struct pdshm_vl_hold *e) {
   pdshm_var *v = pdshm_varref_get(seg, (pdshm_varref){.off = e->var, .gen = e->gen});
   return v ? pdshm__var_rec(v) : NULL;
+}
+
+/* Invariant 3: dead slot d's exclusive hold on r (of generation gen), if
+ * its CAS happened.  Its version's waiters are woken either way: a holder
+ * that died between its release (which moved the version) and its wakes
+ * must not leave them asleep. */
+static void vl_reap_excl(struct pdshm_var_rec *r, uint64_t gen, uint32_t d) {
+  if (vl_release_owner(r, pdshm__varlock_tag(gen), d + 1u, true))
+    PDSHM_CRASHPOINT("varlock.reap.released");
+  pdshm__futex_wake(pdshm__futex_low(&r->version), &r->vwaiters);
 }
 
 /* Invariant 4: freezes r's word for dead slot d.  False when there is
@@ -609,10 +652,8 @@ void pdshm__varlock_reap_slot(pdshm_seg *seg, uint32_t d) {
     uint32_t st = atomic_load_explicit(&e->state, memory_order_acquire);
     if (st == PDSHM_VL_IDLE) continue;
     struct pdshm_var_rec *r = st == PDSHM_VL_CLAIMED ? NULL : vl_var_of(seg, e);
-    if (r && st == PDSHM_VL_EXCL && vl_release_owner(r, pdshm__varlock_tag(e->gen), d + 1u, true))
-      PDSHM_CRASHPOINT("varlock.reap.released");
-    else if (r && st != PDSHM_VL_EXCL)
-      vl_recount(seg, r, d);
+    if (r && st == PDSHM_VL_EXCL) vl_reap_excl(r, e->gen, d);
+    else if (r) vl_recount(seg, r, d);
     vl_state(e, PDSHM_VL_IDLE);
     PDSHM_CRASHPOINT("varlock.reap.record");
   }
