@@ -124,9 +124,13 @@ PDSHM_MPI_API int pdshm_mpi_host_barrier(pdshm_mpi *m, int64_t timeout_ns);
  * own tensor v in its host's segment (as for pdshm_group_allreduce: same
  * dtype and element count everywhere, same op); on return every process's
  * tensor holds op over every process's tensor.  Dtypes and ops: those of
- * pdshm_group_allreduce (F16 and BF16 cross hosts through MPI ops that
- * compute in float32; MEAN divides once, at the end, integers truncating
- * towards zero, sums that overflow an integer dtype wrap).  timeout_ns bounds
+ * pdshm_group_allreduce, with the same integer results whatever the layout
+ * (a sum wraps in the dtype; MEAN divides the wrapped sum once, at the end,
+ * truncating towards zero).  A float result may differ from one host's in
+ * the last places: each host's result is rounded into the dtype before it
+ * crosses, F16 and BF16 cross through MPI ops that compute in float32 and
+ * round each combination, and a float MEAN is the hosts' sum of each host's
+ * mean, divided by the number of hosts.  timeout_ns bounds
  * each wait in the host (< 0: none).  Errors of the first, in-host
  * reduce-scatter (those of pdshm_group_reduce_scatter: EINVAL, ETYPE,
  * ETIMEDOUT, EBADSEG, and EOWNERDEAD after a replacement took a dead member's

@@ -24,9 +24,14 @@ so that a host that failed does not leave the others waiting; (3) local rank
 i allreduces its shard of its own tensor across hosts, MPI reading and
 writing the segment's memory; (4) the group allgathers the shards into every
 local tensor.  Every process hands MPI 1/L of the bytes of a flat allreduce,
-and reads and writes about 2n elements of host memory (1: n + n/L, 4: n).  float16 and bfloat16 cross hosts as 16-bit words through
-MPI ops that compute in float32; MEAN divides once at the end (integers
-truncate towards zero), as the group's own MEAN does.
+and reads and writes about 2n elements of host memory (1: n + n/L, 4: n).
+Integer results are the same whatever the layout, as the group's own: a sum
+wraps in the dtype, MEAN divides the wrapped sum once, at the end, truncating
+towards zero.  A float result may differ from one host's in the last places:
+each host's result is rounded into the dtype before it crosses, float16 and
+bfloat16 cross as 16-bit words through MPI ops that compute in float32 and
+round each combination, and a float MEAN is the hosts' sum of each host's
+mean, divided by the number of hosts.
 
 A Job is also a group for pdshm.torch.DataParallel (.rank, .size: the local
 rank and size; .allreduce over the job; .barrier over the host): the host's
