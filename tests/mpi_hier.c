@@ -425,6 +425,7 @@ int main(int argc, char **argv) {
   open_null_fails_everywhere(argv[1]);
   int rc = pdshm_mpi_close(m);
   report(rc == 0, "close at every process: 0");
+  report(pdshm_mpi_close(NULL) == PDSHM_EINVAL, "close of NULL: EINVAL");
   reopen(argv[1]);
   errhandlers_fatal(argv[1]);
   if (world_rank == 0) printf("1..%d\n", tests);
