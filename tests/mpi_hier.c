@@ -8,9 +8,9 @@
  *     the tensor's own dtype, with sums that overflow it (they wrap, and
  *     MEAN is the wrapped sum divided once, truncating: DESIGN section 4);
  *     the floats (small integer values, so that every order of summation is
- *     exact; reduced flat in double, MEAN as a sum divided once) byte for
- *     byte but for MEAN, which rounds per step and is within a few units in
- *     the last place; and for the float dtypes, every op over values that
+ *     exact; reduced flat in double, MEAN as a sum divided once) exactly
+ *     but for MEAN, which rounds per step and is within a few units in the
+ *     last place; and for the float dtypes, every op over values that
  *     round stays within the roundings' bound of the flat result (MAX and
  *     MIN exactly);
  *  2. each process handed MPI 1/L of the tensor's bytes (none on one host);
