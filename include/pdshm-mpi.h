@@ -33,8 +33,10 @@
  * whose runtime keeps going.
  *
  * Errors: 0 or a negative PDSHM_E* code as in pdshm.h.  MPI's own failures
- * are not returned: the communicators keep MPI's default handler
- * (MPI_ERRORS_ARE_FATAL).  Every function is collective over the processes
+ * are not returned: the handle's communicators (a duplicate of the one given
+ * to pdshm_mpi_open, and the local and cross communicators split from it)
+ * have MPI's default handler, MPI_ERRORS_ARE_FATAL, whatever the handler of
+ * the communicator given.  Every function is collective over the processes
  * named with it and must be called by all of them in the same order; one
  * thread at a time uses a pdshm_mpi.  Unless a function says otherwise, a
  * failure at one process leaves the others' calls unfinished: treat it as the
@@ -78,16 +80,23 @@ typedef struct pdshm_mpi_options {
  * when it does not exist, and keeps one that does: a restarted job finds its
  * parameters there) and joins the host's group PDSHM_MPI_GROUP with the local
  * rank (taking over a rank whose holder died).  Errors: EINVAL for a NULL
- * argument or prefix, a local_size (or PDSHM_MPI_LOCAL_SIZE) that is not a
- * positive divisor of comm's size, or hosts of unequal sizes; the errors of
- * pdshm_create, pdshm_attach and pdshm_group_join.  It fails at every
- * process or at none: a process whose own steps succeeded returns the error
- * another process met (and has undone its own steps).
+ * o, out or prefix, an empty prefix, a local_size (or PDSHM_MPI_LOCAL_SIZE)
+ * that is not a positive divisor of comm's size, or hosts of unequal sizes;
+ * -ENOMEM; the errors of pdshm_create, pdshm_attach and pdshm_group_join.
+ * It fails at every process of comm or at none: a process whose own
+ * arguments and steps succeeded returns the error another process met (and
+ * has undone its own steps).  Two exceptions, at the one process: EINVAL for
+ * comm MPI_COMM_NULL (a process of no job), and EIO when MPI fails to
+ * duplicate comm (MPI_Comm_dup returns an error only under a handler of
+ * comm's that returns errors).
  */
 PDSHM_MPI_API int pdshm_mpi_open(MPI_Comm comm, const pdshm_mpi_options *o, pdshm_mpi **out);
 /* Leaves the group, detaches the segment (which stays, with its named
- * scopes), frees the communicators and the handle, also on error.  Not
- * collective.  Returns the first error of pdshm_group_leave or pdshm_detach. */
+ * scopes), frees the communicators and the handle, also on error.
+ * Collective over the job, as MPI_Comm_free of the handle's communicators
+ * is: every process closes its handle.  Returns the first error of
+ * pdshm_group_leave or pdshm_detach (this process's own); EINVAL for a NULL
+ * m (which takes part in nothing). */
 PDSHM_MPI_API int pdshm_mpi_close(pdshm_mpi *m);
 
 /* The handle's parts; each is NULL / -1 / MPI_COMM_NULL for a NULL m.  The
@@ -115,9 +124,13 @@ PDSHM_MPI_API int pdshm_mpi_host_barrier(pdshm_mpi *m, int64_t timeout_ns);
  * own tensor v in its host's segment (as for pdshm_group_allreduce: same
  * dtype and element count everywhere, same op); on return every process's
  * tensor holds op over every process's tensor.  Dtypes and ops: those of
- * pdshm_group_allreduce (F16 and BF16 cross hosts through MPI ops that
- * compute in float32; MEAN divides once, at the end, integers truncating
- * towards zero, sums that overflow an integer dtype wrap).  timeout_ns bounds
+ * pdshm_group_allreduce, with the same integer results whatever the layout
+ * (a sum wraps in the dtype; MEAN divides the wrapped sum once, at the end,
+ * truncating towards zero).  A float result may differ from one host's in
+ * the last places: each host's result is rounded into the dtype before it
+ * crosses, F16 and BF16 cross through MPI ops that compute in float32 and
+ * round each combination, and a float MEAN is the hosts' sum of each host's
+ * mean, divided by the number of hosts.  timeout_ns bounds
  * each wait in the host (< 0: none).  Errors of the first, in-host
  * reduce-scatter (those of pdshm_group_reduce_scatter: EINVAL, ETYPE,
  * ETIMEDOUT, EBADSEG, and EOWNERDEAD after a replacement took a dead member's
@@ -136,9 +149,11 @@ PDSHM_MPI_API int pdshm_mpi_allreduce(pdshm_mpi *m, pdshm_var *v, pdshm_reduce_o
  * variable of a named scope); on return every host's v holds root_host's
  * tensor (dtype, shape and bytes).  The other hosts' local rank 0 resizes v
  * first when needed; each local rank carries 1/L of the bytes.  Errors, the
- * same at every process: EINVAL for a root_host out of range, a NULL v at
- * any process, or processes of one host that passed different variables;
- * ETYPE when root's v holds no tensor; the errors of pdshm_tensor_resize;
+ * same at every process: EINVAL when any process passed a NULL v, a
+ * root_host out of range or other than the others', or another variable
+ * than the other processes of its host (on the root host or any other,
+ * whether it holds a tensor or not); ETYPE when root's v holds no tensor;
+ * the errors of pdshm_tensor_resize;
  * the group's errors as for pdshm_mpi_allreduce.  After an error the
  * receiving hosts' v may be resized, its bytes unspecified.
  */
@@ -147,8 +162,10 @@ PDSHM_MPI_API int pdshm_mpi_bcast_var(pdshm_mpi *m, pdshm_var *v, int root_host,
 /*
  * Every tensor variable of root_host's scope s, by name, into s on every
  * host (variables created or resized as needed; others left alone); s is the
- * same named scope for every process of a host.  Errors as for
- * pdshm_mpi_bcast_var, and ENOMEM for more names than fit in a message.
+ * same named scope for every process of a host (else EINVAL at every
+ * process, once a variable of s is met).  Errors as for
+ * pdshm_mpi_bcast_var (a NULL s is EINVAL), and ENOMEM for more names than
+ * fit in a message.
  */
 PDSHM_MPI_API int pdshm_mpi_bcast_scope(pdshm_mpi *m, pdshm_scope *s, int root_host,
                                         int64_t timeout_ns);

@@ -374,7 +374,9 @@ PDSHM_API int pdshm_group_barrier(pdshm_group *g, int64_t timeout_ns);
  * tensors.  The work is split between the members and done in place in the
  * segment (the buffers are pinned meanwhile).  F16 and BF16 are reduced in
  * f32; MEAN divides the sum once, at the end: integer MEAN truncates towards
- * zero, as C's division does.  Integer sums wrap around.  Dtypes: F16,
+ * zero, as C's division does.  Integer sums wrap around in the tensor's
+ * dtype, under MEAN too (the wrapped sum is divided), so that an integer
+ * result does not depend on the group's size.  Dtypes: F16,
  * BF16, F32, F64, I32, I64 (another dtype is EINVAL at every member, as is a
  * round where some members call pdshm_group_barrier, pdshm_group_reduce_scatter
  * or pdshm_group_allgather instead).  Errors as for

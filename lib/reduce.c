@@ -2,11 +2,13 @@
  * reduce.c - the element loops of pdshm_group_allreduce.
  *
  * Each dtype is reduced in an accumulator type: f32 and f64 in themselves,
- * f16 and bf16 in f32, i32 in i64 (exact for up to 2^32 members), i64 in
- * itself with wrap-around sums (added as unsigned).  A chunk of CHUNK
- * elements is accumulated in a buffer on the stack, one source at a time,
- * so that every loop is a plain stride-1 loop the compiler vectorises; MEAN
- * divides once, at the end (integers truncate towards zero).
+ * f16 and bf16 in f32, i32 and i64 in themselves with wrap-around sums
+ * (added as unsigned), as MPI's sums wrap.  A chunk of CHUNK elements is
+ * accumulated in a buffer on the stack, one source at a time, so that every
+ * loop is a plain stride-1 loop the compiler vectorises; MEAN divides once,
+ * at the end: an integer MEAN is the wrapped sum divided, truncating towards
+ * zero, so that it does not depend on how many members (or, through
+ * libpdshm-mpi, hosts) took part in the sum (DESIGN section 4).
  */
 #include "config.h"
 
@@ -25,12 +27,12 @@ static inline float f16_load(uint16_t h) { return pdshm__half_load(h); }
 static inline uint16_t f16_store(float f) { return pdshm__half_store(f); }
 static inline float f32_id(float x) { return x; }
 static inline double f64_id(double x) { return x; }
-static inline int64_t i32_load(int32_t x) { return x; }
-static inline int32_t i32_store(int64_t x) { return (int32_t)(uint32_t)(uint64_t)x; }
+static inline int32_t i32_id(int32_t x) { return x; }
 static inline int64_t i64_id(int64_t x) { return x; }
 
 #define ADD_FLOAT(a, b) ((a) + (b))
-#define ADD_WRAP(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
+#define ADD_WRAP32(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
+#define ADD_WRAP64(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
 
 /* One dtype: T the element, A the accumulator, LOAD/STORE convert, ADD sums. */
 #define REDUCE_FN(name, T, A, LOAD, STORE, ADD)                                      \
@@ -66,8 +68,8 @@ REDUCE_FN(reduce_f32, float, float, f32_id, f32_id, ADD_FLOAT)
 REDUCE_FN(reduce_f64, double, double, f64_id, f64_id, ADD_FLOAT)
 REDUCE_FN(reduce_f16_soft, uint16_t, float, f16_load, f16_store, ADD_FLOAT)
 REDUCE_FN(reduce_bf16, uint16_t, float, bf16_load, bf16_store, ADD_FLOAT)
-REDUCE_FN(reduce_i32, int32_t, int64_t, i32_load, i32_store, ADD_WRAP)
-REDUCE_FN(reduce_i64, int64_t, int64_t, i64_id, i64_id, ADD_WRAP)
+REDUCE_FN(reduce_i32, int32_t, int32_t, i32_id, i32_id, ADD_WRAP32)
+REDUCE_FN(reduce_i64, int64_t, int64_t, i64_id, i64_id, ADD_WRAP64)
 
 /* f16 with the F16C instructions, 8 conversions at a time: 30 times faster
  * than the conversions above.  Each

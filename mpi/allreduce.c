@@ -7,8 +7,11 @@
  * (pdshm_group_share):
  *  1. the host's group reduce-scatters the L tensors in place
  *     (pdshm_group_reduce_scatter; MEAN of an integer dtype as SUM, divided
- *     at the end so that it truncates as a flat MEAN does): local rank i's
- *     shard of its own tensor holds the host's result for that shard;
+ *     at the end so that the wrapped sum is divided once and truncates as a
+ *     flat MEAN does; a float MEAN as the host's mean, which keeps a 16-bit
+ *     float's sum of H means in range where a sum of H L values may not
+ *     be): local rank i's shard of its own tensor holds the host's result
+ *     for that shard;
  *  2. the hosts agree on step 1's outcome and on the call (dtype, element
  *     count, op: the group checked them only within the host) in one small
  *     MPI_Allreduce on the cross communicator, so that a host whose step

@@ -12,9 +12,16 @@
  *  3. A host's segment is created only by its local rank 0, and the others
  *     attach after a barrier of the local communicator: nobody attaches a
  *     segment still being made.
- *  4. open succeeds at every process or at none (the processes agree on the
- *     outcome last), so that no process goes on to wait in MPI for one that
- *     failed.
+ *  4. open succeeds at every process or at none (the processes agree on
+ *     their arguments first and on the outcome last), so that no process
+ *     goes on to wait in MPI for one that failed; a process with bad
+ *     arguments still takes part in the agreement.
+ *  5. The handle's communicators are its own: job is a duplicate of the
+ *     caller's (no message of ours meets one of the caller's), with MPI's
+ *     default handler MPI_ERRORS_ARE_FATAL whatever the caller's handler
+ *     is (MPI's calls here are not checked), and local and cross, split
+ *     from job, inherit that handler.  Freeing them is collective, so close
+ *     is too.
  */
 #include "config.h"
 
@@ -34,19 +41,29 @@ static int sim_local_size(const pdshm_mpi_options *o) {
   return *end || v <= 0 || v > PDSHM_GROUP_MAX ? -1 : (int)v;
 }
 
+/* Step 0 (invariant 4): rc, this process's failure so far, or EINVAL for
+ * its arguments; the job's most negative, the same at every process.  *sim
+ * is the simulated local size (0: none). */
+static int agree_args(MPI_Comm job, int rc, const pdshm_mpi_options *o, pdshm_mpi **out,
+                      int *sim) {
+  int size;
+  MPI_Comm_size(job, &size);
+  *sim = 0;
+  if (!rc && (!o || !o->prefix || !*o->prefix || !out)) rc = PDSHM_EINVAL;
+  if (!rc) *sim = sim_local_size(o);
+  if (!rc && (*sim < 0 || (*sim > 0 && size % *sim != 0))) rc = PDSHM_EINVAL;
+  MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MIN, job);
+  return rc;
+}
+
 /* Step 1: this process's host's communicator (invariant 2 for the order). */
-static int split_hosts(pdshm_mpi *m, const pdshm_mpi_options *o) {
-  int rank, size, sim = sim_local_size(o), bad;
+static void split_hosts(pdshm_mpi *m, int sim) {
+  int rank;
   MPI_Comm_rank(m->job, &rank);
-  MPI_Comm_size(m->job, &size);
-  bad = sim < 0 || (sim > 0 && size % sim != 0);
-  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, m->job);
-  if (bad) return PDSHM_EINVAL;
   if (sim > 0) MPI_Comm_split(m->job, rank / sim, rank, &m->local);
   else MPI_Comm_split_type(m->job, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &m->local);
   MPI_Comm_rank(m->local, &m->local_rank);
   MPI_Comm_size(m->local, &m->local_size);
-  return 0;
 }
 
 /* Step 2: host numbers (the local ranks 0 count themselves) and the
@@ -90,27 +107,46 @@ static void job_free(pdshm_mpi *m) {
   pdshm__mpi_ops_free(m);
   if (m->local != MPI_COMM_NULL) MPI_Comm_free(&m->local);
   if (m->cross != MPI_COMM_NULL) MPI_Comm_free(&m->cross);
+  MPI_Comm_free(&m->job);
   free(m);
 }
 
-int pdshm_mpi_open(MPI_Comm comm, const pdshm_mpi_options *o, pdshm_mpi **out) {
-  if (comm == MPI_COMM_NULL || !o || !o->prefix || !*o->prefix || !out) return PDSHM_EINVAL;
+/* The handle, or NULL and *rc = -ENOMEM; job becomes its own. */
+static pdshm_mpi *job_new(MPI_Comm job, int *rc) {
   pdshm_mpi *m = calloc(1, sizeof *m);
-  if (!m) return -ENOMEM;
-  m->job = comm;
+  if (!m) {
+    *rc = -ENOMEM;
+    return NULL;
+  }
+  m->job = job;
   m->local = m->cross = MPI_COMM_NULL;
   for (int k = 0; k < HALF_KINDS; k++)
     for (int h = 0; h < HOP_KINDS; h++) m->half_op[k][h] = MPI_OP_NULL;
+  return m;
+}
+
+int pdshm_mpi_open(MPI_Comm comm, const pdshm_mpi_options *o, pdshm_mpi **out) {
+  if (comm == MPI_COMM_NULL) return PDSHM_EINVAL; /* of no job: nobody waits for it */
+  MPI_Comm job; /* invariant 5 */
+  if (MPI_Comm_dup(comm, &job) != MPI_SUCCESS) return PDSHM_EIO;
+  MPI_Comm_set_errhandler(job, MPI_ERRORS_ARE_FATAL);
+  int rc = 0, sim;
+  pdshm_mpi *m = job_new(job, &rc);
+  if ((rc = agree_args(job, rc, o, out, &sim))) {
+    if (m) job_free(m);
+    else MPI_Comm_free(&job);
+    return rc;
+  }
   m->replace_ns = o->replace_timeout_ns < 0 ? PDSHM_MPI_REPLACE_DEFAULT_NS : o->replace_timeout_ns;
-  int rc = split_hosts(m, o);
-  if (!rc) rc = split_cross(m);
+  split_hosts(m, sim);
+  rc = split_cross(m);
   if (!rc) rc = open_segment(m, o);
   if (!rc) rc = pdshm_group_join(m->seg, PDSHM_MPI_GROUP, (unsigned)m->local_size,
                                  m->local_rank, &m->group);
   if (!rc) rc = pdshm__mpi_ops_create(m);
   /* invariant 4: a failure anywhere is a failure everywhere */
   int all = rc;
-  MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, comm);
+  MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, m->job);
   if (!rc) rc = all;
   if (rc) {
     if (m->group) pdshm_group_leave(m->group);

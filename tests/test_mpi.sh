@@ -2,10 +2,12 @@
 # libpdshm-mpi under mpirun (tests/mpirun.sh): tests/mpi_hier with 2
 # simulated hosts of 2 processes (the case the component is for), then 4
 # hosts of 1 and 1 host of 4 (the edges: no sharing in a host, no MPI
-# between hosts).  Each host's segment is removed afterwards.
+# between hosts), and 2 hosts of 3 (a local size that is not a power of
+# two): every layout gives the same answer.  Each host's segment is removed
+# afterwards.
 set -eu
 . "${PDSHM_SRCDIR:-.}/tests/mpi_common.sh"
-for layout in 2x2 4x1 1x4; do
+for layout in 2x2 4x1 1x4 2x3; do
   hosts=${layout%x*} local=${layout#*x}
   echo "# $hosts hosts x $local"
   PDSHM_MPI_LOCAL_SIZE=$local PDSHM_MPIRUN_TIMEOUT=60 \

@@ -24,9 +24,14 @@ so that a host that failed does not leave the others waiting; (3) local rank
 i allreduces its shard of its own tensor across hosts, MPI reading and
 writing the segment's memory; (4) the group allgathers the shards into every
 local tensor.  Every process hands MPI 1/L of the bytes of a flat allreduce,
-and reads and writes about 2n elements of host memory (1: n + n/L, 4: n).  float16 and bfloat16 cross hosts as 16-bit words through
-MPI ops that compute in float32; MEAN divides once at the end (integers
-truncate towards zero), as the group's own MEAN does.
+and reads and writes about 2n elements of host memory (1: n + n/L, 4: n).
+Integer results are the same whatever the layout, as the group's own: a sum
+wraps in the dtype, MEAN divides the wrapped sum once, at the end, truncating
+towards zero.  A float result may differ from one host's in the last places:
+each host's result is rounded into the dtype before it crosses, float16 and
+bfloat16 cross as 16-bit words through MPI ops that compute in float32 and
+round each combination, and a float MEAN is the hosts' sum of each host's
+mean, divided by the number of hosts.
 
 A Job is also a group for pdshm.torch.DataParallel (.rank, .size: the local
 rank and size; .allreduce over the job; .barrier over the host): the host's
@@ -144,8 +149,8 @@ class Job:
     docstring): .host .hosts .local_rank .local_size .segment .group
     .local_comm .cross_comm (rank = host) .bytes_sent; .rank and .size are
     the local ones, so that a Job serves as pdshm.torch.DataParallel's
-    group.  `with` closes.  Collective: every method but close() is called by
-    every process concerned (the host or the job), in the same order."""
+    group.  `with` closes.  Collective: every method is called by every
+    process concerned (the host or the job), in the same order."""
 
     def __init__(self, prefix: str, comm: Any = None, local_size: Optional[int] = None,
                  size: Optional[int] = None, replace_timeout: float = 2.0) -> None:
@@ -315,14 +320,39 @@ class Job:
         self._group_call("an allreduce's allgather", self.group.allgather, x, timeout=timeout)
 
     # ---- broadcast -----------------------------------------------------------
+    def _check_root(self, bad: bool, root_host: int, what: str) -> None:
+        """Raises InvalidArgument at every process when any process had a bad
+        argument (bad) or a root_host out of range or other than the others'."""
+        bad = bad or not 0 <= root_host < self.hosts
+        w = _np.array([-int(bad), root_host, -root_host], _np.int64)
+        self.comm.Allreduce(self._MPI.IN_PLACE, w, op=self._MPI.MIN)
+        if w[0] or w[1] != -w[2]:
+            raise _error(_pdshm.EINVAL, f"{what}: a process passed a bad argument, another "
+                         "variable or scope than its host's, or another root host than "
+                         f"{root_host} of {self.hosts}")
+
+    def _from_root(self, obj: Any, root_host: int) -> Any:
+        """obj of root_host's local rank 0, at every process (through every
+        host's local rank 0): what one process read, all act on."""
+        if self.local_rank == 0:
+            obj = self.cross_comm.bcast(obj, root=root_host)
+        return self.local_comm.bcast(obj, root=0)
+
     def bcast(self, var: Any, root_host: int = 0, timeout: Optional[float] = None) -> None:
         """var (the same variable for every process of a host: a parameter in
         a named scope) becomes root_host's tensor on every host; each local
-        rank carries 1/L of the bytes."""
-        if not 0 <= root_host < self.hosts:
-            raise _error(_pdshm.EINVAL, f"root host {root_host} of {self.hosts}")
-        desc = (var.dtype, tuple(var.shape)) if self.host == root_host else None
-        desc = self.cross_comm.bcast(desc, root=root_host)
+        rank carries 1/L of the bytes.  InvalidArgument at every process when
+        a process passed None, another variable than its host's others, or
+        another root_host (or one out of range); WrongType at every process
+        when the root's var holds no tensor."""
+        try:
+            key = var.key if var is not None else None
+        except _pdshm.Error:  # stale: a bad argument, agreed on below
+            key = None
+        keys = self.local_comm.allgather(key)
+        self._check_root(key is None or keys.count(key) != len(keys), root_host, "bcast")
+        reader = self.host == root_host and self.local_rank == 0
+        desc = self._from_root((var.dtype, tuple(var.shape or ())) if reader else None, root_host)
         if desc[0] is None:
             raise _error(_pdshm.ETYPE, f"host {root_host}'s {var.name} holds no tensor")
         failed = None
@@ -347,10 +377,10 @@ class Job:
     def bcast_scope(self, scope: Any, root_host: int = 0, timeout: Optional[float] = None) -> None:
         """Every tensor variable of root_host's scope, by name, into the same
         named scope on every host (created or resized as needed)."""
+        self._check_root(scope is None, root_host, "bcast_scope")
         names = sorted(v.name for v in scope.vars() if v.dtype is not None) \
-            if self.host == root_host else None
-        names = self.cross_comm.bcast(names, root=root_host)
-        for name in names:
+            if self.host == root_host and self.local_rank == 0 else None
+        for name in self._from_root(names, root_host):
             self.bcast(scope.var(name), root_host, timeout)
 
     def first_host(self, have: bool) -> Optional[int]:
@@ -374,7 +404,8 @@ class Job:
     # ---- the end -------------------------------------------------------------
     def close(self) -> None:
         """Leaves the group and detaches (the segment stays, with its named
-        scopes); frees the communicators.  Not collective."""
+        scopes); frees the communicators.  Collective over the job, as freeing
+        a communicator is (once closed, a Job's close does nothing)."""
         if self.group is None:
             return
         self.group.leave()

@@ -139,6 +139,13 @@ static PyObject *var_get_version(PyObject *self, void *closure) {
   return v ? PyLong_FromUnsignedLongLong(pdshm_var_version(v)) : NULL;
 }
 
+static PyObject *var_get_key(PyObject *self, void *closure) {
+  pdshm_var *v = pdshmpy_var_get(VR(self));
+  if (!v) return NULL;
+  pdshm_varref r = pdshm_var_ref(v);
+  return Py_BuildValue("(KK)", (unsigned long long)r.off, (unsigned long long)r.gen);
+}
+
 typedef struct {
   int dtype; /* < 0: not a tensor */
   int ndim;
@@ -388,6 +395,11 @@ static PyGetSetDef var_getset[] = {
     {"writers", var_get_writers, NULL, "The operators that write it (list of str).", NULL},
     {"version", var_get_version, NULL,
      "Bumped by resize and by each release of an exclusive lock.", NULL},
+    {"key", var_get_key, NULL,
+     "The variable's identity in its segment, a tuple of two ints (pdshm_var_ref): equal "
+     "for two Vars of one variable, in any process attached to the segment; another for a "
+     "variable erased and made again.",
+     NULL},
     {"dtype", var_get_dtype, NULL,
      "The tensor's dtype as a numpy-style name (\"float32\", \"bfloat16\", ...); None when "
      "it holds no tensor.",

@@ -85,6 +85,25 @@ def test_allreduce_ops(seg, children, op, expected):
         assert kid.result() == (1, [expected])
 
 
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_allreduce_integer_mean_divides_the_wrapped_sum_once(seg, children, dtype):
+    """DESIGN section 4: a sum wraps in the dtype, MEAN divides the wrapped
+    sum, truncating towards zero, as MPI's sum would (whatever the layout)."""
+    big = int(np.iinfo(dtype).max)
+    half = (big + 1) // 2
+    mine, theirs = [half, -7, big, 5], [half, 2, 1, -1]
+    with seg.group("g", 2, rank=0) as g:
+        kid = member(children, seg, 2, 1, ("allreduce", theirs, "mean", T, dtype))
+        joined(kid)
+        v = seg.root.var("g.grad0")
+        v.assign(np.array(mine, dtype=dtype))
+        g.allreduce(v, op="mean", timeout=T)
+        # half + half and big + 1 wrap to the dtype's least value, -(big + 1)
+        expected = [-half, -2, -half, 2]
+        assert v.numpy().tolist() == expected
+        assert kid.result() == (1, [expected])
+
+
 def test_allreduce_of_tensors_of_different_sizes_is_value_error_at_every_member(seg, children):
     with seg.group("g", 2, rank=0) as g:
         kid = member(children, seg, 2, 1, ("allreduce", [1.0, 2.0, 3.0], "sum", T))

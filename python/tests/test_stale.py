@@ -35,6 +35,17 @@ def test_var_stays_stale_when_the_name_is_taken_again(seg):
     assert_stale(lambda: old.label)
 
 
+def test_key_is_the_variables_and_its_incarnations(seg):
+    s = seg.root.new_scope("p")
+    old = s.var("w")
+    assert s.var("w").key == old.key != s.var("b").key
+    assert all(isinstance(k, int) for k in old.key)
+    key = old.key
+    s.erase("w")
+    assert s.var("w").key != key  # the name taken again: another variable
+    assert_stale(lambda: old.key)
+
+
 def test_var_of_a_released_anonymous_scope_is_stale(seg):
     kid = seg.root.new_scope()
     v = kid.var("x")

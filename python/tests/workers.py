@@ -204,7 +204,8 @@ def hold_lock_until_told(conn, seg_name, path, name, exclusive):
 def group_member(conn, seg_name, group, size, rank, steps):
     """Joins the group and runs steps, each one of
          ("barrier", timeout)
-         ("allreduce", values, op, timeout)   on its own float64 variable
+         ("allreduce", values, op, timeout[, dtype])   on its own variable,
+                                               float64 unless dtype is given
          ("reduce_scatter", values, op, timeout)   likewise
          ("allgather", values, timeout)        likewise (values None: the
                                                variable as the last step left it)
@@ -227,7 +228,7 @@ def group_member(conn, seg_name, group, size, rank, steps):
                     out.append(g.barrier(timeout=step[1]))
                 elif step[0] == "allreduce":
                     v = seg.root.var(f"{group}.grad{g.rank}")
-                    v.assign(np.array(step[1], dtype=np.float64))
+                    v.assign(np.array(step[1], dtype=step[4] if len(step) > 4 else np.float64))
                     g.allreduce(v, op=step[2], timeout=step[3])
                     out.append(v.numpy().tolist())
                 elif step[0] in ("reduce_scatter", "allgather"):
