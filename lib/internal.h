@@ -388,8 +388,9 @@ int pdshm__reap_claim_own(pdshm_seg *seg);
 int pdshm__reap_release_own(pdshm_seg *seg);
 /* Reaps every dead slot but ours; *reaped (may be NULL) counts them.  A slot
  * whose groups' live members still write into its buffers after a while (a
- * stopped process) is left to the next reaper, its holds but not its blocks
- * released: PDSHM_ETIMEDOUT, once the other slots are reaped. */
+ * stopped process) is left to the next reaper, its variable locks given
+ * back but not its blocks: PDSHM_ETIMEDOUT, once the other slots are
+ * reaped. */
 int pdshm__reap_dead(pdshm_seg *seg, unsigned *reaped);
 /* Registers the heap's reclaim and the slots' reaper; once per process
  * (seg.c). */

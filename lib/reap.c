@@ -20,8 +20,10 @@
  *     next reaper finishes.  A reaper that gives up halfway does the same:
  *     when a live member still writes a collective into the slot's buffers
  *     after REAP_WRITERS_NS (a stopped process: group.c, invariant 4), it
- *     releases everything but the blocks and their pins, leaves the slot
- *     REAPING, and goes on with the other slots (PDSHM_ETIMEDOUT).
+ *     finishes the todo queues and gives back the variable locks, but
+ *     leaves the blocks (the pins, which the first sweep drops, and the
+ *     handles among them) and the slot, REAPING, to the next reaper, and
+ *     goes on with the other slots (PDSHM_ETIMEDOUT).
  *  2. One reaper per attachment at a time (seg->reap_mu: OFD locks are per
  *     descriptor, not per thread).
  *  3. The allocation's reclaim frees only dead slots' CACHED blocks: their
@@ -46,8 +48,9 @@
  * finishes its todo queues, drops its handle records and shared holds,
  * frees every block it still owns and returns the lock entries it claimed.
  * Shared by detach and the reaper; each step is idempotent (invariant 1).
- * PDSHM_ETIMEDOUT, its blocks and pins kept, when members of its groups
- * still write into its buffers at the deadline. */
+ * PDSHM_ETIMEDOUT when members of its groups still write into its buffers
+ * at the deadline: its todo queues finished and its variable locks given
+ * back, but its blocks, pins and handles kept. */
 static int reap_slot_holds(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *lanes,
                            uint64_t deadline) {
   /* Groups first: survivors stop writing into the buffers this slot pins. */
@@ -58,12 +61,12 @@ static int reap_slot_holds(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx 
   pdshm_off_t *kept = NULL;
   size_t nkept = 0;
   if (!rc) pdshm__varlock_reap_slot(seg, slot);
+  if (!rc && writers) return writers; /* the sweeps unpin the buffers written into */
   if (!rc) rc = pdshm__heap_sweep_slot(seg, slot, 1u << PDSHM_T_HANDLE, &kept, &nkept);
   PDSHM_CRASHPOINT("reap.todo.done");
   for (size_t n = 0; n < nkept && !rc; n++) rc = pdshm__handle_drop(seg, &lanes[0], kept[n]);
   pdshm__xfree(kept);
   PDSHM_CRASHPOINT("reap.handles.dropped");
-  if (!rc && writers) return writers; /* the sweep would unpin the buffers written */
   if (!rc) rc = pdshm__heap_sweep_slot(seg, slot, 0, &kept, &nkept);
   if (!rc) pdshm__xfree(kept);
   PDSHM_CRASHPOINT("reap.swept");

@@ -5,7 +5,9 @@
  * group, taking the dead rank over (PDSHM_ETIMEDOUT) and the inspector each
  * return within seconds while the member stays stopped; once it goes on,
  * its allreduce answers EOWNERDEAD, the next reap finishes the dead slot,
- * the rank is taken over, pdshm_check is clean and every byte is back. */
+ * the rank is taken over, pdshm_check is clean and every byte is back.  A
+ * reaper that must leave the slot, killed at each of its crash windows,
+ * leaves it to the next just the same. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #define SEC 1000000000ull
 #define FLOATS (1 << 21) /* 8 MiB a tensor: writing is most of a round */
 #define BOUND (5 * SEC)  /* what a call may take while the member is stopped */
+#define WINDOWS 4096     /* a reaper's windows recorded */
 
 static char seg_name[PDSHM_SEG_NAME_MAX + 1];
 static pdshm_seg *seg;
@@ -42,16 +45,27 @@ static void teardown(void) {
   tu_cleanup();
 }
 
-/* What a member child reports (mapped before the forks). */
-struct board {
-  _Atomic int rc;    /* the allreduce result that ended its rounds */
-  char why[200];
-};
-
+struct board;
 struct kid {
   struct board *b;
   int rank;
 };
+
+/* Shared with the children (mapped before the forks). */
+struct board {
+  struct kid kids[2];      /* the members' arguments                      */
+  _Atomic int rc;          /* the allreduce result that ended rank 0's    */
+  uint64_t k;              /* the window a reaper dies at (0: none)       */
+  _Atomic uint64_t hits;   /* the windows it passed                       */
+  char names[WINDOWS][64]; /* the point of each (up to WINDOWS)           */
+};
+
+static struct board *board_new(void) {
+  struct board *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                         -1, 0);
+  ck_assert_ptr_ne(b, MAP_FAILED);
+  return b;
+}
 
 /* Joins "stall" of 2 at its rank and runs allreduces until one fails;
  * exits 0 when that one was EOWNERDEAD and it then left and detached. */
@@ -88,7 +102,8 @@ static int rank0_of(const pdshm_group_info *gi, void *arg) {
 /* Rank 0 of "stall" as the inspector sees it (FREE when no such group). */
 static pdshm_group_member_info rank0(void) {
   pdshm_group_member_info mi = {0};
-  ck_assert_int_eq(pdshm_inspect_groups(seg, rank0_of, &mi), 0);
+  int rc = pdshm_inspect_groups(seg, rank0_of, &mi);
+  if (rc) ck_abort_msg("pdshm_inspect_groups: %s", pdshm_err_name(rc));
   return mi;
 }
 
@@ -126,6 +141,44 @@ static void within_bound(uint64_t t0, const char *what) {
   fprintf(stderr, "test_group_stall: %s returned in %.1f ms\n", what, ns / 1e6);
 }
 
+/* Tensors of 1 MiB holding 7s, in an anonymous scope, in every free MiB of
+ * the arena: a buffer that a reap let go while a member still wrote into it
+ * would be among them. */
+#define FILL_MAX 64
+struct fill {
+  pdshm_scope *scope;
+  pdshm_var *v[FILL_MAX];
+  int n;
+};
+
+static void fill_arena(struct fill *f) {
+  pdshm_scope *root;
+  ck_assert_int_eq(pdshm_root(seg, &root), 0);
+  ck_assert_int_eq(pdshm_scope_new(root, NULL, &f->scope), 0);
+  pdshm_scope_release(root);
+  int64_t n = 1 << 18;
+  for (f->n = 0; f->n < FILL_MAX; f->n++) {
+    pdshm_var *v;
+    if (pdshm_var_new(f->scope, &v) || pdshm_tensor_resize(v, PDSHM_F32, 1, &n)) break;
+    float *p = pdshm_tensor_data(v);
+    for (int64_t i = 0; i < n; i++) p[i] = 7.0f;
+    f->v[f->n] = v;
+  }
+  ck_assert_int_lt(f->n, FILL_MAX); /* the arena was filled */
+}
+
+/* Every 7 still there (an assertion per tensor: Check records each one);
+ * the tensors go. */
+static void fill_check_drop(struct fill *f) {
+  for (int k = 0; k < f->n; k++) {
+    const float *p = pdshm_tensor_data(f->v[k]);
+    int64_t i = 0;
+    while (i < 1 << 18 && p[i] == 7.0f) i++;
+    ck_assert_msg(i == 1 << 18, "tensor %d of the filling: [%lld] = %g", k, (long long)i, p[i]);
+  }
+  ck_assert_int_eq(pdshm_scope_release(f->scope), 0);
+}
+
 /* Everything a stopped member must not hold up, with the dead member's
  * slot unreaped and the stopped one still writing. */
 static void while_stopped(void) {
@@ -156,36 +209,97 @@ static void while_stopped(void) {
   ck_assert_int_eq(inspector("--procs"), 0);
   within_bound(t0, "the inspector");
 
-  pdshm_stats st;
-  ck_assert_int_eq(pdshm_seg_stats(seg, &st), 0);
-  ck_assert_uint_eq(st.procs_dead, 1);
   ck_assert(rank0().writing);
 }
 
-START_TEST(stopped_writer_beside_a_dead_member_stalls_nobody) {
-  struct board *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                         -1, 0);
-  ck_assert_ptr_ne(b, MAP_FAILED);
-  struct kid k0 = {.b = b, .rank = 0}, k1 = {.b = b, .rank = 1};
-  pid_t stopped = tu_spawn(kid_member, &k0), killed = tu_spawn(kid_member, &k1);
+/* Rank 0 stopped while it writes, rank 1 killed: rank 0's pid. */
+static pid_t stall(struct board *b) {
+  atomic_store(&b->rc, 0);
+  b->kids[0] = (struct kid){.b = b, .rank = 0};
+  b->kids[1] = (struct kid){.b = b, .rank = 1};
+  pid_t stopped = tu_spawn(kid_member, &b->kids[0]), killed = tu_spawn(kid_member, &b->kids[1]);
   stop_while_writing(stopped);
   kill(killed, SIGKILL);
   ck_assert_int_eq(tu_wait(killed), 128 + SIGKILL);
   tu_await_dead(seg, 1);
+  return stopped;
+}
 
-  while_stopped();
-
+/* The stopped member goes on, the arena filled meanwhile: its allreduce
+ * answers EOWNERDEAD, having written nothing but the members' tensors; then
+ * the dead slots are reaped (the first reap reaps the member's, and any a
+ * killed reaper left), its rank is taken over, and everything is as
+ * before. */
+static void resume(pid_t stopped, struct board *b) {
+  struct fill f;
+  fill_arena(&f);
   kill(stopped, SIGCONT);
   ck_assert_msg(tu_wait(stopped) == 0, "the stopped member ended with %s",
                 pdshm_err_name(atomic_load(&b->rc)));
+  fill_check_drop(&f);
   unsigned reaped = 0;
   ck_assert_int_eq(pdshm_reap(seg, &reaped), 0);
-  ck_assert_uint_eq(reaped, 1);
+  ck_assert_uint_ge(reaped, 1);
+  pdshm_stats st;
+  for (uint64_t end = tu_now_ns() + 5 * SEC;; usleep(1000)) { /* a killed reaper's slot */
+    ck_assert_int_eq(pdshm_seg_stats(seg, &st), 0);
+    if (!st.procs_dead || tu_now_ns() > end) break;
+    ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
+  }
+  ck_assert_uint_eq(st.procs_dead, 0);
   pdshm_group *g;
   ck_assert_int_eq(pdshm_group_join(seg, "stall", 2, 1, &g), 0);
   ck_assert_int_eq(pdshm_group_leave(g), 0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
   ck_assert_uint_eq(used(), base_used);
+}
+
+START_TEST(stopped_writer_beside_a_dead_member_stalls_nobody) {
+  struct board *b = board_new();
+  pid_t stopped = stall(b);
+  while_stopped();
+  resume(stopped, b);
+}
+END_TEST
+
+/* A reaper that attaches (which reaps), then reaps, killed at its k-th crash
+ * window (0: never); its hits up to there in b->hits. */
+static int kid_reaper(void *arg) {
+  struct board *b = arg;
+  pdshm_seg *s;
+  pdshm__crash_arm(b->k, NULL);
+  int rc = pdshm_attach(seg_name, NULL, &s);
+  if (!rc) rc = pdshm_reap(s, NULL);
+  uint64_t n = pdshm__crash_hits();
+  for (uint64_t i = 1; i <= n && i <= WINDOWS; i++)
+    snprintf(b->names[i - 1], sizeof b->names[0], "%s", pdshm__crash_name(i));
+  atomic_store(&b->hits, n);
+  if (rc != PDSHM_ETIMEDOUT) return 1;
+  return pdshm_detach(s) ? 2 : 0;
+}
+
+/* Each pass of the reaper must leave the slot; one killed at any of its
+ * windows leaves it to the next just the same: left again while the member
+ * is stopped, finished once it went on. */
+START_TEST(reaper_that_must_leave_the_slot_killed_at_every_window) {
+  struct board *b = board_new();
+  pid_t stopped = stall(b);
+  b->k = 0;
+  ck_assert_int_eq(tu_wait(tu_spawn(kid_reaper, b)), 0);
+  uint64_t n = atomic_load(&b->hits);
+  ck_assert_uint_gt(n, 0);
+  resume(stopped, b);
+  for (uint64_t k = 1; k <= n; k++) {
+    stopped = stall(b);
+    b->k = k;
+    int st = tu_wait(tu_spawn(kid_reaper, b));
+    ck_assert_msg(st == 128 + SIGKILL, "the reaper armed at window %llu (%s) exited %d",
+                  (unsigned long long)k, k <= WINDOWS ? b->names[k - 1] : "?", st);
+    ck_assert_int_eq(pdshm_reap(seg, NULL), PDSHM_ETIMEDOUT); /* still left */
+    resume(stopped, b);
+  }
+  fprintf(stderr, "test_group_stall: a reaper leaving the slot killed at each of %llu windows\n",
+          (unsigned long long)n);
 }
 END_TEST
 
@@ -193,5 +307,7 @@ int main(void) {
   Suite *s = suite_create("group_stall");
   TCase *tc = tu_tcase(s, "stall", 120, setup, teardown);
   tcase_add_test(tc, stopped_writer_beside_a_dead_member_stalls_nobody);
+  tc = tu_tcase(s, "reapers", 600, setup, teardown);
+  tcase_add_test(tc, reaper_that_must_leave_the_slot_killed_at_every_window);
   return tu_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }
