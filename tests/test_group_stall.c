@@ -210,6 +210,7 @@ static void while_stopped(void) {
   within_bound(t0, "the inspector");
 
   ck_assert(rank0().writing);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0); /* a slot left is a dead slot */
 }
 
 /* Rank 0 stopped while it writes, rank 1 killed: rank 0's pid. */
