@@ -176,8 +176,9 @@ bool pdshm__round_writing(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t ro
 void pdshm__round_pause(void);
 /* Waits, as long as it takes, until pdshm__round_writing is false: only for
  * a member's own collective, which must not return while others may still
- * touch its tensor, and which holds no lock meanwhile.  Waits for others
- * holding a lock look instead, and give up in time (group.c, invariant 4). */
+ * touch its tensor, and which holds no lock meanwhile.  The reaper and a
+ * takeover look with pdshm__round_writing instead, the groups lock held only
+ * for each look, and give up in time (group.c, invariant 4). */
 void pdshm__round_wait_writers(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round,
                                int skip_rank);
 /* The deadline of a timeout: UINT64_MAX for none (< 0). */
