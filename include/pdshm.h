@@ -149,8 +149,8 @@ typedef struct pdshm_options {
  *   that disagrees with the file); EACCES when another user owns it, or group or
  *   others may write it, unless PDSHM_SHARED_USERS; EUSERS when every slot is
  *   held by a live process.  Attaching reaps the slots of dead processes, as
- *   pdshm_reap does: it returns within about 200 ms even when a stopped
- *   member holds the reap of one up, leaving that slot to a later reap.
+ *   pdshm_reap does: a dead slot whose reap a stopped group member holds up
+ *   costs it at most about 200 ms, and is left to a later reap.
  * pdshm_detach: releases every reference this attachment holds (scope
  *   handles, variable locks, pins: their private handles are freed too), its
  *   slot and its mapping, so views of its pins must be gone first; the handle
