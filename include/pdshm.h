@@ -148,7 +148,9 @@ typedef struct pdshm_options {
  *   not a complete segment of this layout (bad magic, fingerprint, or a size
  *   that disagrees with the file); EACCES when another user owns it, or group or
  *   others may write it, unless PDSHM_SHARED_USERS; EUSERS when every slot is
- *   held by a live process.  Attaching reaps the slots of dead processes.
+ *   held by a live process.  Attaching reaps the slots of dead processes, as
+ *   pdshm_reap does: a dead slot whose reap a stopped group member holds up
+ *   costs it at most about 200 ms, and is left to a later reap.
  * pdshm_detach: releases every reference this attachment holds (scope
  *   handles, variable locks, pins: their private handles are freed too), its
  *   slot and its mapping, so views of its pins must be gone first; the handle
@@ -345,11 +347,15 @@ typedef enum { PDSHM_SUM, PDSHM_MEAN, PDSHM_MAX, PDSHM_MIN } pdshm_reduce_op;
  * live member is PDSHM_EBUSY, one held by a dead member is taken over (the
  * replacement; a process is dead once the kernel has closed its files, which
  * can be a few milliseconds after waitpid() reports it: a replacement started
- * at once may see EBUSY, and retries).  A size other than the group's, or a
- * rank >= size, is
- * PDSHM_EINVAL; a full group PDSHM_EUSERS; ENOMEM; EROFS; EFORKED.  A group's
- * memory goes back when its last member leaves (or dies and is reaped).  A
- * failure changes nothing.  One thread at a time uses a pdshm_group.
+ * at once may see EBUSY, and retries).  A takeover waits until no live member
+ * writes a collective any more (they stop within a chunk of the death's
+ * announcement); when one still does after 1 s (a stopped process: slow is
+ * not dead), PDSHM_ETIMEDOUT, and a later join may try again.  A size other
+ * than the group's, or a rank >= size, is PDSHM_EINVAL; a full group
+ * PDSHM_EUSERS; ENOMEM; EROFS; EFORKED.  A group's memory goes back when its
+ * last member leaves (or dies and is reaped).  A failure changes nothing
+ * (but a takeover's PDSHM_ETIMEDOUT announces the death to the survivors, as
+ * they would find it themselves).  One thread at a time uses a pdshm_group.
  */
 PDSHM_API int pdshm_group_join(pdshm_seg *seg, const char *name, unsigned size, int rank,
                                pdshm_group **out);
@@ -526,8 +532,17 @@ typedef struct pdshm_stats {
  * for a NULL st; EBADSEG when the block chain is damaged; ENOTRECOVERABLE
  * when the heap lock's repair fails.  Works on a read-only attachment. */
 PDSHM_API int pdshm_seg_stats(pdshm_seg *seg, pdshm_stats *st);
-/* Releases what dead processes held; *reaped (may be NULL) counts the slots.
- * EROFS on a read-only attachment. */
+/* Releases what dead processes held; *reaped (may be NULL) counts the slots
+ * reaped.  A dead member's buffers stay pinned while live members of its
+ * groups may still write into them: they stop within a chunk of the death,
+ * but one stopped inside a collective (SIGSTOP, a debugger, a frozen cgroup:
+ * slow is not dead) does not.  A slot still written into after 200 ms has
+ * its variable locks given back, but keeps its memory (its scope handles
+ * too), and is left to a later reap (pdshm_reap, an attach, pdshmd), which
+ * finishes it once the writer went on: PDSHM_ETIMEDOUT, after every other
+ * dead slot was reaped.  So a pass never waits on a stopped process for
+ * longer, nor holds what others need meanwhile.  EROFS on a read-only
+ * attachment. */
 PDSHM_API int pdshm_reap(pdshm_seg *seg, unsigned *reaped);
 
 /* Walks the whole segment and verifies every invariant (block chain, free

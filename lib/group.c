@@ -14,13 +14,22 @@
  *     member) unlinks and retires it, with its name.
  *  3. A death is announced once, under the lock, by whoever notices it
  *     first (group_break.c, invariant 1).
- *  4. A reaper marks a dead member (PDSHM_GM_DEAD), breaks its round, and
- *     waits until live members stop writing (any round) before the member's
- *     pins go (so nobody writes a buffer the heap handed out again); a join
- *     that takes a dead member's rank over waits likewise, since once the
- *     rank is not the dead member's any more its reaper will not.  Holding
- *     the lock meanwhile keeps the rank dead, so no later round can reach
- *     its writing phase: the wait ends within a chunk.
+ *  4. A dead member's pins go (so that nobody writes a buffer the heap
+ *     handed out again) only once no live member writes a collective, of any
+ *     round, in a group where the member's word still holds a rank: its
+ *     reaper marks the word (PDSHM_GM_DEAD), breaks its round, and then looks
+ *     at the writers.  They stop within a chunk of the break, since no later
+ *     round can reach its writing phase while the rank is dead.  Nobody waits
+ *     for them while holding the lock: each look takes it, looks once, and
+ *     lets it go.  A writer that does not stop in time (a stopped process:
+ *     slow is not dead) makes the reaper give up (PDSHM_ETIMEDOUT) and leave
+ *     the slot, pins and all, to the next reaper, which looks again.  A join
+ *     that takes a dead member's rank over removes the word the reaper looks
+ *     for, so it commits only after a look, under the lock, found no writer
+ *     (it tries again until GROUP_TAKEOVER_NS has passed, then answers
+ *     PDSHM_ETIMEDOUT): a writer that starts after that look sees its round
+ *     broken and writes nothing, and later rounds write the new member's
+ *     tensor.
  */
 #include "config.h"
 
@@ -30,6 +39,12 @@
 #include "group.h"
 
 enum { GROUP_OP_JOIN = 0x4a47, GROUP_OP_LEAVE = 0x4c47, GROUP_OP_REAP = 0x5247 };
+
+/* How long a join that takes a dead member's rank over tries to find its
+ * group's writers stopped (invariant 4). */
+#define GROUP_TAKEOVER_NS 1000000000ull
+/* group_join_locked: the rank to take over is not free yet; try again. */
+#define GROUP_RETRY 1
 
 static uint64_t group_my_member(pdshm_seg *seg) {
   uint64_t epoch = atomic_load(&pdshm__slot(seg, seg->slot)->epoch) & PDSHM_GM_EPOCH_MASK;
@@ -109,8 +124,11 @@ static int group_pick(pdshm_seg *seg, struct pdshm_group_rec *g, int rank) {
   return pdshm__fail(PDSHM_EUSERS, "every rank of the group is held by a live member");
 }
 
+/* Lock held, journaled: the join; GROUP_RETRY when the rank to take over is
+ * not free yet and the deadline has not passed. */
 static int group_join_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const char *name,
-                             size_t len, unsigned size, int rank, struct pdshm_group *gr) {
+                             size_t len, unsigned size, int rank, uint64_t deadline,
+                             struct pdshm_group *gr) {
   pdshm_off_t off, link;
   int rc = group_find(seg, name, len, &off, &link);
   if (!rc && !off) rc = group_create(seg, ln, name, len, size, &off);
@@ -123,7 +141,13 @@ static int group_join_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const ch
   uint64_t old = atomic_load(&g->rank[r].member);
   if (old) { /* a takeover: invariants 3 and 4 (the reaper may come later) */
     pdshm__group_announce(g, (uint32_t)r, old);
-    pdshm__round_wait_writers(seg, g, 0, -1);
+    if (pdshm__round_writing(seg, g, 0, -1))
+      return pdshm__now_ns(CLOCK_MONOTONIC) < deadline
+                 ? GROUP_RETRY
+                 : pdshm__fail(PDSHM_ETIMEDOUT,
+                               "rank %d of group \"%s\" is not free yet: a live member still "
+                               "writes a collective its dead holder took part in (stopped?)",
+                               r, name);
   }
   *gr = (struct pdshm_group){.seg = seg, .rec = off, .rank = (uint32_t)r, .size = size,
                              .member = group_my_member(seg)};
@@ -145,17 +169,21 @@ PDSHM_API int pdshm_group_join(pdshm_seg *seg, const char *name, unsigned size, 
   if (rank >= (int)size) return pdshm__fail(PDSHM_EINVAL, "rank %d of a group of %u", rank, size);
   struct pdshm_group *gr = pdshm__zalloc(sizeof *gr);
   if (!gr) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
-  struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  rc = pdshm__j_begin(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_JOIN);
-  if (!rc) {
-    rc = group_join_locked(seg, ln, name, len, size, rank, gr);
-    if (rc) pdshm__j_abort(seg, ln);
-    else {
-      PDSHM_CRASHPOINT("group.join.ready");
-      pdshm__j_commit(seg, ln);
+  uint64_t deadline = pdshm__now_ns(CLOCK_MONOTONIC) + GROUP_TAKEOVER_NS;
+  do {
+    struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
+    rc = pdshm__j_begin(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_JOIN);
+    if (!rc) {
+      rc = group_join_locked(seg, ln, name, len, size, rank, deadline, gr);
+      if (rc) pdshm__j_abort(seg, ln);
+      else {
+        PDSHM_CRASHPOINT("group.join.ready");
+        pdshm__j_commit(seg, ln);
+      }
     }
-  }
-  pdshm__lane_put(ln);
+    pdshm__lane_put(ln);
+    if (rc == GROUP_RETRY) pdshm__round_pause();
+  } while (rc == GROUP_RETRY);
   if (rc) {
     pdshm__xfree(gr);
     return rc;
@@ -250,12 +278,9 @@ void pdshm__group_leave_all(pdshm_seg *seg) {
 /* ---- the reaper's part ------------------------------------------------------ */
 
 /* Lock held, journaled: marks slot's member of one group dead (the first
- * group that has one, in *done); 1 when the group lives on, 2 when it went
- * with it, 0 when no group has one. */
-static int group_reap_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t slot,
-                          pdshm_off_t *done) {
+ * group that has one); 1 when it did, 0 when no group has one. */
+static int group_reap_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t slot) {
   uint64_t bound = seg->hdr->size / sizeof(struct pdshm_group_rec);
-  *done = 0;
   for (pdshm_off_t off = seg->hdr->groups; off; bound--) {
     struct pdshm_group_rec *g = group_at(seg, off);
     if (!g || !bound) return pdshm__fail(PDSHM_EBADSEG, "the group registry is damaged");
@@ -263,31 +288,66 @@ static int group_reap_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t sl
       uint64_t m = atomic_load(&g->rank[r].member);
       if (!group_rank_held(m) || (m & 0xffff) != slot + 1) continue;
       pdshm__group_announce(g, r, m); /* breaks the round, wakes the survivors */
-      *done = off;
       int rc = group_set_member(seg, ln, off, r, m | PDSHM_GM_DEAD);
-      return rc < 0 ? rc : rc ? 2 : 1;
+      return rc < 0 ? rc : 1;
     }
     off = g->next;
   }
   return 0;
 }
 
-int pdshm__group_reap_slot(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *ln) {
+/* Lock held: the first group where member word m (marked dead or not)
+ * holds a rank and a live member writes; 0 when none, or EBADSEG. */
+static int group_writing_beside(pdshm_seg *seg, uint64_t m, struct pdshm_group_rec **busy) {
+  uint64_t bound = seg->hdr->size / sizeof(struct pdshm_group_rec);
+  *busy = NULL;
+  for (pdshm_off_t off = seg->hdr->groups; off; bound--) {
+    struct pdshm_group_rec *g = group_at(seg, off);
+    if (!g || !bound) return pdshm__fail(PDSHM_EBADSEG, "the group registry is damaged");
+    for (uint32_t r = 0; r < g->size; r++)
+      if ((atomic_load(&g->rank[r].member) & ~PDSHM_GM_DEAD) == m &&
+          pdshm__round_writing(seg, g, 0, -1)) {
+        *busy = g;
+        return 0;
+      }
+    off = g->next;
+  }
+  return 0;
+}
+
+/* Invariant 4: 0 once no live member writes beside dead slot `slot`'s
+ * member words; PDSHM_ETIMEDOUT when one still does at the deadline. */
+static int group_writers_stopped(pdshm_seg *seg, uint32_t slot, uint64_t deadline) {
+  uint64_t epoch = atomic_load(&pdshm__slot(seg, slot)->epoch) & PDSHM_GM_EPOCH_MASK;
+  uint64_t m = (uint64_t)(slot + 1) | epoch << 16;
   for (;;) {
-    pdshm_off_t off;
+    int rc = pdshm__lock(seg, PDSHM_LOCK_GROUPS);
+    if (rc) return rc;
+    struct pdshm_group_rec *busy;
+    rc = group_writing_beside(seg, m, &busy);
+    if (busy && pdshm__now_ns(CLOCK_MONOTONIC) >= deadline) {
+      const struct pdshm_name *nm = pdshm__name_at(seg, busy->name);
+      rc = pdshm__fail(PDSHM_ETIMEDOUT,
+                       "dead slot %u is left to the next reaper: a live member of group "
+                       "\"%.*s\" still writes a collective it took part in (stopped?)",
+                       slot, nm ? (int)nm->len : 0, nm ? nm->s : "");
+    }
+    pdshm__unlock(seg, PDSHM_LOCK_GROUPS);
+    if (rc || !busy) return rc;
+    pdshm__round_pause();
+  }
+}
+
+int pdshm__group_reap_slot(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *ln,
+                           uint64_t deadline) {
+  for (;;) {
     int rc = pdshm__j_begin(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_REAP);
     if (rc) return rc;
-    rc = group_reap_one(seg, ln, slot, &off);
+    rc = group_reap_one(seg, ln, slot);
     if (rc <= 0) {
       pdshm__j_abort(seg, ln);
-      return rc;
+      return rc ? rc : group_writers_stopped(seg, slot, deadline);
     }
-    /* Invariant 4, with the lock held so that the record stays and nobody
-     * takes the rank over (writers take no lock: they stop within a chunk of
-     * the break).  Writers of any round: a survivor may still be writing a
-     * round broken before (the death was reported), and no later round can
-     * reach its writing phase without the dead rank. */
-    pdshm__round_wait_writers(seg, pdshm__group_rec(seg, off), 0, -1);
     PDSHM_CRASHPOINT("group.reap.ready");
     pdshm__j_commit(seg, ln);
   }

@@ -155,8 +155,8 @@ int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_
 
 /* ---- group.c ---- */
 /* pdshm__group_reap_slot and pdshm__group_leave_all: internal.h.  The
- * reaper's part waits for live members to stop writing the broken round
- * before the dead member's pins go; it is idempotent. */
+ * reaper's part is idempotent, and answers 0 only once no live member writes
+ * a collective the dead member took part in (group.c, invariant 4). */
 
 /* ---- group_round.c ---- */
 /* Arrives at the caller's round and waits for its outcome: 0, EOWNERDEAD,
@@ -168,8 +168,17 @@ int pdshm__round_pass(struct pdshm_group *gr, uint64_t deadline, bool withdraw);
  * meets it in a collective's round answers EINVAL and writes nothing (a
  * barrier's, or a withdrawn collective's, whose buffer is no longer pinned). */
 void pdshm__round_no_tensor(struct pdshm_group *gr);
-/* Waits until no live member but skip_rank writes round `round` (any round
- * when 0). */
+/* Does a live member but skip_rank write round `round` (any round when 0)?
+ * Looks once: it never waits. */
+bool pdshm__round_writing(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round,
+                          int skip_rank);
+/* The pause between two looks at the writers (20 us). */
+void pdshm__round_pause(void);
+/* Waits, as long as it takes, until pdshm__round_writing is false: only for
+ * a member's own collective, which must not return while others may still
+ * touch its tensor, and which holds no lock meanwhile.  The reaper and a
+ * takeover look with pdshm__round_writing instead, the groups lock held only
+ * for each look, and give up in time (group.c, invariant 4). */
 void pdshm__round_wait_writers(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round,
                                int skip_rank);
 /* The deadline of a timeout: UINT64_MAX for none (< 0). */

@@ -123,16 +123,26 @@ void pdshm__round_no_tensor(struct pdshm_group *gr) {
       (struct pdshm_group_desc){.dtype = UINT32_MAX, .op = UINT16_MAX, .kind = PDSHM_GK_NONE};
 }
 
-void pdshm__round_wait_writers(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round,
-                               int skip_rank) {
-  const struct timespec pause = {.tv_nsec = 20000};
+bool pdshm__round_writing(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round,
+                          int skip_rank) {
   for (uint32_t r = 0; r < g->size; r++) {
     if ((int)r == skip_rank) continue;
-    uint32_t w;
-    while ((w = atomic_load(&g->rank[r].writing)) != 0 && (round == 0 || w == round) &&
-           pdshm__group_member_live(seg, atomic_load(&g->rank[r].member)))
-      nanosleep(&pause, NULL);
+    uint32_t w = atomic_load(&g->rank[r].writing);
+    if (w && (round == 0 || w == round) &&
+        pdshm__group_member_live(seg, atomic_load(&g->rank[r].member)))
+      return true;
   }
+  return false;
+}
+
+void pdshm__round_pause(void) {
+  const struct timespec pause = {.tv_nsec = 20000};
+  nanosleep(&pause, NULL);
+}
+
+void pdshm__round_wait_writers(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round,
+                               int skip_rank) {
+  while (pdshm__round_writing(seg, g, round, skip_rank)) pdshm__round_pause();
 }
 
 PDSHM_API int pdshm_group_barrier(pdshm_group *gr, int64_t timeout_ns) {

@@ -269,8 +269,12 @@ int pdshm__futex_wake_bits(_Atomic uint32_t *word, uint32_t bits, int n);
  * frees the handles. */
 void pdshm__group_leave_all(pdshm_seg *seg);
 /* Acting as dead slot `slot` through lane ln: its memberships marked dead,
- * their rounds broken, empty groups freed (group.c). */
-int pdshm__group_reap_slot(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *ln);
+ * their rounds broken, empty groups freed (group.c).  0 once no live member
+ * writes a collective into its buffers any more, so that its pins may go;
+ * PDSHM_ETIMEDOUT when one still does at `deadline` (CLOCK_MONOTONIC ns: a
+ * stopped process), the slot then to be left to the next reaper. */
+int pdshm__group_reap_slot(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *ln,
+                           uint64_t deadline);
 
 /* ---- daemon.c ------------------------------------------------------------- */
 /* Gives up the daemon claim if this attachment holds it (detach). */
@@ -377,21 +381,29 @@ int pdshm__slot_alive(pdshm_seg *seg, uint32_t i);
 void pdshm__slot_take(pdshm_seg *seg, uint32_t i);
 /* Our slot, its holds released, becomes FREE (detach). */
 void pdshm__slot_give_up(pdshm_seg *seg);
-/* What reaps the dead slots (reap.c registers pdshm__reap_dead, once per
- * process: seg.c). */
+/* What reaps the dead slots (reap.c registers its reaper, once per process:
+ * seg.c). */
 typedef int (*pdshm_slot_reaper_fn)(pdshm_seg *seg, unsigned *reaped);
 void pdshm__slot_set_reaper(pdshm_slot_reaper_fn fn);
 /* For a layer below the reaper that finds a holder dead: reaps every dead
- * slot through the registered reaper.  0, or what the reaper returned. */
+ * slot through the registered reaper, which gives back each one's holds even
+ * when it must leave the slot itself to a later reaper (reap.c, invariant
+ * 1).  0, or what the reaper returned. */
 int pdshm__slot_reap_dead(pdshm_seg *seg);
 
 /* ---- reap.c: the reaper, above the model ------------------------------------ */
 /* Attach: claims a slot, reaping the dead ones met on the way, then reaps
- * every other dead slot. */
+ * every other dead slot (leaving those a stopped member holds up, as
+ * pdshm__reap_dead does).  0, PDSHM_EUSERS, or the last slot's error when
+ * none could be taken. */
 int pdshm__reap_claim_own(pdshm_seg *seg);
 /* Detach: releases our slot's holds, flushes its caches, gives it up. */
 int pdshm__reap_release_own(pdshm_seg *seg);
-/* Reaps every dead slot but ours; *reaped (may be NULL) counts them. */
+/* Reaps every dead slot but ours; *reaped (may be NULL) counts them.  A slot
+ * whose groups' live members still write into its buffers after a while (a
+ * stopped process) is left to the next reaper, its variable locks given
+ * back but not its blocks: PDSHM_ETIMEDOUT, once the other slots are
+ * reaped. */
 int pdshm__reap_dead(pdshm_seg *seg, unsigned *reaped);
 /* Registers the heap's reclaim and the slots' reaper; once per process
  * (seg.c). */

@@ -303,7 +303,9 @@ static PyMethodDef seg_methods[] = {
      "one string per problem, empty when everything holds."},
     {"reap", seg_reap, METH_NOARGS,
      "reap() -> int\n\nReleases what dead processes held; returns how many slots were "
-     "reaped."},
+     "reaped.\nTimeoutError (pdshm.TimedOut) when a dead slot is left to a later reap, "
+     "the\nothers reaped: a live member of its groups, stopped inside a collective,\n"
+     "still writes into its buffers after 200 ms."},
     {"unique_name", seg_unique_name, METH_O,
      "unique_name(prefix) -> str\n\n\"prefix-N\", N unique across every process of the "
      "segment."},
@@ -313,8 +315,9 @@ static PyMethodDef seg_methods[] = {
     {"group", (PyCFunction)(void (*)(void))pdshmpy_seg_group, METH_VARARGS | METH_KEYWORDS,
      "group(name, size, rank=None) -> Group\n\nJoins the trainer group NAME of `size` "
      "members (made by its first joiner),\nas the lowest free rank or as `rank` (a live "
-     "holder: pdshm.Error EBUSY; a\ndead one's rank is taken over).  Waits with the GIL "
-     "released."},
+     "holder: pdshm.Error EBUSY; a\ndead one's rank is taken over, unless a live member "
+     "still writes a\ncollective after 1 s, a stopped one: TimeoutError).  Waits with the "
+     "GIL released."},
     {"info", pdshmpy_seg_info, METH_NOARGS,
      "info() -> SegInfo\n\nThe segment as its header describes it (as pdshm-attach shows)."},
     {"scopes", pdshmpy_seg_scopes, METH_NOARGS,

@@ -1,7 +1,11 @@
 """Trainer groups (DESIGN sections 4 and 5): join, barrier, allreduce,
 reduce_scatter, allgather and share, the death of a member seen as pdshm.PeerDied by the survivors, a replacement
-taking over the dead member's rank, and the errors of joining."""
+taking over the dead member's rank, the errors of joining, and a member stopped
+inside an allreduce beside a dead one, which holds up no attach, reap or join."""
 import errno
+import os
+import random
+import signal
 import time
 
 import numpy as np
@@ -324,3 +328,58 @@ def test_death_of_a_member_is_peer_died_in_reduce_scatter_and_allgather(seg, chi
         v = my_tensor(seg, g, [1.0, 2.0], group="h")
         with pytest.raises(pdshm.PeerDied):
             g.allgather(v, timeout=T)
+
+
+def _stopped(pid):
+    """Whether pid is stopped (state T in /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def _reap_all(seg):
+    """Reaps until no dead slot is left (a slot shows dead a moment after its
+    process is gone)."""
+    deadline = time.monotonic() + T
+    while seg.stats().procs_dead and time.monotonic() < deadline:
+        seg.reap()
+        time.sleep(0.001)
+    assert seg.stats().procs_dead == 0
+
+
+def test_a_member_stopped_in_an_allreduce_beside_a_dead_one_holds_up_nobody(seg_name, children):
+    """Rank 0 stopped (SIGSTOP: slow, not dead) inside an allreduce, rank 1
+    killed: attach, reap, a join and a takeover return within seconds; the reap
+    and the takeover raise TimeoutError when rank 0 was stopped writing (tried
+    until it was); after SIGCONT rank 0 gets PeerDied and the segment checks."""
+    n = 1 << 20  # float32: the members write during most of each allreduce
+    seg = pdshm.create(seg_name, size=32 << 20)
+    try:
+        for attempt in range(20):
+            group = f"stall{attempt}"
+            a, b = (children("spawn", workers.allreduce_until_peer_died, seg_name, group, r, n)
+                    for r in (0, 1))
+            for kid in (a, b):
+                kid.expect("joined")
+            a.expect("running")
+            time.sleep(random.uniform(0, 0.01))
+            os.kill(a.pid, signal.SIGSTOP)
+            deadline = time.monotonic() + T
+            while not _stopped(a.pid) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            b.kill()
+            while not seg.stats().procs_dead and time.monotonic() < deadline:
+                time.sleep(0.001)
+            probe = children("spawn", workers.stall_probe, seg_name, group).result(timeout=T)
+            for what in ("attach", "reap", "join", "takeover_s"):
+                assert probe[what] < 5.0, (what, probe)
+            caught = probe["reaped"] == "TimeoutError"
+            assert probe["takeover"] == ("TimeoutError" if caught else "joined"), probe
+            os.kill(a.pid, signal.SIGCONT)
+            assert a.result() == "PeerDied"
+            _reap_all(seg)
+            assert seg.check() == []
+            if caught:
+                break
+        assert caught, "rank 0 was never stopped while it wrote"
+    finally:
+        seg.detach()

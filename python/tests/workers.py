@@ -254,6 +254,56 @@ def group_member(conn, seg_name, group, size, rank, steps):
         return (g.rank, out)
 
 
+def allreduce_until_peer_died(conn, seg_name, group, rank, n):
+    """Joins `group` of 2 at `rank` and allreduces (max) its own float32
+    variable of n ones ("t<rank>", the same for every group) over and over,
+    telling "running" after the first, until one raises; returns that
+    exception's class name."""
+    import numpy as np
+    with pdshm.attach(seg_name) as seg:
+        v = seg.root.var(f"t{rank}")
+        v.assign(np.ones(n, dtype=np.float32))
+        with seg.group(group, 2, rank=rank) as g:
+            conn.send("joined")
+            g.allreduce(v, op="max", timeout=60.0)
+            conn.send("running")
+            try:
+                while True:
+                    g.allreduce(v, op="max", timeout=600.0)
+            except pdshm.Error as e:
+                return type(e).__name__
+
+
+def stall_probe(conn, seg_name, group):
+    """Beside `group`, whose rank 0 is stopped and rank 1 dead: attaches (which
+    reaps), reaps, joins a group of its own and takes rank 1 of `group` over.
+    Returns the seconds each took, and how the reap and the takeover ended
+    (TimeoutError when a stopped member still writes)."""
+    import time
+    out = {}
+    t = time.monotonic()
+    with pdshm.attach(seg_name) as seg:
+        out["attach"] = time.monotonic() - t
+        t = time.monotonic()
+        try:
+            out["reaped"] = seg.reap()
+        except TimeoutError:
+            out["reaped"] = "TimeoutError"
+        out["reap"] = time.monotonic() - t
+        t = time.monotonic()
+        with seg.group(group + ".other", 1):
+            pass
+        out["join"] = time.monotonic() - t
+        t = time.monotonic()
+        try:
+            with seg.group(group, 2, rank=1):
+                out["takeover"] = "joined"
+        except TimeoutError:
+            out["takeover"] = "TimeoutError"
+        out["takeover_s"] = time.monotonic() - t
+    return out
+
+
 def churn(conn, seg_name, seed, ops=None):
     """Creates, resizes, views, locks, renames and erases variables v0..v15 of
     p, and makes and drops anonymous scopes: ops operations, then detaches and

@@ -1,0 +1,314 @@
+/* test_group_stall.c - a member stopped (SIGSTOP: slow, not dead) while it
+ * writes its share of an allreduce, and the other member killed: nobody
+ * waits on the stopped member while holding what others need.  Attaching,
+ * reaping (which leaves the dead slot, PDSHM_ETIMEDOUT), joining another
+ * group, taking the dead rank over (PDSHM_ETIMEDOUT) and the inspector each
+ * return within seconds while the member stays stopped; once it goes on,
+ * its allreduce answers EOWNERDEAD, the next reap finishes the dead slot,
+ * the rank is taken over, pdshm_check is clean and every byte is back.  A
+ * reaper that must leave the slot, killed at each of its crash windows,
+ * leaves it to the next just the same. */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define SEC 1000000000ull
+#define FLOATS (1 << 21) /* 8 MiB a tensor: writing is most of a round */
+#define BOUND (5 * SEC)  /* what a call may take while the member is stopped */
+#define WINDOWS 4096     /* a reaper's windows recorded */
+
+static char seg_name[PDSHM_SEG_NAME_MAX + 1];
+static pdshm_seg *seg;
+static uint64_t base_used;
+
+static uint64_t used(void) {
+  pdshm_stats st;
+  ck_assert_int_eq(pdshm_seg_stats(seg, &st), 0);
+  return st.used;
+}
+
+static void setup(void) {
+  snprintf(seg_name, sizeof seg_name, "%s", tu_name("stall"));
+  seg = tu_create_as(seg_name, 64u << 20, 16);
+  base_used = used();
+}
+
+static void teardown(void) {
+  if (seg) pdshm_detach(seg);
+  seg = NULL;
+  tu_cleanup();
+}
+
+struct board;
+struct kid {
+  struct board *b;
+  int rank;
+};
+
+/* Shared with the children (mapped before the forks). */
+struct board {
+  struct kid kids[2];      /* the members' arguments                      */
+  _Atomic int rc;          /* the allreduce result that ended rank 0's    */
+  uint64_t k;              /* the window a reaper dies at (0: none)       */
+  _Atomic uint64_t hits;   /* the windows it passed                       */
+  char names[WINDOWS][64]; /* the point of each (up to WINDOWS)           */
+};
+
+static struct board *board_new(void) {
+  struct board *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                         -1, 0);
+  ck_assert_ptr_ne(b, MAP_FAILED);
+  return b;
+}
+
+/* Joins "stall" of 2 at its rank and runs allreduces until one fails;
+ * exits 0 when that one was EOWNERDEAD and it then left and detached. */
+static int kid_member(void *arg) {
+  const struct kid *k = arg;
+  pdshm_seg *s;
+  pdshm_scope *root, *local; /* anonymous: it goes with its holder */
+  pdshm_var *v;
+  pdshm_group *g;
+  int64_t n = FLOATS;
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &root) ||
+      pdshm_scope_new(root, NULL, &local) || pdshm_var_new(local, &v) ||
+      pdshm_tensor_resize(v, PDSHM_F32, 1, &n))
+    return 10;
+  float *p = pdshm_tensor_data(v);
+  for (int i = 0; i < FLOATS; i++) p[i] = 1.0f;
+  if (pdshm_group_join(s, "stall", 2, k->rank, &g)) return 11;
+  int rc;
+  while (!(rc = pdshm_group_allreduce(g, v, PDSHM_MAX, 600 * (int64_t)SEC))) {
+  }
+  atomic_store(&k->b->rc, rc);
+  if (pdshm_group_leave(g)) return 12;
+  pdshm_scope_release(local);
+  pdshm_scope_release(root);
+  if (pdshm_detach(s)) return 13;
+  return rc == PDSHM_EOWNERDEAD ? 0 : 14;
+}
+
+static int rank0_of(const pdshm_group_info *gi, void *arg) {
+  if (!strcmp(gi->name, "stall")) *(pdshm_group_member_info *)arg = gi->members[0];
+  return 0;
+}
+
+/* Rank 0 of "stall" as the inspector sees it (FREE when no such group). */
+static pdshm_group_member_info rank0(void) {
+  pdshm_group_member_info mi = {0};
+  int rc = pdshm_inspect_groups(seg, rank0_of, &mi);
+  if (rc) ck_abort_msg("pdshm_inspect_groups: %s", pdshm_err_name(rc));
+  return mi;
+}
+
+/* Stops pid, rank 0, while it writes its share of an allreduce. */
+static void stop_while_writing(pid_t pid) {
+  for (uint64_t end = tu_now_ns() + 60 * SEC; tu_now_ns() < end;) {
+    if (!rank0().writing) continue;
+    kill(pid, SIGSTOP);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, WUNTRACED), pid);
+    ck_assert(WIFSTOPPED(st));
+    if (rank0().writing) return;
+    kill(pid, SIGCONT);
+  }
+  ck_abort_msg("rank 0 was never caught writing");
+}
+
+/* Runs the inspector (pdshm-attach VIEW NAME) to its end: its exit status. */
+static int inspector(const char *view) {
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    execl(ATTACH_TOOL, ATTACH_TOOL, view, seg_name, (char *)NULL);
+    _exit(127);
+  }
+  return tu_wait(pid);
+}
+
+/* Ends the stopwatch started at t0: what ran took less than BOUND. */
+static void within_bound(uint64_t t0, const char *what) {
+  uint64_t ns = tu_now_ns() - t0;
+  ck_assert_msg(ns < BOUND, "%s took %.1f s while a member was stopped", what, ns / 1e9);
+  fprintf(stderr, "test_group_stall: %s returned in %.1f ms\n", what, ns / 1e6);
+}
+
+/* Tensors of 1 MiB holding 7s, in an anonymous scope, in every free MiB of
+ * the arena: a buffer that a reap let go while a member still wrote into it
+ * would be among them. */
+#define FILL_MAX 64
+struct fill {
+  pdshm_scope *scope;
+  pdshm_var *v[FILL_MAX];
+  int n;
+};
+
+static void fill_arena(struct fill *f) {
+  pdshm_scope *root;
+  ck_assert_int_eq(pdshm_root(seg, &root), 0);
+  ck_assert_int_eq(pdshm_scope_new(root, NULL, &f->scope), 0);
+  pdshm_scope_release(root);
+  int64_t n = 1 << 18;
+  for (f->n = 0; f->n < FILL_MAX; f->n++) {
+    pdshm_var *v;
+    if (pdshm_var_new(f->scope, &v) || pdshm_tensor_resize(v, PDSHM_F32, 1, &n)) break;
+    float *p = pdshm_tensor_data(v);
+    for (int64_t i = 0; i < n; i++) p[i] = 7.0f;
+    f->v[f->n] = v;
+  }
+  ck_assert_int_lt(f->n, FILL_MAX); /* the arena was filled */
+}
+
+/* Every 7 still there (an assertion per tensor: Check records each one);
+ * the tensors go. */
+static void fill_check_drop(struct fill *f) {
+  for (int k = 0; k < f->n; k++) {
+    const float *p = pdshm_tensor_data(f->v[k]);
+    int64_t i = 0;
+    while (i < 1 << 18 && p[i] == 7.0f) i++;
+    ck_assert_msg(i == 1 << 18, "tensor %d of the filling: [%lld] = %g", k, (long long)i, p[i]);
+  }
+  ck_assert_int_eq(pdshm_scope_release(f->scope), 0);
+}
+
+/* Everything a stopped member must not hold up, with the dead member's
+ * slot unreaped and the stopped one still writing. */
+static void while_stopped(void) {
+  uint64_t t0 = tu_now_ns();
+  pdshm_seg *other;
+  ck_assert_int_eq(pdshm_attach(seg_name, NULL, &other), 0);
+  ck_assert_int_eq(pdshm_detach(other), 0);
+  within_bound(t0, "attach");
+
+  t0 = tu_now_ns();
+  unsigned reaped = 1;
+  ck_assert_int_eq(pdshm_reap(seg, &reaped), PDSHM_ETIMEDOUT);
+  ck_assert_uint_eq(reaped, 0);
+  within_bound(t0, "reap");
+
+  t0 = tu_now_ns();
+  pdshm_group *g;
+  ck_assert_int_eq(pdshm_group_join(seg, "another", 2, -1, &g), 0);
+  ck_assert_int_eq(pdshm_group_leave(g), 0);
+  within_bound(t0, "join of another group");
+
+  t0 = tu_now_ns();
+  ck_assert_int_eq(pdshm_group_join(seg, "stall", 2, 1, &g), PDSHM_ETIMEDOUT);
+  within_bound(t0, "takeover of the dead rank");
+
+  t0 = tu_now_ns();
+  ck_assert_int_eq(inspector("--groups"), 0);
+  ck_assert_int_eq(inspector("--procs"), 0);
+  within_bound(t0, "the inspector");
+
+  ck_assert(rank0().writing);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0); /* a slot left is a dead slot */
+}
+
+/* Rank 0 stopped while it writes, rank 1 killed: rank 0's pid. */
+static pid_t stall(struct board *b) {
+  atomic_store(&b->rc, 0);
+  b->kids[0] = (struct kid){.b = b, .rank = 0};
+  b->kids[1] = (struct kid){.b = b, .rank = 1};
+  pid_t stopped = tu_spawn(kid_member, &b->kids[0]), killed = tu_spawn(kid_member, &b->kids[1]);
+  stop_while_writing(stopped);
+  kill(killed, SIGKILL);
+  ck_assert_int_eq(tu_wait(killed), 128 + SIGKILL);
+  tu_await_dead(seg, 1);
+  return stopped;
+}
+
+/* The stopped member goes on, the arena filled meanwhile: its allreduce
+ * answers EOWNERDEAD, having written nothing but the members' tensors; then
+ * the dead slots are reaped (the first reap reaps the member's, and any a
+ * killed reaper left), its rank is taken over, and everything is as
+ * before. */
+static void resume(pid_t stopped, struct board *b) {
+  struct fill f;
+  fill_arena(&f);
+  kill(stopped, SIGCONT);
+  ck_assert_msg(tu_wait(stopped) == 0, "the stopped member ended with %s",
+                pdshm_err_name(atomic_load(&b->rc)));
+  fill_check_drop(&f);
+  unsigned reaped = 0;
+  ck_assert_int_eq(pdshm_reap(seg, &reaped), 0);
+  ck_assert_uint_ge(reaped, 1);
+  pdshm_stats st;
+  for (uint64_t end = tu_now_ns() + 5 * SEC;; usleep(1000)) { /* a killed reaper's slot */
+    ck_assert_int_eq(pdshm_seg_stats(seg, &st), 0);
+    if (!st.procs_dead || tu_now_ns() > end) break;
+    ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
+  }
+  ck_assert_uint_eq(st.procs_dead, 0);
+  pdshm_group *g;
+  ck_assert_int_eq(pdshm_group_join(seg, "stall", 2, 1, &g), 0);
+  ck_assert_int_eq(pdshm_group_leave(g), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_uint_eq(used(), base_used);
+}
+
+START_TEST(stopped_writer_beside_a_dead_member_stalls_nobody) {
+  struct board *b = board_new();
+  pid_t stopped = stall(b);
+  while_stopped();
+  resume(stopped, b);
+}
+END_TEST
+
+/* A reaper that attaches (which reaps), then reaps, killed at its k-th crash
+ * window (0: never); its hits up to there in b->hits. */
+static int kid_reaper(void *arg) {
+  struct board *b = arg;
+  pdshm_seg *s;
+  pdshm__crash_arm(b->k, NULL);
+  int rc = pdshm_attach(seg_name, NULL, &s);
+  if (!rc) rc = pdshm_reap(s, NULL);
+  uint64_t n = pdshm__crash_hits();
+  for (uint64_t i = 1; i <= n && i <= WINDOWS; i++)
+    snprintf(b->names[i - 1], sizeof b->names[0], "%s", pdshm__crash_name(i));
+  atomic_store(&b->hits, n);
+  if (rc != PDSHM_ETIMEDOUT) return 1;
+  return pdshm_detach(s) ? 2 : 0;
+}
+
+/* Each pass of the reaper must leave the slot; one killed at any of its
+ * windows leaves it to the next just the same: left again while the member
+ * is stopped, finished once it went on. */
+START_TEST(reaper_that_must_leave_the_slot_killed_at_every_window) {
+  struct board *b = board_new();
+  pid_t stopped = stall(b);
+  b->k = 0;
+  ck_assert_int_eq(tu_wait(tu_spawn(kid_reaper, b)), 0);
+  uint64_t n = atomic_load(&b->hits);
+  ck_assert_uint_gt(n, 0);
+  resume(stopped, b);
+  for (uint64_t k = 1; k <= n; k++) {
+    stopped = stall(b);
+    b->k = k;
+    int st = tu_wait(tu_spawn(kid_reaper, b));
+    ck_assert_msg(st == 128 + SIGKILL, "the reaper armed at window %llu (%s) exited %d",
+                  (unsigned long long)k, k <= WINDOWS ? b->names[k - 1] : "?", st);
+    ck_assert_int_eq(pdshm_reap(seg, NULL), PDSHM_ETIMEDOUT); /* still left */
+    resume(stopped, b);
+  }
+  fprintf(stderr, "test_group_stall: a reaper leaving the slot killed at each of %llu windows\n",
+          (unsigned long long)n);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("group_stall");
+  TCase *tc = tu_tcase(s, "stall", 120, setup, teardown);
+  tcase_add_test(tc, stopped_writer_beside_a_dead_member_stalls_nobody);
+  tc = tu_tcase(s, "reapers", 600, setup, teardown);
+  tcase_add_test(tc, reaper_that_must_leave_the_slot_killed_at_every_window);
+  return tu_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;
+}
