@@ -41,7 +41,8 @@ int pdshm__inspect_begin(const pdshm_seg *seg, bool given, const char *what, uns
 
 /* What a writer leaves behind in the lock table: every change of the
  * model and of the chain's shape is made under some entry's mutex, whose
- * taker counts the acquisition before it changes anything (lock.c). */
+ * taker counts the acquisition before it changes anything, or, repairing
+ * after a dead holder, names itself the holder first (lock.c, inv. 3). */
 struct inspect_mark {
   uint64_t taken; /* acquisitions, summed over the table                       */
   bool busy;      /* another live thread held an entry when it was read (this  */

@@ -19,8 +19,9 @@
  *     guess.
  *  3. acquisitions, contended and wait_ns change only under the mutex.
  *     acquisitions is counted as the mutex is taken, before its holder
- *     changes anything: the inspector reads the counts (and the mutex's
- *     word) to tell a walk that writers tore (introspect_walk.c).
+ *     changes anything (but a repair, under a holder named first): the
+ *     inspector reads the counts, the mutex's word and the holder's slot to
+ *     tell a walk that writers tore (introspect_walk.c).
  *  4. An entry's alloc word moves AVAILABLE -> slot+1 by CAS (claim), then to
  *     PUBLISHED by a journal under the guarded object's parent lock (or back
  *     to AVAILABLE by the claimer, abandoned: pdshm__lock_unclaim).  The object's death moves it back to
@@ -130,16 +131,24 @@ static int lock_recover(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l) {
  * word says whether the lock is held): stored only when the holder changes,
  * they leave the entry's second cache line clean while one process takes
  * the lock again and again. */
-static void lock_note_holder(pdshm_seg *seg, struct pdshm_lock *l) {
-  l->acquisitions++;
+static void lock_note_slot(pdshm_seg *seg, struct pdshm_lock *l) {
   if (atomic_load_explicit(&l->holder_pid, memory_order_relaxed) != seg->pid)
     atomic_store_explicit(&l->holder_pid, seg->pid, memory_order_relaxed);
   if (atomic_load_explicit(&l->holder_slot, memory_order_relaxed) != seg->slot)
     atomic_store_explicit(&l->holder_slot, seg->slot, memory_order_relaxed);
 }
 
+static void lock_note_holder(pdshm_seg *seg, struct pdshm_lock *l) {
+  l->acquisitions++;
+  lock_note_slot(seg, l);
+}
+
 static int lock_result(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l, int e) {
   if (e == EOWNERDEAD) {
+    /* Named before the repair, which changes what the lock guards before
+     * the acquisition is counted: an inspector sees a live holder at work
+     * (introspect_walk.c), not the dead one. */
+    lock_note_slot(seg, l);
     int rc = lock_recover(seg, i, l);
     if (rc) return rc;
   } else if (e == ENOTRECOVERABLE) {
