@@ -78,9 +78,7 @@ PyObject *pdshmpy_var_wait(PyObject *self, PyObject *args, PyObject *kw) {
     int64_t slice = slice_of(left);
     int rc;
     pdshmpy_seg_hold(var->seg);
-    Py_BEGIN_ALLOW_THREADS
-    rc = pdshm_var_wait(v, seen, slice);
-    Py_END_ALLOW_THREADS
+    PDSHMPY_NOGIL(rc = pdshm_var_wait(v, seen, slice));
     pdshmpy_seg_unhold(var->seg);
     if (rc == 0) {
       v = pdshmpy_var_get(var);
@@ -99,12 +97,21 @@ PyObject *pdshmpy_var_wait(PyObject *self, PyObject *args, PyObject *kw) {
  * thread is using without the GIL is left when that call ends. */
 static void group_drop(pdshmpy_group *gr) {
   pdshmpy_list_del(&gr->link);
+  pdshm_group *g = gr->g;
+  if (!g) return;
+  if (gr->forkgen != pdshmpy_forkgen()) { /* a fork parent's: frees the copy, no lock */
+    gr->g = NULL;
+    pdshm_group_leave(g);
+    return;
+  }
   if (gr->busy) {
     gr->doomed = 1;
     return;
   }
-  if (gr->g) pdshm_group_leave(gr->g);
   gr->g = NULL;
+  pdshmpy_seg_hold(gr->seg);
+  PDSHMPY_NOGIL(pdshm_group_leave(g));
+  pdshmpy_seg_unhold(gr->seg);
 }
 
 /* After a call that ran without the GIL: a doomed membership is left before
@@ -118,6 +125,28 @@ static void group_call_done(pdshmpy_group *gr) {
 void pdshmpy_groups_drop(pdshmpy_seg *s) {
   while (s->groups.next != &s->groups)
     group_drop(PDSHMPY_CONTAINER(s->groups.next, pdshmpy_group, link));
+}
+
+/* A Group object for g, just joined (left again on failure, and when s was
+ * detached meanwhile); the caller holds s. */
+static PyObject *group_wrap(pdshmpy_seg *s, pdshm_group *g, PyObject *name) {
+  pdshmpy_state *st = PDSHMPY_STATE(s);
+  pdshmpy_group *gr = s->closed ? NULL : PyObject_New(pdshmpy_group, st->group_type);
+  if (!gr) {
+    PDSHMPY_NOGIL(pdshm_group_leave(g));
+    return s->closed ? pdshmpy_raise_msg(st, PDSHM_EINVAL, "segment %R was detached", s->name)
+                     : NULL;
+  }
+  gr->seg = (pdshmpy_seg *)Py_NewRef(s);
+  gr->g = g;
+  gr->name = Py_NewRef(name);
+  gr->rank = pdshm_group_rank(g);
+  gr->size = pdshm_group_size(g);
+  gr->forkgen = pdshmpy_forkgen();
+  gr->busy = 0;
+  gr->doomed = 0;
+  pdshmpy_list_add(&s->groups, &gr->link);
+  return (PyObject *)gr;
 }
 
 PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw) {
@@ -139,31 +168,14 @@ PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw) {
                                PDSHM_GROUP_MAX);
     rank = (int)r;
   }
-  pdshm_seg *seg = pdshmpy_seg_get(s);
+  pdshm_seg *seg = pdshmpy_seg_begin(s);
   if (!seg) return NULL;
   pdshm_group *g = NULL;
   int rc;
-  pdshmpy_seg_hold(s);
-  Py_BEGIN_ALLOW_THREADS
-  rc = pdshm_group_join(seg, n, size, rank, &g);
-  Py_END_ALLOW_THREADS
+  PDSHMPY_NOGIL(rc = pdshm_group_join(seg, n, size, rank, &g));
+  PyObject *r = rc ? pdshmpy_raise_fmt(st, rc, "group '%s'", n) : group_wrap(s, g, name);
   pdshmpy_seg_unhold(s);
-  if (rc) return pdshmpy_raise_fmt(st, rc, "group '%s'", n);
-  pdshmpy_group *gr = PyObject_New(pdshmpy_group, st->group_type);
-  if (!gr) {
-    pdshm_group_leave(g);
-    return NULL;
-  }
-  gr->seg = (pdshmpy_seg *)Py_NewRef(self);
-  gr->g = g;
-  gr->name = Py_NewRef(name);
-  gr->rank = pdshm_group_rank(g);
-  gr->size = pdshm_group_size(g);
-  gr->forkgen = pdshmpy_forkgen();
-  gr->busy = 0;
-  gr->doomed = 0;
-  pdshmpy_list_add(&s->groups, &gr->link);
-  return (PyObject *)gr;
+  return r;
 }
 
 /* The handle, or NULL with an error: left, forked, closed segment or busy. */
@@ -213,9 +225,7 @@ static PyObject *group_barrier(PyObject *self, PyObject *args, PyObject *kw) {
   pdshmpy_seg_hold(gr->seg);
   for (;;) {
     int64_t slice = slice_of(left);
-    Py_BEGIN_ALLOW_THREADS
-    rc = pdshm_group_barrier(g, slice);
-    Py_END_ALLOW_THREADS
+    PDSHMPY_NOGIL(rc = pdshm_group_barrier(g, slice));
     if (rc != -ETIMEDOUT || (left >= 0 && (left -= slice) <= 0)) break;
     if (PyErr_CheckSignals() < 0) {
       rc = 1;
@@ -341,11 +351,9 @@ static PyObject *group_collective(pdshmpy_group *gr, enum collective kind, PyObj
   int rc;
   gr->busy = 1;
   pdshmpy_seg_hold(gr->seg);
-  Py_BEGIN_ALLOW_THREADS
-  rc = kind == ALLREDUCE        ? pdshm_group_allreduce(g, v, op, ns)
-       : kind == REDUCE_SCATTER ? pdshm_group_reduce_scatter(g, v, op, ns)
-                                : pdshm_group_allgather(g, v, ns);
-  Py_END_ALLOW_THREADS
+  PDSHMPY_NOGIL(rc = kind == ALLREDUCE        ? pdshm_group_allreduce(g, v, op, ns)
+                     : kind == REDUCE_SCATTER ? pdshm_group_reduce_scatter(g, v, op, ns)
+                                              : pdshm_group_allgather(g, v, ns));
   group_call_done(gr);
   if (rc == -EOWNERDEAD)
     return pdshmpy_raise_msg(st, rc, "a member of group %R died: the tensors are unspecified",

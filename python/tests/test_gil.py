@@ -3,9 +3,14 @@ variable's lock (or for a new version), another thread of the same
 interpreter keeps running.  The waiting happens in a fresh interpreter, so
 that a module that kept the GIL makes this test time out instead of hanging
 the suite."""
+import os
 import select
+import signal
 import subprocess
 import sys
+import time
+
+import pytest
 
 import procutil
 
@@ -100,8 +105,8 @@ def readline_within(proc, timeout):
     return proc.stdout.readline().split()
 
 
-def start_waiter(code, seg):
-    return subprocess.Popen([sys.executable, "-c", code, seg.name], env=procutil.child_env(),
+def start_waiter(code, seg, *args):
+    return subprocess.Popen([sys.executable, "-c", code, seg.name, *args], env=procutil.child_env(),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -143,6 +148,135 @@ def test_a_thread_waiting_at_a_barrier_lets_other_threads_run(seg):
             assert readline_within(proc, 20) == ["passed", "True"]
             assert proc.wait(procutil.TIMEOUT) == 0
         finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=procutil.TIMEOUT)
+
+
+# Scope and variable calls wait for the scope's lock, which another process
+# may hold for as long as it is stopped (SIGSTOP) in the middle of a mutation.
+MUTATOR = r"""
+import select, sys
+import pdshm
+
+seg = pdshm.attach(sys.argv[1])
+p = seg.open("p")
+print("ready", flush=True)
+while not select.select([sys.stdin], [], [], 0)[0]:
+    p.var("m")
+    p.erase("m")
+seg.detach()
+"""
+
+SCOPE_WAITER = r"""
+import sys, threading, time
+import numpy  # imported now: not by the call, which would let the spinner run
+import pdshm
+
+seg = pdshm.attach(sys.argv[1])
+p = seg.open("p")
+kid = seg.open("p/kid")
+w = p["w"]
+views, handles = [], [seg.open("p")]
+CALLS = {
+    "open": lambda: handles.append(seg.open("p")),
+    "parent": lambda: handles.append(kid.parent),
+    "local": lambda: handles.append(p.local()),
+    "dealloc": lambda: handles.clear(),
+    "var": lambda: p.var("b"),
+    "create_var": lambda: p.create_var("b"),
+    "new_var": lambda: p.new_var(),
+    "erase": lambda: p.erase("e"),
+    "rename": lambda: p.rename("e", "f"),
+    "new_scope": lambda: p.new_scope("k"),
+    "unlink": lambda: p.unlink("kid"),
+    "drop_kids": lambda: p.drop_kids(),
+    "release": lambda: p.release(),
+    "resize": lambda: w.resize("float32", (8,)),
+    "assign": lambda: w.assign([1.0, 2.0]),
+    "numpy": lambda: views.append(w.numpy()),
+    "label": lambda: setattr(w, "label", "l"),
+    "add_reader": lambda: w.add_reader("op"),
+}
+call = CALLS[sys.argv[2]]
+print("ready", flush=True)
+sys.stdin.readline()  # the scope's lock is held now
+started, done = threading.Event(), threading.Event()
+
+def run():
+    started.set()
+    call()
+    done.set()
+
+t = threading.Thread(target=run, daemon=True)
+t.start()
+started.wait(10)
+n, end = 0, time.monotonic() + 0.3
+while time.monotonic() < end:
+    n += 1
+print("spun", n, done.is_set(), flush=True)
+sys.stdin.readline()  # the lock was let go
+t.join(10)
+print("done", done.is_set(), flush=True)
+seg.detach()
+"""
+
+
+def scope_lock_holder(seg, path):
+    """The pid holding the lock of the scope at path, or None."""
+    sid = next(s.id for s in seg.scopes() if s.name == path)
+    held = [lk.holder_pid for lk in seg.locks()
+            if lk.kind == "scope" and lk.scope_id == sid and lk.held]
+    return held[0] if held else None
+
+
+def stop_holding_scope_lock(seg, proc, path):
+    """Stops proc (SIGSTOP) at a moment it holds the lock of the scope at path
+    (it does about one time in three)."""
+    for _ in range(2000):
+        os.kill(proc.pid, signal.SIGSTOP)
+        os.waitpid(proc.pid, os.WUNTRACED)
+        if scope_lock_holder(seg, path) == proc.pid:
+            return
+        os.kill(proc.pid, signal.SIGCONT)
+        time.sleep(0.001)  # time to run again before the next stop
+    raise AssertionError("the mutator was never caught holding the scope's lock")
+
+
+@pytest.mark.parametrize("call", ["open", "parent", "local", "dealloc", "var", "create_var", "new_var", "erase", "rename",
+                                  "new_scope", "unlink", "drop_kids", "release", "resize",
+                                  "assign", "numpy", "label", "add_reader"])
+def test_a_thread_waiting_for_a_scope_lock_lets_other_threads_run(seg, call):
+    p = seg.root.new_scope("p")
+    p.var("w").resize("float32", (2,))
+    p.var("e")
+    p.new_scope("kid")
+    procs = [start_waiter(MUTATOR, seg), start_waiter(SCOPE_WAITER, seg, call)]
+    mutator, waiter = procs
+    stopped = False
+    try:
+        assert readline_within(mutator, 20) == ["ready"]
+        assert readline_within(waiter, 20) == ["ready"]
+        stop_holding_scope_lock(seg, mutator, "p")
+        stopped = True
+        waiter.stdin.write("go\n")
+        waiter.stdin.flush()
+        word, spins, done = readline_within(waiter, 20)
+        assert word == "spun" and int(spins) > 0
+        assert done == "False"  # it was really waiting for the stopped process
+        os.kill(mutator.pid, signal.SIGCONT)
+        stopped = False
+        waiter.stdin.write("go\n")
+        waiter.stdin.flush()
+        assert readline_within(waiter, 20) == ["done", "True"]
+        mutator.stdin.write("stop\n")
+        mutator.stdin.flush()
+        assert waiter.wait(procutil.TIMEOUT) == 0
+        assert mutator.wait(procutil.TIMEOUT) == 0
+    finally:
+        if stopped:
+            os.kill(mutator.pid, signal.SIGCONT)
+        for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate(timeout=procutil.TIMEOUT)
