@@ -153,26 +153,20 @@ PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"name", "size", "rank", NULL};
   pdshmpy_seg *s = (pdshmpy_seg *)self;
   pdshmpy_state *st = PDSHMPY_STATE(self);
-  PyObject *name, *ranko = Py_None;
-  unsigned int size;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OI|O:group", kwlist, &name, &size, &ranko))
+  PyObject *name, *sizeo, *ranko = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:group", kwlist, &name, &sizeo, &ranko))
     return NULL;
   const char *n = pdshmpy_utf8(name, "group name");
-  if (!n) return NULL;
-  int rank = -1;
-  if (ranko != Py_None) {
-    long r = PyLong_AsLong(ranko);
-    if (r == -1 && PyErr_Occurred()) return NULL;
-    if (r < 0 || r >= (long)PDSHM_GROUP_MAX)
-      return pdshmpy_raise_msg(st, PDSHM_EINVAL, "rank %ld is outside [0, %u)", r,
-                               PDSHM_GROUP_MAX);
-    rank = (int)r;
-  }
+  unsigned long long size, ranku;
+  if (!n || pdshmpy_uint_arg(st, sizeo, "size", PDSHM_GROUP_MAX, &size) < 0 ||
+      (ranko != Py_None && pdshmpy_uint_arg(st, ranko, "rank", PDSHM_GROUP_MAX - 1, &ranku) < 0))
+    return NULL;
+  int rank = ranko == Py_None ? -1 : (int)ranku;
   pdshm_seg *seg = pdshmpy_seg_begin(s);
   if (!seg) return NULL;
   pdshm_group *g = NULL;
   int rc;
-  PDSHMPY_NOGIL(rc = pdshm_group_join(seg, n, size, rank, &g));
+  PDSHMPY_NOGIL(rc = pdshm_group_join(seg, n, (unsigned)size, rank, &g));
   PyObject *r = rc ? pdshmpy_raise_fmt(st, rc, "group '%s'", n) : group_wrap(s, g, name);
   pdshmpy_seg_unhold(s);
   return r;

@@ -303,8 +303,11 @@ static PyObject *var_record(pdshmpy_state *st, const var_copy *c) {
 
 PyObject *pdshmpy_seg_vars_of(PyObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"scope_id", NULL};
+  PyObject *ido = NULL;
   unsigned long long id = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|K:vars_of", kwlist, &id)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:vars_of", kwlist, &ido) ||
+      (ido && pdshmpy_uint_arg(PDSHMPY_STATE(self), ido, "scope_id", UINT64_MAX, &id) < 0))
+    return NULL;
   pdshm_seg *seg = seg_of(self);
   if (!seg) return NULL;
   grow_buf g = {NULL, 0, 0, sizeof(var_copy)};

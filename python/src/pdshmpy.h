@@ -284,5 +284,10 @@ PyObject *pdshmpy_np_asarray(pdshmpy_state *st);
 /* ---- util ------------------------------------------------------------------------------- */
 /* A str argument as UTF-8 without NUL bytes; NULL with TypeError/ValueError. */
 const char *pdshmpy_utf8(PyObject *o, const char *what);
+/* An int argument (anything with __index__) in [0, max] into *out:
+ * 0, or -1 with TypeError (no int) or pdshm.InvalidArgument (outside, beyond
+ * 64 bits included). */
+int pdshmpy_uint_arg(pdshmpy_state *st, PyObject *o, const char *what, unsigned long long max,
+                     unsigned long long *out);
 
 #endif /* PDSHMPY_H */
