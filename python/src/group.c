@@ -5,7 +5,7 @@
  *
  * Invariants:
  *  1. A Group holds its Segment; Segment.detach() (and a fork child's
- *     re-attach) leaves every Group of it first (pdshmpy_groups_drop), as
+ *     re-attach) leaves every Group of it first (its link's drop), as
  *     pdshm_detach would free the handles under them; a Group that another
  *     thread is using without the GIL leaves when that call ends (the call
  *     holds the Segment, so pdshm_detach waits for it too).
@@ -122,10 +122,8 @@ static void group_call_done(pdshmpy_group *gr) {
   pdshmpy_seg_unhold(gr->seg);
 }
 
-void pdshmpy_groups_drop(pdshmpy_seg *s) {
-  while (s->groups.next != &s->groups)
-    group_drop(PDSHMPY_CONTAINER(s->groups.next, pdshmpy_group, link));
-}
+/* The link's drop (pdshmpy_link): for the Segment's detach() and fork child. */
+static void group_link_drop(pdshmpy_link *l) { group_drop(PDSHMPY_CONTAINER(l, pdshmpy_group, link)); }
 
 /* A Group object for g, just joined (left again on failure, and when s was
  * detached meanwhile); the caller holds s. */
@@ -145,6 +143,7 @@ static PyObject *group_wrap(pdshmpy_seg *s, pdshm_group *g, PyObject *name) {
   gr->forkgen = pdshmpy_forkgen();
   gr->busy = 0;
   gr->doomed = 0;
+  gr->link.drop = group_link_drop;
   pdshmpy_list_add(&s->groups, &gr->link);
   return (PyObject *)gr;
 }

@@ -41,8 +41,12 @@
 #include "pdshm.h"
 
 /* ---- intrusive lists (borrowed links, GIL held) ---------------------------- */
+/* drop: lets go of the C handle of the object on the link (a fork parent's
+ * copy is only freed), for the Segment that lists it: segment.c sits below
+ * the objects' files and knows them by this pointer only.  NULL on a Pin's. */
 typedef struct pdshmpy_link {
   struct pdshmpy_link *prev, *next;
+  void (*drop)(struct pdshmpy_link *l);
 } pdshmpy_link;
 
 static inline void pdshmpy_list_init(pdshmpy_link *head) { head->prev = head->next = head; }
@@ -210,13 +214,13 @@ PyObject *pdshmpy_close_all(PyObject *module, PyObject *unused);
 
 /* ---- scope.c --------------------------------------------------------------------------- */
 extern PyType_Spec pdshmpy_scope_spec;
+/* Segment.root and Segment.open(path). */
+PyObject *pdshmpy_seg_root(PyObject *self, void *closure);
+PyObject *pdshmpy_seg_open_path(PyObject *self, PyObject *path);
 /* A new Scope object owning h (released on failure, and when seg was
  * detached meanwhile); path and base may be NULL (base is path when path is
  * given).  The caller holds seg. */
 PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path, PyObject *base);
-/* Drops the handle without touching the segment (fork child) or releases it,
- * now or, when a call runs on it without the GIL, at that call's end. */
-void pdshmpy_scope_drop(pdshmpy_scope *sc);
 
 /* ---- var.c, varlock.c, varref.c ------------------------------------------------------- */
 extern PyType_Spec pdshmpy_var_spec, pdshmpy_varlock_spec, pdshmpy_varref_spec;
@@ -234,8 +238,9 @@ pdshm_var *pdshmpy_var_begin(pdshmpy_var *self);
 PyObject *pdshmpy_str_from_seg(const char *p);
 /* Raises Stale unless self still resolves to v (after a copy from it). */
 int pdshmpy_var_still(pdshmpy_var *self, pdshm_var *v);
-PyObject *pdshmpy_varlock_new(pdshmpy_var *var, int exclusive);
-PyObject *pdshmpy_varref_new(pdshmpy_var *var);
+/* Var.lock() (varlock.c) and Var.ref() (varref.c). */
+PyObject *pdshmpy_var_lock(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *pdshmpy_var_ref(PyObject *self, PyObject *unused);
 
 /* ---- dtype.c --------------------------------------------------------------------------- */
 const char *pdshmpy_dtype_name(int dt);     /* "float32"; NULL for unknown   */
@@ -262,8 +267,6 @@ PyObject *pdshmpy_var_assign(PyObject *self, PyObject *src);
 
 /* ---- group.c (the Group type, Segment.group, Var.wait) ---------------------------------- */
 int pdshmpy_group_init(PyObject *module, pdshmpy_state *st);
-/* Leaves every group membership of s (before its handle is detached). */
-void pdshmpy_groups_drop(pdshmpy_seg *s);
 PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *pdshmpy_var_wait(PyObject *self, PyObject *args, PyObject *kw);
 

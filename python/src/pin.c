@@ -31,6 +31,7 @@ static void pin_init(pdshmpy_pin *p, pdshmpy_var *var, pdshm_pin *pin,
   p->readonly = (var->seg->flags & PDSHM_RDONLY) != 0;
   pin_fill_layout(p);
   p->seg->npins++;
+  p->link.drop = NULL; /* a view outlives detach() */
   pdshmpy_list_add(&p->seg->pins, &p->link);
 }
 

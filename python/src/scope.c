@@ -20,6 +20,25 @@ static void scope_release_handle(pdshmpy_seg *seg, pdshm_scope *h) {
   pdshmpy_seg_unhold(seg);
 }
 
+/* Drops the handle without touching the segment (fork child) or releases it,
+ * now or, when a call runs on it without the GIL, at that call's end. */
+static void scope_drop(pdshmpy_scope *sc) {
+  pdshm_scope *h = sc->h;
+  if (!h) return;
+  if (sc->forkgen != pdshmpy_forkgen()) { /* a fork parent's: frees the copy, no lock */
+    sc->h = NULL;
+    sc->busy = 0; /* the parent's threads' calls */
+    pdshm_scope_release(h);
+    return;
+  }
+  if (sc->busy) return; /* the last call on it releases it (scope_end) */
+  sc->h = NULL;
+  scope_release_handle(sc->seg, h);
+}
+
+/* The link's drop (pdshmpy_link): for the Segment's detach() and fork child. */
+static void scope_link_drop(pdshmpy_link *l) { scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link)); }
+
 PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path, PyObject *base) {
   pdshmpy_state *st = PDSHMPY_STATE(seg);
   if (seg->closed) { /* detach() ran while h was made without the GIL */
@@ -39,29 +58,16 @@ PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path, P
   sc->busy = 0;
   sc->released = 0;
   sc->weakrefs = NULL;
+  sc->link.drop = scope_link_drop;
   pdshmpy_list_add(&seg->scopes, &sc->link);
   return (PyObject *)sc;
-}
-
-void pdshmpy_scope_drop(pdshmpy_scope *sc) {
-  pdshm_scope *h = sc->h;
-  if (!h) return;
-  if (sc->forkgen != pdshmpy_forkgen()) { /* a fork parent's: frees the copy, no lock */
-    sc->h = NULL;
-    sc->busy = 0; /* the parent's threads' calls */
-    pdshm_scope_release(h);
-    return;
-  }
-  if (sc->busy) return; /* the last call on it releases it (scope_end) */
-  sc->h = NULL;
-  scope_release_handle(sc->seg, h);
 }
 
 /* In a fork child: the parent's copy goes and a named scope is opened again
  * by path; 0, or -1 with Forked raised.  The caller holds the Segment. */
 static int scope_reopen(pdshmpy_scope *sc) {
   pdshmpy_state *st = PDSHMPY_STATE(sc);
-  pdshmpy_scope_drop(sc);
+  scope_drop(sc);
   if (!sc->path) {
     pdshmpy_raise_msg(st, PDSHM_EFORKED,
                       "an anonymous scope of the parent process cannot be used after fork()");
@@ -475,12 +481,46 @@ static PyObject *scope_vars(PyObject *self, PyObject *args, PyObject *kw) {
   return r;
 }
 
+/* ---- Segment.root, Segment.open ---------------------------------------------------------- */
+
+/* A Scope on the root (path NULL) or on the scope at path, opened with the
+ * GIL released. */
+static PyObject *seg_scope_at(pdshmpy_seg *s, PyObject *path) {
+  const char *p = path ? pdshmpy_utf8(path, "path") : "";
+  if (!p) return NULL;
+  pdshm_seg *seg = pdshmpy_seg_begin(s);
+  if (!seg) return NULL;
+  pdshm_scope *h = NULL;
+  int rc;
+  PDSHMPY_NOGIL(rc = path ? pdshm_scope_open(seg, p, &h) : pdshm_root(seg, &h));
+  PyObject *r = NULL;
+  if (rc && path) pdshmpy_raise_fmt(PDSHMPY_STATE(s), rc, "scope path '%s'", p);
+  else if (rc) pdshmpy_raise(PDSHMPY_STATE(s), rc, "the root scope");
+  else if (path) r = pdshmpy_scope_wrap(s, h, path, NULL);
+  else if ((path = PyUnicode_FromString(""))) {
+    r = pdshmpy_scope_wrap(s, h, path, NULL);
+    Py_DECREF(path);
+  } else {
+    PDSHMPY_NOGIL(pdshm_scope_release(h));
+  }
+  pdshmpy_seg_unhold(s);
+  return r;
+}
+
+PyObject *pdshmpy_seg_root(PyObject *self, void *closure) {
+  return seg_scope_at((pdshmpy_seg *)self, NULL);
+}
+
+PyObject *pdshmpy_seg_open_path(PyObject *self, PyObject *path) {
+  return seg_scope_at((pdshmpy_seg *)self, path);
+}
+
 /* ---- lifetime ----------------------------------------------------------------------------- */
 
 static void scope_release_now(pdshmpy_scope *sc) {
   sc->released = 1;
   pdshmpy_list_del(&sc->link);
-  pdshmpy_scope_drop(sc);
+  scope_drop(sc);
 }
 
 static PyObject *scope_release(PyObject *self, PyObject *unused) {
@@ -553,7 +593,7 @@ static void scope_dealloc(PyObject *self) {
   PyTypeObject *tp = Py_TYPE(self);
   if (sc->weakrefs) PyObject_ClearWeakRefs(self);
   pdshmpy_list_del(&sc->link); /* before the GIL goes: nobody finds it meanwhile */
-  pdshmpy_scope_drop(sc);
+  scope_drop(sc);
   Py_CLEAR(sc->path);
   Py_CLEAR(sc->base);
   Py_CLEAR(sc->seg);

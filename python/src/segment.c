@@ -53,6 +53,16 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
   return (PyObject *)s;
 }
 
+/* Unlists each object of the list and drops its handle; each leaves the list
+ * before its handle goes, as dropping may release the GIL. */
+static void seg_drop_all(pdshmpy_link *head) {
+  while (head->next != head) {
+    pdshmpy_link *l = head->next;
+    pdshmpy_list_del(l);
+    l->drop(l);
+  }
+}
+
 /* In a fork child, before s->seg (inherited) is replaced: every inherited
  * scope handle and group membership goes first, then the handle itself --
  * detached at once (which unmaps its range) unless views still point into
@@ -62,8 +72,8 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
 static void seg_retire_inherited(pdshmpy_seg *s) {
   s->busy = 0;
   for (pdshmpy_link *l = s->scopes.next; l != &s->scopes; l = l->next)
-    pdshmpy_scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link));
-  pdshmpy_groups_drop(s);
+    l->drop(l); /* the Scope stays listed: a named one opens again by path */
+  seg_drop_all(&s->groups);
   pdshm_seg *old = s->seg;
   s->seg = NULL;
   if (!old) return;
@@ -123,18 +133,14 @@ static void seg_detach_now(pdshmpy_seg *s) {
   PDSHMPY_NOGIL(pdshm_detach(seg));
 }
 
-/* Releasing a handle lets other threads run: each leaves the list before it
- * goes, and the hold keeps the attachment until the last one went. */
+/* Releasing a handle lets other threads run: the hold keeps the attachment
+ * until the last one went. */
 static void seg_close(pdshmpy_seg *s) {
   if (s->closed) return;
   s->closed = 1;
   pdshmpy_seg_hold(s);
-  while (s->scopes.next != &s->scopes) {
-    pdshmpy_link *l = s->scopes.next;
-    pdshmpy_list_del(l);
-    pdshmpy_scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link));
-  }
-  pdshmpy_groups_drop(s);
+  seg_drop_all(&s->scopes);
+  seg_drop_all(&s->groups); /* leaves every group before the handle is detached */
   pdshmpy_seg_unhold(s);
 }
 
@@ -230,38 +236,6 @@ PyObject *pdshmpy_after_fork_child(PyObject *module, PyObject *unused) {
 
 /* ---- calls on the segment ------------------------------------------------------------ */
 
-/* A Scope on the root (path NULL) or on the scope at path, opened with the
- * GIL released. */
-static PyObject *seg_scope_at(pdshmpy_seg *s, PyObject *path) {
-  const char *p = path ? pdshmpy_utf8(path, "path") : "";
-  if (!p) return NULL;
-  pdshm_seg *seg = pdshmpy_seg_begin(s);
-  if (!seg) return NULL;
-  pdshm_scope *h = NULL;
-  int rc;
-  PDSHMPY_NOGIL(rc = path ? pdshm_scope_open(seg, p, &h) : pdshm_root(seg, &h));
-  PyObject *r = NULL;
-  if (rc && path) pdshmpy_raise_fmt(PDSHMPY_STATE(s), rc, "scope path '%s'", p);
-  else if (rc) pdshmpy_raise(PDSHMPY_STATE(s), rc, "the root scope");
-  else if (path) r = pdshmpy_scope_wrap(s, h, path, NULL);
-  else if ((path = PyUnicode_FromString(""))) {
-    r = pdshmpy_scope_wrap(s, h, path, NULL);
-    Py_DECREF(path);
-  } else {
-    PDSHMPY_NOGIL(pdshm_scope_release(h));
-  }
-  pdshmpy_seg_unhold(s);
-  return r;
-}
-
-static PyObject *seg_root(PyObject *self, void *closure) {
-  return seg_scope_at((pdshmpy_seg *)self, NULL);
-}
-
-static PyObject *seg_open_path(PyObject *self, PyObject *path) {
-  return seg_scope_at((pdshmpy_seg *)self, path);
-}
-
 static PyObject *seg_reap(PyObject *self, PyObject *unused) {
   pdshm_seg *seg = pdshmpy_seg_begin((pdshmpy_seg *)self);
   if (!seg) return NULL;
@@ -315,7 +289,7 @@ static PyObject *seg_repr(PyObject *self) {
 }
 
 static PyMethodDef seg_methods[] = {
-    {"open", seg_open_path, METH_O,
+    {"open", pdshmpy_seg_open_path, METH_O,
      "open(path) -> Scope\n\nA new handle on the named scope at path from the root\n"
      "(\"params/fc\"; \"\" is the root).  NotFound when there is none."},
     {"stats", pdshmpy_seg_stats, METH_NOARGS,
@@ -358,7 +332,7 @@ static PyMethodDef seg_methods[] = {
 
 static PyGetSetDef seg_getset[] = {
     {"name", seg_get_name, NULL, "The segment's NAME (the file /dev/shm/pdshm.NAME).", NULL},
-    {"root", seg_root, NULL, "A new handle on the global scope.", NULL},
+    {"root", pdshmpy_seg_root, NULL, "A new handle on the global scope.", NULL},
     {"readonly", seg_get_readonly, NULL, "Attached read-only (for looking only).", NULL},
     {"closed", seg_get_closed, NULL, "detach() was called.", NULL},
     {NULL}};

@@ -227,17 +227,6 @@ static PyObject *var_resize(PyObject *self, PyObject *args, PyObject *kw) {
 
 /* ---- locks, references ---------------------------------------------------------------------- */
 
-static PyObject *var_lock(PyObject *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"exclusive", NULL};
-  int exclusive = 1;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:lock", kwlist, &exclusive)) return NULL;
-  return pdshmpy_varlock_new(VR(self), exclusive);
-}
-
-static PyObject *var_ref(PyObject *self, PyObject *unused) {
-  return pdshmpy_varref_new(VR(self));
-}
-
 static PyObject *var_get_segment(PyObject *self, void *closure) {
   return Py_NewRef((PyObject *)VR(self)->seg);
 }
@@ -378,7 +367,7 @@ static PyMethodDef var_methods[] = {
      "add_reader(op)\n\nRecords an operator that reads the variable (a set)."},
     {"add_writer", var_add_writer, METH_O,
      "add_writer(op)\n\nRecords an operator that writes the variable (a set)."},
-    {"lock", (PyCFunction)(void (*)(void))var_lock, METH_VARARGS | METH_KEYWORDS,
+    {"lock", (PyCFunction)(void (*)(void))pdshmpy_var_lock, METH_VARARGS | METH_KEYWORDS,
      "lock(exclusive=True) -> VarLock\n\nTakes the variable's robust lock (exclusive or "
      "shared; a holder's death\nreleases it) and returns it held: `with v.lock():`, or "
      "`lk = v.lock(); ...;\nlk.release()`.  Waits with the GIL released.  An exclusive "
@@ -388,7 +377,7 @@ static PyMethodDef var_methods[] = {
      "`seen` and returns the new\nversion; TimeoutError after timeout seconds.  No lock, no "
      "spinning (a futex,\nwoken by every exclusive unlock and resize, in any process); the "
      "GIL is\nreleased and Ctrl-C interrupts it."},
-    {"ref", var_ref, METH_NOARGS,
+    {"ref", pdshmpy_var_ref, METH_NOARGS,
      "ref() -> VarRef\n\nA callable weak reference: r() is the Var, or None once stale."},
     {"resize", (PyCFunction)(void (*)(void))var_resize, METH_VARARGS | METH_KEYWORDS,
      "resize(dtype, shape)\n\nMakes the variable a tensor of that dtype (\"float32\", a "

@@ -28,7 +28,7 @@ typedef struct {
 
 #define VL(o) ((varlock *)(o))
 
-PyObject *pdshmpy_varlock_new(pdshmpy_var *var, int exclusive) {
+static PyObject *varlock_new(pdshmpy_var *var, int exclusive) {
   pdshmpy_state *st = PDSHMPY_STATE(var);
   pdshm_var *v = pdshmpy_var_begin(var);
   if (!v) return NULL;
@@ -49,6 +49,13 @@ PyObject *pdshmpy_varlock_new(pdshmpy_var *var, int exclusive) {
   }
   pdshmpy_seg_unhold(var->seg);
   return (PyObject *)lk;
+}
+
+PyObject *pdshmpy_var_lock(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"exclusive", NULL};
+  int exclusive = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:lock", kwlist, &exclusive)) return NULL;
+  return varlock_new((pdshmpy_var *)self, exclusive);
 }
 
 /* Lets the lock go (a shared unlock may wait for a dead holder's recount). */
