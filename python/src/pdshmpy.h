@@ -29,7 +29,9 @@
  *     detach, reap) runs inside PDSHMPY_NOGIL (DESIGN section 5), deallocs
  *     included; what it works on stays alive across it (see there).  Calls
  *     that take no lock (name and version reads, varref resolution, a fork
- *     child freeing its inherited copies) keep the GIL.
+ *     child freeing its inherited copies) keep the GIL, and so does the fork
+ *     hook (pdshmpy_after_fork_child), which runs before the child has a
+ *     second thread.
  */
 #ifndef PDSHMPY_H
 #define PDSHMPY_H
