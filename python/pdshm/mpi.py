@@ -50,6 +50,8 @@ run numpy code per MPI message.
 """
 from __future__ import annotations
 
+import math as _math
+import operator as _operator
 import os as _os
 import sys as _sys
 import time as _time
@@ -74,6 +76,26 @@ def _error(code: int, what: str) -> _pdshm.Error:
     exc = _ERRORS.get(code, _pdshm.Error)(-code, f"{_pdshm.strerror(code)}: {what}")
     exc.code = code
     return exc
+
+
+def _count(what: str, x: Any, least: int) -> int:
+    """x as an int >= least: TypeError for no int, InvalidArgument below."""
+    if isinstance(x, bool):
+        raise TypeError(f"{what} must be an int, not bool")
+    n = _operator.index(x)
+    if n < least:
+        raise _error(_pdshm.EINVAL, f"{what} must be at least {least}, not {n}")
+    return n
+
+
+def _seconds(what: str, x: Any) -> float:
+    """x as finite seconds >= 0: TypeError for no number, InvalidArgument for
+    NaN, a negative or an infinite one (as the group's timeouts)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(f"{what} must be seconds (int or float), not {type(x).__name__}")
+    if not (0 <= x < _math.inf):
+        raise _error(_pdshm.EINVAL, f"{what} must be finite seconds >= 0, not {x!r}")
+    return float(x)
 
 
 # ---- 16-bit floats over MPI ---------------------------------------------------
@@ -149,6 +171,12 @@ class Job:
 
     def __init__(self, prefix: str, comm: Any = None, local_size: Optional[int] = None,
                  size: Optional[int] = None, replace_timeout: float = 2.0) -> None:
+        # checked before MPI is touched: every process refuses the same way
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
+        if local_size is not None:
+            local_size = _count("local_size", local_size, 1)
+        replace_timeout = _seconds("replace_timeout", replace_timeout)
         from mpi4py import MPI
         self._MPI = MPI
         self.comm = comm if comm is not None else MPI.COMM_WORLD
@@ -315,12 +343,18 @@ class Job:
         self._group_call("an allreduce's allgather", self.group.allgather, x, timeout=timeout)
 
     # ---- broadcast -----------------------------------------------------------
+    def _root(self, root_host: Any) -> int:
+        """root_host as a host of the job, or TypeError / InvalidArgument."""
+        root_host = _count("root_host", root_host, 0)
+        if root_host >= self.hosts:
+            raise _error(_pdshm.EINVAL, f"root host {root_host} of {self.hosts}")
+        return root_host
+
     def bcast(self, var: Any, root_host: int = 0, timeout: Optional[float] = None) -> None:
         """var (the same variable for every process of a host: a parameter in
         a named scope) becomes root_host's tensor on every host; each local
         rank carries 1/L of the bytes."""
-        if not 0 <= root_host < self.hosts:
-            raise _error(_pdshm.EINVAL, f"root host {root_host} of {self.hosts}")
+        root_host = self._root(root_host)
         desc = (var.dtype, tuple(var.shape)) if self.host == root_host else None
         desc = self.cross_comm.bcast(desc, root=root_host)
         if desc[0] is None:
@@ -347,6 +381,7 @@ class Job:
     def bcast_scope(self, scope: Any, root_host: int = 0, timeout: Optional[float] = None) -> None:
         """Every tensor variable of root_host's scope, by name, into the same
         named scope on every host (created or resized as needed)."""
+        root_host = self._root(root_host)
         names = sorted(v.name for v in scope.vars() if v.dtype is not None) \
             if self.host == root_host else None
         names = self.cross_comm.bcast(names, root=root_host)

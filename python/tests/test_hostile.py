@@ -495,3 +495,21 @@ def test_scope_stack_names_of_wrong_types_are_refused(seg, snapshot, kwargs, exc
     with pytest.raises(exc):
         st.new_parameter(**kwargs)
     assert snapshot() == before
+
+
+# ---- pdshm.mpi: arguments are checked before MPI is touched ---------------------------
+
+@pytest.mark.parametrize("kwargs, exc", [
+    ({"prefix": 5}, TypeError), ({"prefix": None}, TypeError),
+    ({"local_size": 0}, ValueError), ({"local_size": -2}, ValueError),
+    ({"local_size": 2.0}, TypeError), ({"local_size": "2"}, TypeError),
+    ({"replace_timeout": float("nan")}, ValueError), ({"replace_timeout": -1}, ValueError),
+    ({"replace_timeout": float("inf")}, ValueError), ({"replace_timeout": "2"}, TypeError),
+], ids=["prefix_int", "prefix_none", "local_zero", "local_negative", "local_float",
+        "local_str", "replace_nan", "replace_negative", "replace_inf", "replace_str"])
+def test_bad_job_arguments_are_refused_before_mpi(kwargs, exc):
+    pm = pytest.importorskip("pdshm.mpi")
+    args = {"prefix": "job"}
+    args.update(kwargs)
+    with pytest.raises(exc):
+        pm.Job(args.pop("prefix"), **args)
