@@ -7,6 +7,12 @@
  * child; an anonymous Scope has no path and raises Forked in a child.
  * Variables come back as weak Var objects carrying the path of the scope that
  * owns them (not the scope they were looked up from).
+ *
+ * Every call on the handle runs between scope_begin and scope_end, the
+ * library's part without the GIL (pdshmpy.h, invariant 6): release() or
+ * detach() from another thread meanwhile does not free the handle under the
+ * call but leaves it to scope_end.  Segment.root and Segment.open live here
+ * too, as they make Scopes.
  */
 #include "pdshmpy.h"
 
