@@ -34,9 +34,16 @@ ETYPE: int
 EFORKED: int
 
 # dtype: "bool" "uint8" "int8" "int16" "int32" "int64" "float16" "bfloat16" "float32"
-# "float64", "torch.<name>", a torch dtype, or anything numpy.dtype() accepts.
+# "float64", "torch.<name>", a torch dtype, or anything numpy.dtype() accepts but
+# None; a numpy dtype (or array) of the other byte order is ValueError.
 DType = Any
 Shape = Union[int, Tuple[int, ...], List[int]]
+# Arguments.  Names are str (TypeError for bytes or another type; ValueError for
+# a NUL, a surrogate, or too long); counts, ranks and ids are ints (TypeError for
+# a float or another type; ValueError when negative or out of range, beyond 64
+# bits included).  A timeout is None (wait without a limit) or finite seconds
+# >= 0 (0: do not wait); NaN, a negative or an infinite timeout is ValueError,
+# another type TypeError.  A refused call changes nothing.
 
 class Error(OSError):
     code: int
