@@ -15,7 +15,10 @@ trainer group in that segment.
 Collectives run to completion in the call that issues them (async_op=True
 returns a completed Work whose future holds the tensor list), so an error
 is raised by that call: a member's death raises PeerDiedError (a
-RuntimeError that is also a pdshm.PeerDied) in every survivor, a member
+RuntimeError that is also a pdshm.PeerDied) in every survivor, and so does
+every later collective of that process group (through DDP's backward, a
+plain RuntimeError whose message says PeerDiedError: C++ is in between), a
+member
 that stops answering raises CollectiveTimeout (a RuntimeError that is also a
 TimeoutError) after the process group's timeout.
 
@@ -285,6 +288,7 @@ class ProcessGroupPdshm(ProcessGroup):
         self._exchange = _Exchange(seg, prefix, rank, size)
         self._lock = threading.Lock()
         self._closed = False
+        self._death: Optional[str] = None  # what the first PeerDied said
         # Everyone's exchange variable exists before anyone looks it up.
         self._barrier()
 
@@ -319,10 +323,15 @@ class ProcessGroupPdshm(ProcessGroup):
     def _call(self, fn, *args):
         if self._closed:
             raise RuntimeError("pdshm: this process group was closed")
+        if self._death is not None:
+            # The trainer group would wait for a replacement that torch never sends.
+            raise PeerDiedError(f"pdshm: an earlier collective of this process group saw a "
+                                f"member die ({self._death}): destroy it and start again")
         try:
             return fn(*args, timeout=self._timeout)
         except _pdshm.PeerDied as e:
-            err = PeerDiedError(f"pdshm: {e.strerror or e}")
+            self._death = str(e.strerror or e)
+            err = PeerDiedError(f"pdshm: {self._death}")
             err.code = e.code
             raise err from None
         except _pdshm.TimedOut as e:
