@@ -113,25 +113,30 @@ class _Job:
         if len(hosts) != 1:
             raise RuntimeError("the pdshm backend serves the ranks of one host; this world "
                                f"spans {len(hosts)} hosts (use gloo)")
-        name = None
+        # Rank 0 publishes the name before it creates the segment, and every
+        # rank unlinks it once all have attached, or when init fails: the name
+        # outlives init only if every rank that read it dies during init.
+        if rank == 0:
+            name = f"torch-{secrets.token_hex(8)}"
+            store.set("pdshm/segment", name)
+        else:
+            name = store.get("pdshm/segment").decode()
         try:
             if rank == 0:
-                name = f"torch-{secrets.token_hex(8)}"
                 self.seg = _pdshm.create(name, size=_segment_size())
-                store.set("pdshm/segment", name)
+                store.set("pdshm/created", "1")
             else:
-                name = store.get("pdshm/segment").decode()
+                store.wait(["pdshm/created"], timeout)
                 self.seg = _pdshm.attach(name)
             # The last to attach says so; then nobody needs the name any more.
             if store.add("pdshm/attached", 1) == size:
                 store.set("pdshm/all-attached", "1")
             store.wait(["pdshm/all-attached"], timeout)
         finally:
-            if name is not None:
-                try:
-                    _pdshm.unlink(name)
-                except _pdshm.NotFound:
-                    pass
+            try:
+                _pdshm.unlink(name)
+            except _pdshm.NotFound:
+                pass
         self.users = 0  # process groups on this segment
 
     def drop(self) -> None:

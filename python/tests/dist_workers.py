@@ -316,6 +316,57 @@ def main_kill():
     raise AssertionError("no collective failed after the death")
 
 
+def main_stop():
+    """The last rank stops itself (SIGSTOP) after two all_reduces; the others'
+    next all_reduce raises after the process group's timeout (3 s), and rank
+    0 then kills the stopped rank."""
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("pdshm", timeout=timedelta(seconds=3))
+    store = dist.distributed_c10d._get_default_store()
+    t = torch.ones(5)
+    for _ in range(2):
+        dist.all_reduce(t)
+    if rank == n - 1:
+        store.set("stopped", str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGSTOP)
+        raise AssertionError("the stopped rank went on")
+    pid = int(store.get("stopped").decode())
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+    except Exception as e:
+        err = e
+    waited = time.monotonic() - start
+    if rank == 0:
+        os.kill(pid, signal.SIGKILL)
+    return {"rank": rank, "runtime": isinstance(err, RuntimeError),
+            "timeout": isinstance(err, TimeoutError), "waited": waited,
+            "segment": pdist.segment_of().name}
+
+
+def main_creator_dies():
+    """Rank 0 is killed right after it created the segment, before it said
+    so in the store (hosted by the test): the others' init fails after its
+    timeout, and the segment's name is gone."""
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), n, False,
+                          timedelta(seconds=30))
+    if rank == 0:
+        create = pdshm._pdshm.create
+
+        def create_and_die(*args, **kw):
+            create(*args, **kw)
+            os.kill(os.getpid(), signal.SIGKILL)
+        pdshm._pdshm.create = create_and_die
+    try:
+        dist.init_process_group("pdshm", store=store, rank=rank, world_size=n,
+                                timeout=timedelta(seconds=3))
+    except Exception as e:
+        return {"rank": rank, "error": repr(e)[:200]}
+    raise AssertionError("init succeeded without rank 0")
+
+
 if __name__ == "__main__":
-    result = {"collectives": main_collectives, "kill": main_kill}[sys.argv[1]]()
+    result = {"collectives": main_collectives, "kill": main_kill, "stop": main_stop,
+              "creator_dies": main_creator_dies}[sys.argv[1]]()
     print(json.dumps(result), flush=True)

@@ -27,9 +27,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_job(scenario, n, extra_env=None):
+def run_job(scenario, n, extra_env=None, port=None):
     """Starts n ranks of dist_workers.py SCENARIO; [(returncode, stdout, stderr)] by rank."""
-    port = free_port()
+    port = port or free_port()
     procs = []
     for rank in range(n):
         env = child_env()
@@ -83,3 +83,26 @@ def test_killed_rank_raises_in_every_survivor():
         assert r["step"] == 3, r
         print(f"rank {r['rank']}: {r['type']} {r['latency_ms']:.1f} ms after the SIGKILL")
     assert not os.path.exists(f"/dev/shm/pdshm.{segment}")
+
+
+def test_stopped_rank_times_out_with_the_groups_timeout():
+    results = run_job("stop", 2)
+    assert results[1][0] == -9, f"the stopped rank exited with {results[1][0]}"
+    r = reports(results[0])[-1]
+    assert r["runtime"] and r["timeout"], r
+    assert 2.5 < r["waited"] < 60, r  # the group's timeout is 3 s; generous above
+    assert not os.path.exists(f"/dev/shm/pdshm.{r['segment']}")
+
+
+def test_creator_killed_during_init_leaves_no_segment():
+    from datetime import timedelta
+    import torch.distributed as dist
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, 1, True, timedelta(seconds=60), wait_for_workers=False)
+    results = run_job("creator_dies", 3, port=port)
+    assert results[0][0] == -9, f"rank 0 exited with {results[0][0]}: {results[0][2]}"
+    for res in results[1:]:
+        assert "error" in reports(res)[-1]
+    name = store.get("0/pdshm/segment").decode()
+    assert name.startswith("torch-")
+    assert not os.path.exists(f"/dev/shm/pdshm.{name}")
