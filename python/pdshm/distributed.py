@@ -24,7 +24,9 @@ TimeoutError) after the process group's timeout.
 
 Reductions the group does in the segment (SUM, AVG, MIN, MAX of float16,
 bfloat16, float32, float64, int32, int64) are copied into a staging
-variable, reduced in place there and copied out.  The others (PRODUCT, the
+variable, reduced in place there and copied out; a tensor that is a view of
+a variable of the segment (segment_of(group), torch.from_dlpack(var)) is
+reduced in place with no copy.  The others (PRODUCT, the
 bitwise ops, int8, int16, uint8, bool) and every op that only moves bytes go
 through per-rank exchange variables: each rank writes its bytes into its
 own, a barrier, each reads what it needs from the others' (reducing in rank
@@ -348,11 +350,15 @@ class ProcessGroupPdshm(ProcessGroup):
         self._call(self._group.barrier)
 
     def _reduce_in_group(self, op, t: torch.Tensor) -> bool:
-        """t (any layout) reduced over the group through a staging variable;
-        False (nothing done) when the group does not reduce t's dtype by op."""
+        """t (any layout) reduced over the group, in place when it is a view of
+        a variable of the segment, else through a staging variable; False
+        (nothing done) when the group does not reduce t's dtype by op."""
         name = _GROUP_OPS.get(op)
         if name is None or t.dtype not in _GROUP_DTYPES:
             return False
+        if t.is_contiguous() and self._group.holds(t):  # in the segment already: no copy
+            self._call(self._group.allreduce, t, name)
+            return True
         var, view = self._staging.get(t.dtype, t.numel())
         view.view(t.shape).copy_(t)
         self._call(self._group.allreduce, var, name)

@@ -235,6 +235,34 @@ def check_subgroups(rep, rank, n):
     dist.barrier()
 
 
+def check_in_place_and_reuse(rank, n):
+    """A view of a variable of the job's segment is reduced with no staging;
+    staging and exchange variables are reused from call to call."""
+    seg = pdist.segment_of()
+    pg = dist.distributed_c10d._get_default_group()
+    var = seg.root.new_scope(f"mine.{rank}").var("t")
+    var.resize("float32", (NUMEL,))
+    t = torch.from_dlpack(var)
+    t.fill_(rank + 1.0)
+    kept = dict(pg._staging.kept)
+    ptr = t.data_ptr()
+    dist.all_reduce(t)
+    assert t.data_ptr() == ptr and torch.equal(t, torch.full((NUMEL,), n * (n + 1) / 2.0))
+    assert var.numpy().tolist() == t.tolist()
+    assert pg._staging.kept == kept, "a view of the segment went through staging"
+    x = torch.ones(1000)
+    dist.all_reduce(x)
+    dist.all_gather([torch.empty(1000) for _ in range(n)], x)
+    mine = lambda: ([v.name for v in pg._scope.vars()], pg._exchange.own.nbytes)  # noqa: E731
+    before = mine()
+    for _ in range(5):
+        dist.all_reduce(x)
+        dist.all_reduce(torch.ones(7, dtype=torch.int8))
+        dist.all_gather([torch.empty(1000) for _ in range(n)], x)
+        dist.broadcast(x, 0)
+    assert mine() == before, "a collective made variables in the steady state"
+
+
 def train(model, xs, ys, steps, lr):
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     for _ in range(steps):
@@ -264,9 +292,10 @@ def main_collectives():
     if os.environ.get("PDSHM_TEST_INIT") == "tcp":
         dist.init_process_group(
             "pdshm", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
-            rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+            rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]),
+            timeout=timedelta(seconds=60))
     else:
-        dist.init_process_group("pdshm")
+        dist.init_process_group("pdshm", timeout=timedelta(seconds=60))
     rank, n = dist.get_rank(), dist.get_world_size()
     assert dist.get_backend() == "pdshm"
     name = pdist.segment_of().name
@@ -276,6 +305,7 @@ def main_collectives():
     check_moves(rep, rank, n)
     check_reductions(rep, rank, n)
     check_async(rank, n)
+    check_in_place_and_reuse(rank, n)
     check_subgroups(rep, rank, n)
     check_ddp(rank, n)
     dist.destroy_process_group()
