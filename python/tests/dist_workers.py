@@ -169,6 +169,9 @@ def check_moves(rep, rank, n):
     want = torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.int32) + 100 * s
                       for s in range(n)])
     assert torch.equal(out, want), f"all_to_all equal: {out} != {want}"
+    outs = [torch.empty(rows(s, rank), 3, dtype=torch.float64) for s in range(n)]
+    dist.all_to_all(outs, [sent[(rank, d)] for d in range(n)])
+    assert all(torch.equal(o, sent[(s, rank)]) for s, o in enumerate(outs)), "all_to_all"
     dist.barrier()
 
 
