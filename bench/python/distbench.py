@@ -126,7 +126,6 @@ def rank_main(rank, n, port, quick, out):
         private = torch.ones(size // 4)
         copied = best_s(lambda: dist.all_reduce(private), pdshm_pg, number, repeat)
         rows.append(("all_reduce in place", size, in_place, copied))
-        del t
     grad = (8 if quick else 32) * MIB
     p_step, p_compute = ddp_step_s(pdshm_pg, grad, repeat)
     g_step, g_compute = ddp_step_s(gloo_pg, grad, repeat)
