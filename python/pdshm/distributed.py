@@ -167,16 +167,32 @@ class _Staging:
             return hit
         var = self.scope.new_var()
         try:
-            var.resize(str(dtype).replace("torch.", ""), (numel,))
-        except _pdshm.NoMemory as e:
-            raise MemoryError(f"pdshm: no room for {numel} x {dtype} of staging in the "
-                              f"segment (raise {SIZE_ENV}): {e}") from None
+            self._resize(var, dtype, numel)
+        except BaseException:
+            self.scope.erase(var.name)
+            raise
         hit = (var, torch.from_dlpack(var))
         self.kept[key] = hit
         while len(self.kept) > STAGING_KEEP:
-            old_var, _ = self.kept.popitem(last=False)[1]
-            self.scope.erase(old_var.name)  # a view still alive keeps the bytes (a pin)
+            self._drop_oldest()
         return hit
+
+    def _resize(self, var, dtype: torch.dtype, numel: int) -> None:
+        """Gives var numel elements of dtype, letting go of the kept staging
+        variables (oldest first) while the segment has no room."""
+        while True:
+            try:
+                var.resize(str(dtype).replace("torch.", ""), (numel,))
+                return
+            except _pdshm.NoMemory as e:
+                if not self.kept:
+                    raise MemoryError(f"pdshm: no room for {numel} x {dtype} of staging in "
+                                      f"the segment (raise {SIZE_ENV}): {e}") from None
+                self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        old_var, _ = self.kept.popitem(last=False)[1]
+        self.scope.erase(old_var.name)  # a view still alive keeps the bytes (a pin)
 
 
 class _Exchange:
