@@ -15,6 +15,8 @@ tensors, alternating; each figure is the best of several repetitions, as
 rank 0 sees it.  Prints a table of times and the ratio gloo / pdshm (> 1:
 pdshm is faster).
 
+The segment is 2 GiB unless PDSHM_TORCH_SEGMENT_SIZE says otherwise.
+
 usage: bench/python/distbench.py [--quick] [--procs 2]
 """
 import argparse
@@ -146,6 +148,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer sizes and rounds")
     ap.add_argument("--procs", type=int, default=2)
     opt = ap.parse_args()
+    # reduce_scatter of 64 MiB per rank stages 2 x 64 MiB per rank
+    os.environ.setdefault("PDSHM_TORCH_SEGMENT_SIZE", "2G")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
