@@ -74,6 +74,7 @@ def mlp(grad_bytes):
 
 
 def ddp_step_s(group, grad_bytes, repeat):
+    """Seconds of one DDP training step (forward, backward, SGD step)."""
     import torch.nn.parallel as par
     model, width = mlp(grad_bytes)
     ddp = par.DistributedDataParallel(model, process_group=group)
@@ -84,14 +85,8 @@ def ddp_step_s(group, grad_bytes, repeat):
         opt.zero_grad()
         ddp(x).sum().backward()
         opt.step()
-
-    def no_sync_step():  # the same step without communication
-        with ddp.no_sync():
-            opt.zero_grad()
-            ddp(x).sum().backward()
-            opt.step()
     step()
-    return best_s(step, group, 2, repeat), best_s(no_sync_step, group, 2, repeat)
+    return best_s(step, group, 2, repeat)
 
 
 def rank_main(rank, n, port, quick, out):
@@ -129,10 +124,8 @@ def rank_main(rank, n, port, quick, out):
         copied = best_s(lambda: dist.all_reduce(private), pdshm_pg, number, repeat)
         rows.append(("all_reduce in place", size, in_place, copied))
     grad = (8 if quick else 32) * MIB
-    p_step, p_compute = ddp_step_s(pdshm_pg, grad, repeat)
-    g_step, g_compute = ddp_step_s(gloo_pg, grad, repeat)
-    rows.append(("ddp step", grad, p_step, g_step))
-    rows.append(("ddp communication", grad, p_step - p_compute, g_step - g_compute))
+    rows.append(("ddp step", grad, ddp_step_s(pdshm_pg, grad, repeat),
+                 ddp_step_s(gloo_pg, grad, repeat)))
     if rank == 0:
         out.put(rows)
     dist.barrier(group=gloo_pg)
