@@ -36,10 +36,13 @@ exchange variables are kept and reused from call to call.
 Environment: PDSHM_TORCH_SEGMENT_SIZE (bytes, or with a K, M or G suffix;
 default 512M) sizes the segment the job's staging lives in.
 
-Not supported: a world spanning several hosts (every rank must be on the
-same host: init raises otherwise), send/recv, allgather_coalesced, several
-tensors per rank in one collective (the multi-device form), PREMUL_SUM.
-Each raises an error naming the op.
+A group whose ranks span hosts (ranks whose host names or boot ids differ,
+or nodes simulated by LOCAL_WORLD_SIZE < WORLD_SIZE) has one segment per
+host and reduces hierarchically (ProcessGroupPdshmHosts).
+
+Not supported: send/recv, allgather_coalesced, several tensors per rank in
+one collective (the multi-device form), PREMUL_SUM.  Each raises an error
+naming the op.
 """
 from __future__ import annotations
 
@@ -57,7 +60,8 @@ from torch._C._distributed_c10d import ProcessGroup, ReduceOp, _create_work_from
 
 from . import _pdshm
 
-__all__ = ["BACKEND", "ProcessGroupPdshm", "PeerDiedError", "CollectiveTimeout", "segment_of"]
+__all__ = ["BACKEND", "ProcessGroupPdshm", "ProcessGroupPdshmHosts", "PeerDiedError",
+           "CollectiveTimeout", "segment_of"]
 
 BACKEND = "pdshm"
 SIZE_ENV = "PDSHM_TORCH_SEGMENT_SIZE"
@@ -96,44 +100,68 @@ def _segment_size() -> int:
 
 
 def _host() -> str:
-    """This host's identity: its name and its boot's id (two containers may share a name)."""
+    """This host's identity: its name and its boot's id (two containers may
+    share a name); and the node's index when the environment says that the
+    world has more ranks than this node (LOCAL_WORLD_SIZE < WORLD_SIZE, as
+    torchrun sets them), so that nodes simulated on one machine are hosts."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
     except OSError:
         boot = ""
-    return f"{socket.gethostname()}/{boot}"
+    host = f"{socket.gethostname()}/{boot}"
+    env = os.environ
+    try:
+        local, world = int(env["LOCAL_WORLD_SIZE"]), int(env["WORLD_SIZE"])
+        node = int(env.get("GROUP_RANK", int(env["RANK"]) // local)) if local < world else None
+    except (KeyError, ValueError, ZeroDivisionError):
+        node = None
+    return host if node is None else f"{host}/node{node}"
+
+
+def _layout(store, rank: int, size: int) -> Tuple[List[List[int]], int]:
+    """The ranks of each host of a group (hosts in the order of their first
+    rank) and this rank's host's index, agreed on through the group's store."""
+    store.set(f"pdshm/host/{rank}", _host())
+    keys = [store.get(f"pdshm/host/{r}").decode() for r in range(size)]
+    index: Dict[str, int] = {}
+    hosts: List[List[int]] = []
+    for r, key in enumerate(keys):
+        if key not in index:
+            index[key] = len(hosts)
+            hosts.append([])
+        hosts[index[key]].append(r)
+    return hosts, index[keys[rank]]
 
 
 class _Job:
     """The segment that the process groups of this process share with the
-    ranks of its host, agreed on through the default group's store."""
+    ranks of its host, agreed on through a group's store."""
 
-    def __init__(self, store, rank: int, size: int, timeout: timedelta) -> None:
-        store.set(f"pdshm/host/{rank}", _host())
-        hosts = {store.get(f"pdshm/host/{r}").decode() for r in range(size)}
-        if len(hosts) != 1:
-            raise RuntimeError("the pdshm backend serves the ranks of one host; this world "
-                               f"spans {len(hosts)} hosts (use gloo)")
-        # Rank 0 publishes the name before it creates the segment, and every
-        # rank unlinks it once all have attached, or when init fails: the name
-        # outlives init only if every rank that read it dies during init.
-        if rank == 0:
+    def __init__(self, store, local: Sequence[int], rank: int, host: int,
+                 timeout: timedelta) -> None:
+        """local: the group ranks on this host; host: this host's index."""
+        # The host's first rank publishes the name before it creates the
+        # segment, and every rank unlinks it once all of the host have
+        # attached, or when init fails: the name outlives init only if every
+        # rank of the host that read it dies during init.
+        key = f"pdshm/h{host}"
+        if rank == local[0]:
             name = f"torch-{secrets.token_hex(8)}"
-            store.set("pdshm/segment", name)
+            store.set(f"{key}/segment", name)
         else:
-            name = store.get("pdshm/segment").decode()
+            name = store.get(f"{key}/segment").decode()
         try:
-            if rank == 0:
+            if rank == local[0]:
                 self.seg = _pdshm.create(name, size=_segment_size())
-                store.set("pdshm/created", "1")
+                store.set(f"{key}/created", "1")
             else:
-                store.wait(["pdshm/created"], timeout)
+                store.wait([f"{key}/created"], timeout)
                 self.seg = _pdshm.attach(name)
             # The last to attach says so; then nobody needs the name any more.
-            if store.add("pdshm/attached", 1) == size:
-                store.set("pdshm/all-attached", "1")
-            store.wait(["pdshm/all-attached"], timeout)
+            if store.add(f"{key}/attached", 1) == len(local):
+                store.set(f"{key}/all-attached", "1")
+            store.wait([f"{key}/all-attached"], timeout)
         finally:
             try:
                 _pdshm.unlink(name)
@@ -154,8 +182,11 @@ class _Staging:
     """Per-dtype, per-size variables of this rank's own, with a torch view
     each: the copies in and out of the group's reductions."""
 
-    def __init__(self, scope) -> None:
+    def __init__(self, scope, budget: int) -> None:
+        """budget: the bytes kept at most (but always the last one used), so
+        that the ranks sharing the segment leave each other room."""
         self.scope = scope
+        self.budget = budget
         self.kept: "collections.OrderedDict[Tuple[torch.dtype, int], tuple]" = \
             collections.OrderedDict()
 
@@ -173,7 +204,8 @@ class _Staging:
             raise
         hit = (var, torch.from_dlpack(var))
         self.kept[key] = hit
-        while len(self.kept) > STAGING_KEEP:
+        while len(self.kept) > STAGING_KEEP or (
+                len(self.kept) > 1 and sum(v.nbytes for v, _ in self.kept.values()) > self.budget):
             self._drop_oldest()
         return hit
 
@@ -298,22 +330,25 @@ class ProcessGroupPdshm(ProcessGroup):
     group in the host's segment (see the module's docstring)."""
 
     def __init__(self, store, rank: int, size: int, timeout: timedelta, group_id: str,
-                 job: _Job) -> None:
+                 job: _Job, local: Optional[Sequence[int]] = None) -> None:
+        """local: the group ranks on this host (default: all)."""
         super().__init__(rank, size)
         self._timeout = timeout.total_seconds()
         self._job = job
         job.users += 1
         seg = job.seg
         prefix = f"pg.{group_id}"
-        self._group = seg.group(prefix, size, rank=rank)
+        local = list(range(size)) if local is None else list(local)
+        member = local.index(rank)
+        self._group = seg.group(prefix, len(local), rank=member)
         self._scope = seg.root.new_scope()
-        self._staging = _Staging(self._scope)
-        self._exchange = _Exchange(seg, prefix, rank, size)
+        self._staging = _Staging(self._scope, seg.stats().size // (2 * len(local)))
+        self._exchange = _Exchange(seg, prefix, member, len(local))
         self._lock = threading.Lock()
         self._closed = False
         self._death: Optional[str] = None  # what the first PeerDied said
         # Everyone's exchange variable exists before anyone looks it up.
-        self._barrier()
+        self._call(self._group.barrier)
 
     def getBackendName(self) -> str:
         return BACKEND
@@ -608,6 +643,134 @@ class ProcessGroupPdshm(ProcessGroup):
         raise RuntimeError("pdshm: recv_anysource is not supported (point-to-point: use gloo)")
 
 
+class ProcessGroupPdshmHosts(ProcessGroupPdshm):
+    """A process group whose ranks span hosts: the ranks of each host are a
+    trainer group in that host's segment, and gloo carries what crosses
+    hosts.  all_reduce (SUM, AVG, MIN, MAX of the group's dtypes) is
+    hierarchical, as libpdshm-mpi's: a reduce-scatter in the segment, an
+    all_reduce of each rank's share among the ranks of the same local index
+    on every host (gloo), an allgather in the segment; so each rank hands
+    the network 1/L of the bytes.  The other collectives go through a gloo
+    group of all the ranks (reductions it does not do as an all_gather of
+    the bytes, reduced by every rank in rank order).  Hosts with different
+    numbers of ranks reduce through that gloo group alone."""
+
+    def __init__(self, store, rank: int, size: int, timeout: timedelta, group_id: str,
+                 job: _Job, hosts: List[List[int]], host: int) -> None:
+        super().__init__(store, rank, size, timeout, group_id, job, local=hosts[host])
+        self._world = dist.ProcessGroupGloo(dist.PrefixStore("pdshm/world", store), rank,
+                                            size, timeout)
+        self._cross = None
+        if len({len(h) for h in hosts}) == 1:
+            member = hosts[host].index(rank)
+            self._cross = dist.ProcessGroupGloo(dist.PrefixStore(f"pdshm/cross{member}", store),
+                                                host, len(hosts), timeout)
+
+    def _barrier(self) -> None:
+        self._world.barrier().wait()
+
+    def _world_parts(self, t: torch.Tensor) -> List[torch.Tensor]:
+        """Every rank's t (gloo all_gather of its bytes), in rank order."""
+        raw = t.contiguous().reshape(-1).view(torch.uint8)
+        outs = [torch.empty_like(raw) for _ in range(self.size())]
+        self._world.allgather([outs], [raw]).wait()
+        return [o.view(t.dtype).view(t.shape) for o in outs]
+
+    def _allreduce1(self, op, t: torch.Tensor) -> None:
+        if op == _RED.PREMUL_SUM:
+            raise RuntimeError("pdshm: allreduce with PREMUL_SUM is not supported")
+        if t.dtype == torch.bool and op == _RED.AVG:
+            raise RuntimeError("pdshm: AVG is not defined for bool")
+        if not t.numel():
+            return
+        if self._cross is None or op not in _GROUP_OPS or t.dtype not in _GROUP_DTYPES:
+            _reduce_local(op, self._world_parts(t), t)
+            return
+        if t.dtype not in _HALF and t.is_contiguous() and self._group.holds(t):
+            var, flat = t, t.view(-1)  # in the segment already: no copy
+        else:
+            # float16 and bfloat16 go as float32, rounded once at the end as in one host
+            wide = torch.float32 if t.dtype in _HALF else t.dtype
+            var, flat = self._staging.get(wide, t.numel())
+            flat.view(t.shape).copy_(t)
+        local_op = "sum" if op == _RED.AVG else _GROUP_OPS[op]
+        self._call(self._group.reduce_scatter, var, local_op)
+        lo, hi = self._group.share(t.numel())
+        if hi > lo:
+            self._across_hosts(op, flat[lo:hi])
+        self._call(self._group.allgather, var)
+        if var is not t:
+            t.copy_(flat.view(t.shape))
+
+    def _across_hosts(self, op, share: torch.Tensor) -> None:
+        """share (float32 for float16 and bfloat16) = op over the same share
+        of every host (gloo), then AVG's division."""
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = ReduceOp.SUM if op in (_RED.SUM, _RED.AVG) else \
+            (ReduceOp.MIN if op == _RED.MIN else ReduceOp.MAX)
+        self._cross.allreduce([share], opts).wait()
+        if op == _RED.AVG:
+            if share.dtype.is_floating_point:
+                share.div_(self.size())
+            else:
+                share.copy_(torch.div(share, self.size(), rounding_mode="trunc"))
+
+    def _reduce_scatter(self, op, out: torch.Tensor, ins: Sequence[torch.Tensor]) -> None:
+        if not out.numel():
+            return
+        c, me = out.numel(), self.rank()
+        flat = torch.cat([i.reshape(-1) for i in ins])
+        self._allreduce1(op, flat)
+        out.copy_(flat[me * c:(me + 1) * c].view(out.shape))
+
+    def _gather_into(self, outs: Sequence[torch.Tensor], t: torch.Tensor) -> None:
+        for o in outs:
+            _check_like(o, t, "allgather/gather")
+        for o, part in zip(outs, self._world_parts(t)):
+            o.copy_(part)
+
+    def broadcast(self, tensors, opts=None):
+        t = _one(tensors, "broadcast")
+        root = _root(opts, self.size())
+        raw = t.contiguous().reshape(-1).view(torch.uint8)
+        bopts = dist.BroadcastOptions()
+        bopts.rootRank = root
+        with self._lock:
+            self._world.broadcast([raw], bopts).wait()
+        if raw.data_ptr() != t.data_ptr():
+            t.copy_(raw.view(t.dtype).view(t.shape))
+        return _done(tensors)
+
+    def scatter(self, output_list, input_lists, opts=None):
+        t = _one(output_list, "scatter")
+        root = _root(opts, self.size())
+        n, b = self.size(), _bytes_of(t)
+        raw = torch.empty(n * b, dtype=torch.uint8)
+        if self.rank() == root:
+            ins = _one_list(input_lists, n, "scatter")
+            for r, i in enumerate(ins):
+                _check_like(i, t, "scatter")
+                _as(raw, t, r * b).copy_(i)
+        elif input_lists and any(len(i) for i in input_lists):
+            raise RuntimeError("pdshm: scatter: only the root passes input tensors")
+        bopts = dist.BroadcastOptions()
+        bopts.rootRank = root
+        with self._lock:
+            self._world.broadcast([raw], bopts).wait()
+        t.copy_(_as(raw, t, self.rank() * b))
+        return _done(output_list)
+
+    def _alltoall(self, outs: Sequence[torch.Tensor], ins: Sequence[torch.Tensor]) -> None:
+        inp = torch.cat([i.contiguous().reshape(-1).view(torch.uint8) for i in ins])
+        out = torch.empty(sum(_bytes_of(o) for o in outs), dtype=torch.uint8)
+        self._world.alltoall_base(out, inp, [_bytes_of(o) for o in outs],
+                                  [_bytes_of(i) for i in ins], dist.AllToAllOptions()).wait()
+        off = 0
+        for o in outs:
+            o.copy_(_as(out, o, off))
+            off += _bytes_of(o)
+
+
 def _op(opts):
     return opts.reduceOp.op if opts is not None else _RED.SUM
 
@@ -645,18 +808,22 @@ def _split_rows(t: torch.Tensor, sizes, n: int, what: str) -> List[torch.Tensor]
 
 def _create(opts, pg_options=None) -> ProcessGroupPdshm:
     """The backend's creator (extended form): the default group makes the
-    job's segment; subgroups of a pdshm default group live in it, others in
-    a segment of their own."""
+    job's segment on each host; subgroups of a pdshm default group live in
+    it, others in a segment of their own.  A group whose ranks span hosts is
+    a ProcessGroupPdshmHosts."""
     global _world_job
     store, rank, size = opts.store, opts.group_rank, opts.group_size
+    hosts, host = _layout(store, rank, size)
+    shared = (opts.global_ranks_in_group and dist.get_backend() == BACKEND
+              and _world_job is not None and _world_job.users)
+    job = _world_job if shared else _Job(store, hosts[host], rank, host, opts.timeout)
     if not opts.global_ranks_in_group:
-        job = _world_job = _Job(store, rank, size, opts.timeout)
-    elif dist.get_backend() == BACKEND and _world_job is not None and _world_job.users:
-        job = _world_job
-    else:
-        job = _Job(store, rank, size, opts.timeout)
+        _world_job = job
     try:
-        return ProcessGroupPdshm(store, rank, size, opts.timeout, opts.group_id, job)
+        if len(hosts) == 1:
+            return ProcessGroupPdshm(store, rank, size, opts.timeout, opts.group_id, job)
+        return ProcessGroupPdshmHosts(store, rank, size, opts.timeout, opts.group_id, job,
+                                      hosts, host)
     except BaseException:
         if job.users == 0:
             job.seg.detach()

@@ -95,10 +95,10 @@ class Report:
         self.digests[what] = crc
 
 
-def check_allreduce(rep, rank, n, group=None, ranks=None):
+def check_allreduce(rep, rank, n, group=None, ranks=None, dtypes=DTYPES):
     ranks = ranks if ranks is not None else list(range(n))
     me = ranks.index(rank)
-    for dtype in DTYPES:
+    for dtype in dtypes:
         for op in OPS:
             if not defined(op, dtype):
                 continue
@@ -355,6 +355,27 @@ def main_kill():
     raise AssertionError("no collective failed after the death")
 
 
+def main_hosts():
+    """A world of simulated hosts (LOCAL_WORLD_SIZE < WORLD_SIZE): a
+    segment per host, gloo between them."""
+    dist.init_process_group("pdshm", timeout=timedelta(seconds=60))
+    rank, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.distributed_c10d._get_default_group()
+    assert isinstance(pg, pdist.ProcessGroupPdshmHosts) and pg._cross is not None
+    rep = Report()
+    check_allreduce(rep, rank, n, dtypes=[torch.float32, torch.bfloat16, torch.int64,
+                                          torch.int8, torch.bool])
+    check_moves(rep, rank, n)
+    check_reductions(rep, rank, n)
+    check_async(rank, n)
+    check_in_place_and_reuse(rank, n)
+    check_subgroups(rep, rank, n)
+    check_ddp(rank, n)
+    name = pdist.segment_of().name
+    dist.destroy_process_group()
+    return {"rank": rank, "segment": name, "digests": rep.digests}
+
+
 def main_stop():
     """The last rank stops itself (SIGSTOP) after two all_reduces; the others'
     next all_reduce raises after the process group's timeout (3 s), and rank
@@ -406,6 +427,7 @@ def main_creator_dies():
 
 
 if __name__ == "__main__":
-    result = {"collectives": main_collectives, "kill": main_kill, "stop": main_stop,
+    result = {"collectives": main_collectives, "hosts": main_hosts, "kill": main_kill,
+              "stop": main_stop,
               "creator_dies": main_creator_dies}[sys.argv[1]]()
     print(json.dumps(result), flush=True)

@@ -35,7 +35,8 @@ def run_job(scenario, n, extra_env=None, port=None):
         env = child_env()
         env.update(RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank),
                    LOCAL_WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   PDSHM_TORCH_SEGMENT_SIZE="64M", OMP_NUM_THREADS="1", **(extra_env or {}))
+                   PDSHM_TORCH_SEGMENT_SIZE="64M", OMP_NUM_THREADS="1")
+        env.update(extra_env or {})
         procs.append(subprocess.Popen([sys.executable, os.path.join(TESTS_DIR, "dist_workers.py"),
                                        scenario], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
@@ -58,15 +59,34 @@ def reports(rc_out_err):
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
+def last_reports(results):
+    """Each rank's last report; when some failed, every failed rank's output."""
+    failed = [f"rank {r} exited with {rc}:\n{err[-3000:]}"
+              for r, (rc, _, err) in enumerate(results) if rc != 0]
+    assert not failed, "\n".join(failed)
+    return [reports(res)[-1] for res in results]
+
+
 @pytest.mark.parametrize("n,init", [(2, "tcp"), (3, "env")])
 def test_collectives_dtypes_ops_async_subgroups_ddp(n, init):
-    ranks = [reports(r)[-1] for r in run_job("collectives", n, {"PDSHM_TEST_INIT": init})]
+    ranks = last_reports(run_job("collectives", n, {"PDSHM_TEST_INIT": init}))
     assert [r["rank"] for r in ranks] == list(range(n))
     assert all(len(r["digests"]) >= 60 for r in ranks)
     for case in set().union(*(r["digests"] for r in ranks)):  # subgroups: their members'
         bits = {r["digests"][case] for r in ranks if case in r["digests"]}
         assert len(bits) == 1, f"{case}: the results' bits differ between ranks"
     assert not os.path.exists(f"/dev/shm/pdshm.{ranks[0]['segment']}")
+
+
+def test_simulated_hosts_reduce_through_a_segment_each_and_gloo():
+    n = 4
+    ranks = last_reports(run_job("hosts", n, {"LOCAL_WORLD_SIZE": "2"}))
+    assert len({r["segment"] for r in ranks}) == 2  # one per host
+    for case in set().union(*(r["digests"] for r in ranks)):
+        bits = {r["digests"][case] for r in ranks if case in r["digests"]}
+        assert len(bits) == 1, f"{case}: the results' bits differ between ranks"
+    for r in ranks:
+        assert not os.path.exists(f"/dev/shm/pdshm.{r['segment']}")
 
 
 def test_killed_rank_raises_in_every_survivor():
@@ -103,6 +123,6 @@ def test_creator_killed_during_init_leaves_no_segment():
     assert results[0][0] == -9, f"rank 0 exited with {results[0][0]}: {results[0][2]}"
     for res in results[1:]:
         assert "error" in reports(res)[-1]
-    name = store.get("0/pdshm/segment").decode()
+    name = store.get("0/pdshm/h0/segment").decode()
     assert name.startswith("torch-")
     assert not os.path.exists(f"/dev/shm/pdshm.{name}")
