@@ -5,22 +5,23 @@
     model = torch.nn.parallel.DistributedDataParallel(model)
 
 The ranks of one host share one pdshm segment, agreed on through the
-process group's store: global rank 0 creates it under a random name, the
-others attach once the store names it, and every rank unlinks the name once
-all have attached, so /dev/shm holds nothing of the job past its
-initialisation, whoever is killed later (the memory goes back with the last
-process).  Each process group (new_group subgroups too) is one pdshm
-trainer group in that segment.
+process group's store: the host's first rank creates it under a random
+name, the others attach once the store says it exists, and every rank
+unlinks the name once all have attached (or init failed), so /dev/shm holds
+nothing of the job past its initialisation, whoever is killed later (the
+memory goes back with the last process).  Each process group (new_group
+subgroups too) is one pdshm trainer group in that segment.
 
 Collectives run to completion in the call that issues them (async_op=True
 returns a completed Work whose future holds the tensor list), so an error
 is raised by that call: a member's death raises PeerDiedError (a
 RuntimeError that is also a pdshm.PeerDied) in every survivor, and so does
 every later collective of that process group (through DDP's backward, a
-plain RuntimeError whose message says PeerDiedError: C++ is in between), a
-member
-that stops answering raises CollectiveTimeout (a RuntimeError that is also a
-TimeoutError) after the process group's timeout.
+plain RuntimeError whose message says PeerDiedError: C++ is in between); a
+member that stops answering makes them raise CollectiveTimeout (a
+RuntimeError that is also a TimeoutError) after the process group's
+timeout.  A member that exits normally while the others wait is no death to
+them: they wait for the timeout.
 
 Reductions the group does in the segment (SUM, AVG, MIN, MAX of float16,
 bfloat16, float32, float64, int32, int64) are copied into a staging
@@ -242,12 +243,15 @@ class _Exchange:
     def mine(self, nbytes: int) -> torch.Tensor:
         """This rank's exchange bytes, at least nbytes (call before the first barrier)."""
         if self.own.nbytes < nbytes:
-            try:
-                self.own.resize("uint8", (max(nbytes, 2 * self.own.nbytes),))
-            except _pdshm.NoMemory as e:
-                raise MemoryError(f"pdshm: no room for {nbytes} bytes of exchange in the "
-                                  f"segment (raise {SIZE_ENV}): {e}") from None
             self.views.pop(self.rank, None)
+            try:  # doubled, so that slowly growing sizes do not resize every call
+                self.own.resize("uint8", (max(nbytes, 2 * self.own.nbytes),))
+            except _pdshm.NoMemory:
+                try:
+                    self.own.resize("uint8", (nbytes,))
+                except _pdshm.NoMemory as e:
+                    raise MemoryError(f"pdshm: no room for {nbytes} bytes of exchange in the "
+                                      f"segment (raise {SIZE_ENV}): {e}") from None
         return self.of(self.rank)
 
     def of(self, r: int) -> torch.Tensor:
@@ -279,24 +283,32 @@ def _as(raw: torch.Tensor, like: torch.Tensor, offset: int = 0) -> torch.Tensor:
     return raw[offset:offset + n].view(like.dtype).view(like.shape)
 
 
-def _reduce_local(op, parts: Sequence[torch.Tensor], out: torch.Tensor) -> None:
-    """out = op over parts, in their order (out may alias none of them)."""
-    dtype = out.dtype
+def _fold_of(op, dtype: torch.dtype, what: str):
+    """The binary torch function that folds dtype's values by op; a
+    RuntimeError naming `what` when op is not defined for dtype (checked
+    before any communication, so every rank refuses alike)."""
     if dtype == torch.bool:
         fold = {_RED.SUM: torch.logical_or, _RED.MAX: torch.logical_or,
                 _RED.BOR: torch.logical_or, _RED.PRODUCT: torch.logical_and,
                 _RED.MIN: torch.logical_and, _RED.BAND: torch.logical_and,
                 _RED.BXOR: torch.logical_xor}.get(op)
+    elif dtype.is_floating_point or dtype.is_complex:
+        fold = {_RED.SUM: torch.add, _RED.AVG: torch.add, _RED.PRODUCT: torch.mul}.get(op)
+        if not dtype.is_complex:
+            fold = fold or {_RED.MIN: torch.minimum, _RED.MAX: torch.maximum}.get(op)
     else:
         fold = {_RED.SUM: torch.add, _RED.AVG: torch.add, _RED.PRODUCT: torch.mul,
-                _RED.MIN: torch.minimum, _RED.MAX: torch.maximum}.get(op)
-        if op in (_RED.BAND, _RED.BOR, _RED.BXOR):
-            if dtype.is_floating_point or dtype.is_complex:
-                raise RuntimeError(f"pdshm: {op.name} is not defined for {dtype}")
-            fold = {_RED.BAND: torch.bitwise_and, _RED.BOR: torch.bitwise_or,
-                    _RED.BXOR: torch.bitwise_xor}[op]
+                _RED.MIN: torch.minimum, _RED.MAX: torch.maximum, _RED.BAND: torch.bitwise_and,
+                _RED.BOR: torch.bitwise_or, _RED.BXOR: torch.bitwise_xor}.get(op)
     if fold is None:
-        raise RuntimeError(f"pdshm: reduction {op.name} of {dtype} is not supported")
+        raise RuntimeError(f"pdshm: {what} with {op.name} of {dtype} is not supported")
+    return fold
+
+
+def _reduce_local(op, parts: Sequence[torch.Tensor], out: torch.Tensor) -> None:
+    """out = op over parts, in their order (out may alias none of them)."""
+    dtype = out.dtype
+    fold = _fold_of(op, dtype, "a reduction")
     # float16 and bfloat16 compute in float32 and round once, as the group does.
     wide = torch.float32 if dtype in _HALF else dtype
     acc = parts[0].to(wide, copy=True)
@@ -427,10 +439,7 @@ class ProcessGroupPdshm(ProcessGroup):
         self._barrier()
 
     def _allreduce1(self, op, t: torch.Tensor) -> None:
-        if op == _RED.PREMUL_SUM:
-            raise RuntimeError("pdshm: allreduce with PREMUL_SUM is not supported")
-        if t.dtype == torch.bool and op == _RED.AVG:
-            raise RuntimeError("pdshm: AVG is not defined for bool")
+        _fold_of(op, t.dtype, "allreduce")
         if t.numel() and not self._reduce_in_group(op, t):
             self._reduce_by_exchange(op, t)
 
@@ -566,9 +575,7 @@ class ProcessGroupPdshm(ProcessGroup):
         n, c, me = self.size(), out.numel(), self.rank()
         if c == 0:
             return
-        if op == _RED.PREMUL_SUM or (out.dtype == torch.bool and op == _RED.AVG):
-            raise RuntimeError(f"pdshm: reduce_scatter with {op.name} of {out.dtype} "
-                               "is not supported")
+        _fold_of(op, out.dtype, "reduce_scatter")
         name = _GROUP_OPS.get(op)
         if name is not None and out.dtype in _GROUP_DTYPES:
             # The group's share of rank r of n * c elements is [r * c, (r + 1) * c).
@@ -677,10 +684,7 @@ class ProcessGroupPdshmHosts(ProcessGroupPdshm):
         return [o.view(t.dtype).view(t.shape) for o in outs]
 
     def _allreduce1(self, op, t: torch.Tensor) -> None:
-        if op == _RED.PREMUL_SUM:
-            raise RuntimeError("pdshm: allreduce with PREMUL_SUM is not supported")
-        if t.dtype == torch.bool and op == _RED.AVG:
-            raise RuntimeError("pdshm: AVG is not defined for bool")
+        _fold_of(op, t.dtype, "allreduce")
         if not t.numel():
             return
         if self._cross is None or op not in _GROUP_OPS or t.dtype not in _GROUP_DTYPES:

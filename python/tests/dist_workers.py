@@ -120,6 +120,19 @@ def check_allreduce(rep, rank, n, group=None, ranks=None, dtypes=DTYPES):
     t = torch.tensor([me + 1.0])
     dist.all_reduce(t, group=group)
     assert t.item() == sum(range(1, len(ranks) + 1))
+    # ops a dtype does not have: refused alike by every rank, nothing changed
+    for dtype, op in ((torch.bool, R.AVG), (torch.float32, R.BAND), (torch.float16, R.BXOR)):
+        t = torch.ones(3, dtype=dtype)
+        try:
+            dist.all_reduce(t, op, group=group)
+        except RuntimeError as e:
+            assert "not supported" in str(e) and NAMES[op] in str(e), e
+        else:
+            raise AssertionError(f"all_reduce {NAMES[op]} of {dtype} was not refused")
+        assert torch.equal(t, torch.ones(3, dtype=dtype))
+        t = torch.tensor([1])
+        dist.all_reduce(t, group=group)  # the next collective works
+        assert t.item() == len(ranks)
 
 
 def check_moves(rep, rank, n):
