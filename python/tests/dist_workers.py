@@ -389,6 +389,20 @@ def main_hosts():
     return {"rank": rank, "segment": name, "digests": rep.digests}
 
 
+def main_torchrun():
+    """Under torchrun (its agent holds the store): an all_reduce and a DDP step."""
+    dist.init_process_group("pdshm", timeout=timedelta(seconds=60))
+    rank, n = dist.get_rank(), dist.get_world_size()
+    assert int(os.environ["LOCAL_WORLD_SIZE"]) == n
+    t = torch.full((3,), rank + 1.0)
+    dist.all_reduce(t)
+    assert t.tolist() == [n * (n + 1) / 2] * 3
+    check_ddp(rank, n)
+    name = pdist.segment_of().name
+    dist.destroy_process_group()
+    return {"rank": rank, "segment": name}
+
+
 def main_stop():
     """The last rank stops itself (SIGSTOP) after two all_reduces; the others'
     next all_reduce raises after the process group's timeout (3 s), and rank
@@ -441,6 +455,6 @@ def main_creator_dies():
 
 if __name__ == "__main__":
     result = {"collectives": main_collectives, "hosts": main_hosts, "kill": main_kill,
-              "stop": main_stop,
+              "stop": main_stop, "torchrun": main_torchrun,
               "creator_dies": main_creator_dies}[sys.argv[1]]()
     print(json.dumps(result), flush=True)

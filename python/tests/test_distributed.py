@@ -5,8 +5,10 @@ op against what each rank computes locally from every rank's seeded input,
 the results' bits equal on every rank, async ops, subgroups, DDP equal to
 full-batch training in one process; a SIGKILLed rank raises in every
 survivor; the job's segment is never left in /dev/shm."""
+import glob
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -126,3 +128,23 @@ def test_creator_killed_during_init_leaves_no_segment():
     name = store.get("0/pdshm/h0/segment").decode()
     assert name.startswith("torch-")
     assert not os.path.exists(f"/dev/shm/pdshm.{name}")
+
+
+def test_torchrun_starts_ranks_that_train_with_ddp(tmp_path):
+    torchrun = shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("no torchrun")
+    # Debian's torch 1.13 under Python 3.11 cannot parse --redirects 0 or
+    # --tee 0 (the defaults): Std.from_str("0") is None there; 1 and 2 parse.
+    env = child_env()
+    env.update(PDSHM_TORCH_SEGMENT_SIZE="64M")
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    done = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", "--redirects", "1",
+                           "--tee", "2", "--log_dir", str(tmp_path),
+                           os.path.join(TESTS_DIR, "dist_workers.py"), "torchrun"],
+                          env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT)
+    assert done.returncode == 0, f"torchrun exited with {done.returncode}:\n{done.stderr[-3000:]}"
+    logs = sorted(glob.glob(str(tmp_path / "*" / "attempt_0" / "*" / "stdout.log")))
+    ranks = sorted(reports((0, open(log).read(), ""))[-1]["rank"] for log in logs)
+    assert ranks == [0, 1]
