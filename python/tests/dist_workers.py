@@ -368,6 +368,27 @@ def main_kill():
     raise AssertionError("no collective failed after the death")
 
 
+def main_kill_plain():
+    """The last rank kills itself in the middle of a loop of all_reduces (the
+    time in the store first); the others report what their pending one raised."""
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("pdshm", timeout=timedelta(seconds=60))
+    store = dist.distributed_c10d._get_default_store()
+    t = torch.ones(1 << 16)
+    for step in range(1000):
+        if step == 3 and rank == n - 1:
+            store.set("killed", repr(time.monotonic()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            dist.all_reduce(t)
+        except Exception as e:
+            latency = time.monotonic() - float(store.get("killed").decode())
+            return {"rank": rank, "step": step, "runtime": isinstance(e, RuntimeError),
+                    "peerdied": isinstance(e, pdshm.PeerDied), "latency_ms": latency * 1e3,
+                    "segment": pdist.segment_of().name}
+    raise AssertionError("no collective failed after the death")
+
+
 def main_hosts():
     """A world of simulated hosts (LOCAL_WORLD_SIZE < WORLD_SIZE): a
     segment per host, gloo between them."""
@@ -455,6 +476,6 @@ def main_creator_dies():
 
 if __name__ == "__main__":
     result = {"collectives": main_collectives, "hosts": main_hosts, "kill": main_kill,
-              "stop": main_stop, "torchrun": main_torchrun,
+              "stop": main_stop, "torchrun": main_torchrun, "kill_plain": main_kill_plain,
               "creator_dies": main_creator_dies}[sys.argv[1]]()
     print(json.dumps(result), flush=True)

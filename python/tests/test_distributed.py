@@ -107,6 +107,15 @@ def test_killed_rank_raises_in_every_survivor():
     assert not os.path.exists(f"/dev/shm/pdshm.{segment}")
 
 
+def test_killed_rank_raises_peer_died_in_the_pending_all_reduce():
+    results = run_job("kill_plain", 2)
+    assert results[1][0] == -9, f"the victim exited with {results[1][0]}:\n{results[1][2]}"
+    r = reports(results[0])[-1]
+    assert r["runtime"] and r["peerdied"] and r["step"] == 3, r
+    print(f"rank 0: PeerDiedError {r['latency_ms']:.1f} ms after the SIGKILL")
+    assert not os.path.exists(f"/dev/shm/pdshm.{r['segment']}")
+
+
 def test_stopped_rank_times_out_with_the_groups_timeout():
     results = run_job("stop", 2)
     assert results[1][0] == -9, f"the stopped rank exited with {results[1][0]}"
