@@ -20,8 +20,10 @@ every later collective of that process group (through DDP's backward, a
 plain RuntimeError whose message says PeerDiedError: C++ is in between); a
 member that stops answering makes them raise CollectiveTimeout (a
 RuntimeError that is also a TimeoutError) after the process group's
-timeout.  A member that exits normally while the others wait is no death to
-them: they wait for the timeout.
+timeout.  A member that exits normally (or closes the group) while the
+others wait is a PeerDiedError for them too, within LEFT_CHECK_S: their
+waits are barriers taken in slices (one starts every reduction), and
+between slices they look for members whose exchange variable is gone.
 
 Reductions the group does in the segment (SUM, AVG, MIN, MAX of float16,
 bfloat16, float32, float64, int32, int64) are copied into a staging
@@ -47,11 +49,14 @@ naming the op.
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import os
 import secrets
 import socket
 import threading
+import time
+import weakref
 from datetime import timedelta
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -68,6 +73,7 @@ BACKEND = "pdshm"
 SIZE_ENV = "PDSHM_TORCH_SEGMENT_SIZE"
 DEFAULT_SIZE = 512 << 20
 STAGING_KEEP = 8  # staging variables kept per process group (least recently used go)
+LEFT_CHECK_S = 0.05  # seconds between two looks for a member that left, while waiting
 
 _RED = ReduceOp.RedOpType
 # The reductions the pdshm group does in the segment, and the dtypes it does them for.
@@ -177,6 +183,20 @@ class _Job:
 
 
 _world_job: Optional[_Job] = None
+# The process groups not closed yet: closed at exit (before pdshm detaches),
+# which tells the other members that this one left.
+_OPEN: "weakref.WeakSet[ProcessGroupPdshm]" = weakref.WeakSet()
+
+
+def _close_open_groups() -> None:
+    for pg in list(_OPEN):
+        try:
+            pg.close()
+        except Exception:  # exiting: what is left goes with the process
+            pass
+
+
+atexit.register(_close_open_groups)
 
 
 class _Staging:
@@ -264,6 +284,13 @@ class _Exchange:
             view = torch.from_dlpack(var)
             self.views[r] = view
         return view
+
+    def departed(self) -> Optional[int]:
+        """A rank whose exchange variable is gone (it left), or None."""
+        for r, name in enumerate(self.names):
+            if r != self.rank and self.root.find_var(name) is None:
+                return r
+        return None
 
     def close(self) -> None:
         self.views.clear()
@@ -366,6 +393,7 @@ class ProcessGroupPdshm(ProcessGroup):
         self._death: Optional[str] = None  # what the first PeerDied said
         # Everyone's exchange variable exists before anyone looks it up.
         self._call(self._group.barrier)
+        _OPEN.add(self)
 
     def getBackendName(self) -> str:
         return BACKEND
@@ -395,7 +423,9 @@ class ProcessGroupPdshm(ProcessGroup):
 
     # ---- the group's calls, with their errors in torch's terms -------------------
 
-    def _call(self, fn, *args):
+    def _call(self, fn, *args, timeout: Optional[float] = None):
+        """fn(*args, timeout=) (a call of the trainer group) with its errors in
+        torch's terms; timeout defaults to the process group's."""
         if self._closed:
             raise RuntimeError("pdshm: this process group was closed")
         if self._death is not None:
@@ -403,7 +433,7 @@ class ProcessGroupPdshm(ProcessGroup):
             raise PeerDiedError(f"pdshm: an earlier collective of this process group saw a "
                                 f"member die ({self._death}): destroy it and start again")
         try:
-            return fn(*args, timeout=self._timeout)
+            return fn(*args, timeout=self._timeout if timeout is None else timeout)
         except _pdshm.PeerDied as e:
             self._death = str(e.strerror or e)
             err = PeerDiedError(f"pdshm: {self._death}")
@@ -415,7 +445,24 @@ class ProcessGroupPdshm(ProcessGroup):
                                     f"{e.strerror or e}") from None
 
     def _barrier(self) -> None:
-        self._call(self._group.barrier)
+        """The group's barrier, waited for in slices: between them, a member
+        that left (its exchange variable erased: it exited normally or
+        closed the group) is a PeerDiedError, as a death is.  A barrier that
+        timed out has not been passed, so slicing it changes nothing."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                self._call(self._group.barrier, timeout=max(0.0, min(LEFT_CHECK_S, left)))
+                return
+            except CollectiveTimeout:
+                if left <= LEFT_CHECK_S:
+                    raise
+            gone = self._exchange.departed()
+            if gone is not None:
+                self._death = f"rank {gone} left the process group"
+                raise PeerDiedError(f"pdshm: {self._death} (it exited or destroyed the group) "
+                                    "while this rank waited for it")
 
     def _reduce_in_group(self, op, t: torch.Tensor) -> bool:
         """t (any layout) reduced over the group, in place when it is a view of
@@ -424,11 +471,15 @@ class ProcessGroupPdshm(ProcessGroup):
         name = _GROUP_OPS.get(op)
         if name is None or t.dtype not in _GROUP_DTYPES:
             return False
+        # Each reduction starts with a barrier: the reduction itself cannot
+        # tell a member that left from one that is late (see _barrier).
         if t.is_contiguous() and self._group.holds(t):  # in the segment already: no copy
+            self._barrier()
             self._call(self._group.allreduce, t, name)
             return True
         var, view = self._staging.get(t.dtype, t.numel())
         view.view(t.shape).copy_(t)
+        self._barrier()
         self._call(self._group.allreduce, var, name)
         t.copy_(view.view(t.shape))
         return True
@@ -587,6 +638,7 @@ class ProcessGroupPdshm(ProcessGroup):
             var, view = self._staging.get(out.dtype, n * c)
             for r, i in enumerate(ins):
                 view[r * c:(r + 1) * c].view(out.shape).copy_(i)
+            self._barrier()
             self._call(self._group.reduce_scatter, var, name)
             out.copy_(view[me * c:(me + 1) * c].view(out.shape))
             return
@@ -703,6 +755,7 @@ class ProcessGroupPdshmHosts(ProcessGroupPdshm):
             var, flat = self._staging.get(wide, t.numel())
             flat.view(t.shape).copy_(t)
         local_op = "sum" if op == _RED.AVG else _GROUP_OPS[op]
+        ProcessGroupPdshm._barrier(self)  # the host's members: one that left raises
         self._call(self._group.reduce_scatter, var, local_op)
         lo, hi = self._group.share(t.numel())
         if hi > lo:

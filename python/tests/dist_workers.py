@@ -389,6 +389,26 @@ def main_kill_plain():
     raise AssertionError("no collective failed after the death")
 
 
+def main_exit():
+    """The last rank exits normally (no destroy_process_group) after two
+    all_reduces; the others' next all_reduce and broadcast raise."""
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("pdshm", timeout=timedelta(seconds=60))
+    t = torch.ones(5)
+    for _ in range(2):
+        dist.all_reduce(t)
+    if rank == n - 1:
+        return {"rank": rank}
+    start = time.monotonic()
+    errors = []
+    for call in (lambda: dist.all_reduce(t), lambda: dist.broadcast(t, 0)):
+        try:
+            call()
+        except Exception as e:
+            errors.append([isinstance(e, RuntimeError), isinstance(e, pdshm.PeerDied), str(e)])
+    return {"rank": rank, "errors": errors, "waited": time.monotonic() - start}
+
+
 def main_hosts():
     """A world of simulated hosts (LOCAL_WORLD_SIZE < WORLD_SIZE): a
     segment per host, gloo between them."""
@@ -477,5 +497,6 @@ def main_creator_dies():
 if __name__ == "__main__":
     result = {"collectives": main_collectives, "hosts": main_hosts, "kill": main_kill,
               "stop": main_stop, "torchrun": main_torchrun, "kill_plain": main_kill_plain,
+              "exit": main_exit,
               "creator_dies": main_creator_dies}[sys.argv[1]]()
     print(json.dumps(result), flush=True)

@@ -116,6 +116,15 @@ def test_killed_rank_raises_peer_died_in_the_pending_all_reduce():
     assert not os.path.exists(f"/dev/shm/pdshm.{r['segment']}")
 
 
+def test_rank_that_exits_normally_is_peer_died_for_the_others():
+    r = last_reports(run_job("exit", 3))
+    for survivor in r[:2]:
+        assert len(survivor["errors"]) == 2, survivor
+        for runtime, peerdied, message in survivor["errors"]:
+            assert runtime and peerdied and "left the process group" in message, survivor
+        assert survivor["waited"] < 30, survivor  # not the group's 60 s timeout
+
+
 def test_stopped_rank_times_out_with_the_groups_timeout():
     results = run_job("stop", 2)
     assert results[1][0] == -9, f"the stopped rank exited with {results[1][0]}"
