@@ -362,8 +362,8 @@ def _done(result) -> "dist.Work":
     """A completed Work whose future's value is result.  Collectives run in
     the call and raise from it, never through a Work: in torch 1.13 a failed
     Work made by Python (its future set with the exception, its wait()
-    raising it) crashed DDP's backward (SIGSEGV), and a C++ Work (this one) cannot be collected under C++'s
-    feet, as a Python subclass of Work can."""
+    raising it) crashed DDP's backward (SIGSEGV), and a C++ Work (this one)
+    cannot be collected under C++'s feet, as a Python subclass of Work can."""
     fut = torch.futures.Future()
     fut.set_result(result)
     return _create_work_from_future(fut)
