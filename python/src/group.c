@@ -1,7 +1,7 @@
 /*
  * group.c - trainer groups and waiting (DESIGN section 4): Segment.group(),
  * the Group type (rank, size, barrier, allreduce, reduce_scatter, allgather,
- * share, leave) and Var.wait().
+ * share, holds, leave) and Var.wait().
  *
  * Invariants:
  *  1. A Group holds its Segment; Segment.detach() (and a fork child's
@@ -390,6 +390,20 @@ static PyObject *group_allgather(PyObject *self, PyObject *args, PyObject *kw) {
   return group_collective(GR(self), ALLGATHER, varo, PDSHM_SUM, ns);
 }
 
+/* holds(view): whether a collective takes view itself, as the whole tensor
+ * of a variable of the group's Segment: True or False, never an error for
+ * a view that is not one. */
+static PyObject *group_holds(PyObject *self, PyObject *obj) {
+  pdshmpy_group *gr = GR(self);
+  pdshm_group *g = group_handle(gr);
+  pdshm_seg *seg = g ? pdshmpy_seg_get(gr->seg) : NULL;
+  if (!seg) return NULL;
+  if (view_var(gr, seg, obj)) Py_RETURN_TRUE;
+  if (!PyErr_ExceptionMatches(PDSHMPY_STATE(self)->InvalidArgument)) return NULL;
+  PyErr_Clear();
+  Py_RETURN_FALSE;
+}
+
 /* share(n): this member's (first, end) of n elements. */
 static PyObject *group_share(PyObject *self, PyObject *arg) {
   unsigned long long n = PyLong_AsUnsignedLongLong(arg);
@@ -485,6 +499,10 @@ static PyMethodDef group_methods[] = {
      "share(n) -> (first, end)\n\nThis member's share of n elements: the elements "
      "[first, end) it reduces\nin allreduce and reduce_scatter and spreads in allgather, "
      "first =\nn * rank // size and end the same for rank + 1.  Pure arithmetic."},
+    {"holds", group_holds, METH_O,
+     "holds(view) -> bool\n\nTrue when a collective of this group takes view itself: a "
+     "whole-tensor\nview (numpy array, torch tensor) of a variable of this Segment object, "
+     "not\nresized since; False for anything else.  No collective: this member only."},
     {"leave", group_leave, METH_NOARGS,
      "leave()\n\nFrees this rank (a replacement may take it); the group's memory goes "
      "back\nwith its last member.  Later calls raise pdshm.Error."},
