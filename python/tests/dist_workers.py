@@ -446,10 +446,11 @@ def main_torchrun():
 
 def main_stop():
     """The last rank stops itself (SIGSTOP) after two all_reduces; the others'
-    next all_reduce raises after the process group's timeout (3 s), and rank
-    0 then kills the stopped rank."""
+    next all_reduce raises after the process group's timeout (10 s: every
+    wait of the job has that bound, and a loaded machine must not reach it
+    before the stop), and rank 0 then kills the stopped rank."""
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("pdshm", timeout=timedelta(seconds=3))
+    dist.init_process_group("pdshm", timeout=timedelta(seconds=10))
     store = dist.distributed_c10d._get_default_store()
     t = torch.ones(5)
     for _ in range(2):

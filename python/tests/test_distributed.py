@@ -127,10 +127,10 @@ def test_rank_that_exits_normally_is_peer_died_for_the_others():
 
 def test_stopped_rank_times_out_with_the_groups_timeout():
     results = run_job("stop", 2)
-    assert results[1][0] == -9, f"the stopped rank exited with {results[1][0]}"
+    assert results[1][0] == -9, f"the stopped rank exited with {results[1][0]}:\n{results[1][2]}"
     r = reports(results[0])[-1]
     assert r["runtime"] and r["timeout"], r
-    assert 2.5 < r["waited"] < 60, r  # the group's timeout is 3 s; generous above
+    assert 9 < r["waited"] < 120, r  # the group's timeout is 10 s; generous above
     assert not os.path.exists(f"/dev/shm/pdshm.{r['segment']}")
 
 
