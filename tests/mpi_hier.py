@@ -20,7 +20,9 @@ tests/mpi_hier.c does for libpdshm-mpi.
     Job.bcast_scope for another scope than its host's or another root host;
  5. Job.allreduce of an array that views no variable, at one process:
     InvalidArgument there and at every other process, none waiting;
- 6. once the job is closed, its local and cross communicators are
+ 6. Job.barrier: local rank 0 alone times out (in several of its 200 ms
+    slices), and its next barrier, with the others, passes;
+ 7. once the job is closed, its local and cross communicators are
     MPI.COMM_NULL, and bytes_sent is still its total.
 Prints TAP at rank 0; exits non-zero on any failure.
 
@@ -220,6 +222,19 @@ def not_a_view(job, local):
                        lambda: job.allreduce(odd if rank == size - 1 else v, timeout=10))
 
 
+def barrier(job):
+    timed_out = None
+    if job.local_rank == 0:
+        try:
+            job.barrier(timeout=0.5)
+            timed_out = False
+        except pdshm.TimedOut:
+            timed_out = True
+    job.local_comm.Barrier()
+    job.barrier(timeout=10)
+    report(timed_out is not False, "barrier: one rank alone times out, then all pass")
+
+
 def main():
     job = pdshm.mpi.Job(sys.argv[1], size=4 << 20, replace_timeout=0)
     with job:
@@ -233,6 +248,8 @@ def main():
             if job.hosts > 1:
                 mismatch(job, local)
             not_a_view(job, local)
+        if job.local_size > 1:
+            barrier(job)
         bcast(job)
         sent = job.bytes_sent
     report(job.local_comm == MPI.COMM_NULL and job.cross_comm == MPI.COMM_NULL,

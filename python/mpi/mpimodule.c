@@ -12,6 +12,8 @@
  *  1. Every libpdshm-mpi call runs with the GIL released (it waits in MPI
  *     or for the host's group); one thread at a time uses the job: a call
  *     that finds it busy raises pdshm.Error (EBUSY) instead of entering.
+ *     The collectives are not sliced (a timeout while members write would
+ *     spoil the round); only the host barrier is, for Ctrl-C.
  *  2. A bad variable or scope argument still takes part in the call, as
  *     NULL: libpdshm-mpi then fails at every process alike (no process is
  *     left waiting for this one), and this process raises its own error.
@@ -237,16 +239,29 @@ static PyObject *job_bcast_scope(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* A host barrier waits in slices, checking for signals (Ctrl-C) between
+ * them, as Group.barrier does: one that timed out has not been passed, and
+ * the next waits for the same round. */
+#define BARRIER_SLICE_NS 200000000LL /* 200 ms */
+
 static PyObject *job_barrier(PyObject *self, PyObject *arg) {
-  long long ns = PyLong_AsLongLong(arg);
-  if (ns == -1 && PyErr_Occurred()) return NULL;
+  long long left = PyLong_AsLongLong(arg);
+  if (left == -1 && PyErr_Occurred()) return NULL;
   pdshm_mpi *m = job_handle(self);
   if (!m) return NULL;
   int rc;
   JOB(self)->busy = 1;
-  Py_BEGIN_ALLOW_THREADS
-  rc = pdshm_mpi_host_barrier(m, ns);
-  Py_END_ALLOW_THREADS
+  for (;;) {
+    long long slice = left < 0 || left > BARRIER_SLICE_NS ? BARRIER_SLICE_NS : left;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pdshm_mpi_host_barrier(m, slice);
+    Py_END_ALLOW_THREADS
+    if (rc != PDSHM_ETIMEDOUT || (left >= 0 && (left -= slice) <= 0)) break;
+    if (PyErr_CheckSignals() < 0) {
+      JOB(self)->busy = 0;
+      return NULL;
+    }
+  }
   JOB(self)->busy = 0;
   if (rc) return job_failed(self, rc, "a barrier");
   Py_RETURN_NONE;
