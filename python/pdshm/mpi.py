@@ -248,8 +248,11 @@ class Job:
         is (once closed, a Job's close does nothing)."""
         if self._job.closed:
             return
-        self.segment.detach()
-        self._job.close()
+        try:
+            self._job.close()  # EBUSY while another thread is in a call: nothing done
+        finally:
+            if self._job.closed:
+                self.segment.detach()
 
     def __enter__(self) -> "Job":
         return self
