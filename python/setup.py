@@ -16,6 +16,10 @@ takes the header from $PDSHM_BUILD_TREE/include and the library from
 $PDSHM_BUILD_TREE/lib/.libs (libtool's output of `make`), and records an rpath
 to that directory, so `PYTHONPATH=python /usr/bin/python3 -c 'import pdshm'`
 works without LD_LIBRARY_PATH.
+
+pdshm.mpi's extension, pdshm._pdshm_mpi (libpdshm-mpi through mpi4py's C
+API), is built by configure and make only: a package built here has none,
+and pdshm.mpi.Job raises ImportError saying so.
 """
 import os
 import shlex

@@ -17,7 +17,13 @@ tests/mpi_hier.c does for libpdshm-mpi.
     InvalidArgument at every process, none waiting, when one process of the
     root host or of a receiving host passes another variable (with a tensor
     of the same shape, or none), None, or another root host; so is
-    Job.bcast_scope for another scope than its host's or another root host.
+    Job.bcast_scope for another scope than its host's or another root host;
+ 5. Job.allreduce of an array that views no variable, at one process:
+    InvalidArgument there and at every other process, none waiting;
+ 6. Job.barrier: local rank 0 alone times out (in several of its 200 ms
+    slices), and its next barrier, with the others, passes;
+ 7. once the job is closed, its local and cross communicators are
+    MPI.COMM_NULL, and bytes_sent is still its total.
 Prints TAP at rank 0; exits non-zero on any failure.
 
 usage: mpirun -np P python3 mpi_hier.py SEGMENT-PREFIX
@@ -49,10 +55,20 @@ def values(r):
     return ((r * 7 + np.arange(N) * 3) % 23 - 11).astype(np.float64)
 
 
+def bf16_narrow(f):
+    """float32 as bfloat16 words, rounded to nearest even (no NaN here)."""
+    bits = np.ascontiguousarray(f, np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def bf16_widen(u):
+    return (u.astype(np.uint32) << 16).view(np.float32)
+
+
 def as_dtype(x, dtype):
     """float64 values as the variable's words (bfloat16: its uint16 bits)."""
     if dtype == "bfloat16":
-        return pdshm.mpi._bf16_narrow(x.astype(np.float32))
+        return bf16_narrow(x.astype(np.float32))
     return x.astype(dtype)
 
 
@@ -89,7 +105,7 @@ ULP = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64":
 
 
 def as_float(a, dtype):
-    return pdshm.mpi._bf16_widen(a).astype(np.float64) if dtype == "bfloat16" \
+    return bf16_widen(a).astype(np.float64) if dtype == "bfloat16" \
         else a.astype(np.float64)
 
 
@@ -198,8 +214,30 @@ def bcast_mismatches(job, params, w):
                            lambda: job.bcast_scope(params, job.hosts if last else 0, timeout=1))
 
 
+def not_a_view(job, local):
+    v = local.var("g")
+    v.resize("float32", (N,))
+    odd = np.zeros(N, np.float32)  # no variable's bytes
+    invalid_everywhere("allreduce of an array that views no variable at one process",
+                       lambda: job.allreduce(odd if rank == size - 1 else v, timeout=10))
+
+
+def barrier(job):
+    timed_out = None
+    if job.local_rank == 0:
+        try:
+            job.barrier(timeout=0.5)
+            timed_out = False
+        except pdshm.TimedOut:
+            timed_out = True
+    job.local_comm.Barrier()
+    job.barrier(timeout=10)
+    report(timed_out is not False, "barrier: one rank alone times out, then all pass")
+
+
 def main():
-    with pdshm.mpi.Job(sys.argv[1], size=4 << 20, replace_timeout=0) as job:
+    job = pdshm.mpi.Job(sys.argv[1], size=4 << 20, replace_timeout=0)
+    with job:
         if rank == 0:
             print(f"# {job.hosts} hosts of {job.local_size} trainers", flush=True)
         with job.segment.root.local() as local:
@@ -209,7 +247,14 @@ def main():
             torch_view(job, local)
             if job.hosts > 1:
                 mismatch(job, local)
+            not_a_view(job, local)
+        if job.local_size > 1:
+            barrier(job)
         bcast(job)
+        sent = job.bytes_sent
+    report(job.local_comm == MPI.COMM_NULL and job.cross_comm == MPI.COMM_NULL,
+           "a closed job's communicators are MPI.COMM_NULL")
+    report(job.bytes_sent == sent, "a closed job's bytes_sent stays readable")
     if rank == 0:
         print(f"1..{len(results)}")
     sys.exit(0 if all(results) else 1)

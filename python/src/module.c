@@ -134,7 +134,7 @@ static int mod_exec(PyObject *module) {
       add_type(module, &st->pin_type, &pdshmpy_pin_spec, 1))
     return -1;
   if (pdshmpy_errors_init(module, st) || pdshmpy_introspect_init(module, st) ||
-      pdshmpy_group_init(module, st))
+      pdshmpy_group_init(module, st) || pdshmpy_capi_init(module))
     return -1;
   if (PyModule_AddIntConstant(module, "NAME_MAX", PDSHM_NAME_MAX) ||
       PyModule_AddIntConstant(module, "NDIM_MAX", PDSHM_NDIM_MAX) ||

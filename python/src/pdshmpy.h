@@ -267,6 +267,16 @@ PyObject *pdshmpy_var_dlpack(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *pdshmpy_var_dlpack_device(PyObject *self, PyObject *unused);
 PyObject *pdshmpy_var_assign(PyObject *self, PyObject *src);
 
+/* ---- viewvar.c -------------------------------------------------------------------------- */
+/* The variable whose whole current tensor obj views (Var.numpy(), np.asarray,
+ * torch.from_dlpack, or a reshape of one that keeps the bytes), found among
+ * the live Pins of s whose bytes lie in seg (s's attachment now); NULL with
+ * pdshm.InvalidArgument (or the error of reading obj). */
+pdshm_var *pdshmpy_view_var(pdshmpy_seg *s, pdshm_seg *seg, PyObject *obj);
+
+/* ---- capi.c: the C API of other extension modules (pdshmpy_capi.h) ------------------ */
+int pdshmpy_capi_init(PyObject *module);
+
 /* ---- group.c (the Group type, Segment.group, Var.wait) ---------------------------------- */
 int pdshmpy_group_init(PyObject *module, pdshmpy_state *st);
 PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw);
