@@ -21,6 +21,7 @@ parameter, and steps it with the slice of the mean gradient.  Elementwise
 optimizers (SGD, Adam, AdamW, RMSprop, Adagrad, ...) so compute exactly what
 one process computes over the whole model; one that looks across a whole
 parameter (a norm, as LAMB's trust ratio) sees only the slice.
+pdshm.torch.Adam is torch.optim.Adam's arithmetic without its allocations.
 
 What lives where, in `scope`:
   <parameter name>              the parameter, label "parameter" (one copy)
@@ -258,7 +259,9 @@ class DataParallel:
     optimizer(params, **optimizer_kwargs); it must return an Optimizer over
     exactly `params`: one 1-D tensor per module parameter (named_parameters()
     order), this rank's slice of it (empty when the parameter has fewer
-    elements than the group has ranks).  scheduler: None, or a factory called
+    elements than the group has ranks).  It is called twice, first over
+    stand-ins: a bad optimizer or setting raises (TypeError, ValueError)
+    before the module or the scope is changed.  scheduler: None, or a factory called
     as scheduler(optimizer) returning an LR scheduler: step() steps it after
     every applied step and keeps its state in the segment.  timeout (seconds,
     None: no limit) bounds every reduction and barrier.  Attributes:
