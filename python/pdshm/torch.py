@@ -534,23 +534,23 @@ class DataParallel:
 
     def _take_over(self, pending: bool) -> None:
         """A replacement's side: after the first barrier the survivors wait;
-        when they applied a step this rank had not, finish this rank's shard
-        of it (commit it if it was staged, else run it from a survivor's mean
-        gradient), then the second barrier.  A step staged that no peer
-        applied is dropped: the group redoes it."""
+        finish this rank's step if it was staged (it was computed from a
+        completed reduction, and the values in place may be half written:
+        so even when no peer applied it, as when the group is this rank
+        alone), else when the peers applied a step this rank had not, run
+        this rank's shard of it from a survivor's mean gradient; then the
+        second barrier."""
         rank, size = self.group.rank, self.group.size
         self.group.barrier(timeout=self.timeout)
         mine = self.steps_done
         ahead = [q for q in range(size) if q != rank and int(self._progress[q, DONE]) == mine + 1]
-        if ahead and pending:
+        if pending:
             self._commit(mine + 1)
             self._load()
         elif ahead:
             peer_grad = _torch().from_dlpack(self.scope.var(f"gradient.{ahead[0]}"))
             self._grad.copy_(peer_grad)
             self._apply(mine + 1)
-        elif pending:
-            self._load()
         self.group.barrier(timeout=self.timeout)
 
 

@@ -90,6 +90,26 @@ def test_a_trainer_killed_in_any_phase_is_replaced_and_the_result_is_unchanged(
     assert seg.check() == []
 
 
+@pytest.mark.parametrize("phase", ["update", "commit"])
+def test_the_only_trainer_killed_mid_step_is_replaced_and_the_result_is_unchanged(
+        seg, children, phase):
+    """With no peer to have applied the step, a step staged before the death
+    is still finished (the values in place may be half written), and one
+    not staged is redone from the values in place."""
+    kind = "adam-steplr"
+    seg.root.new_scope(f"run-{kind}")
+    dying = children("spawn", dp_workers.dying_trainer, seg.name, "run", 1, 0, STEPS, kind, 4,
+                     phase)
+    dying.proc.join(60)
+    assert dying.proc.exitcode == -9, "the trainer did not kill itself"
+    replacement = children("spawn", dp_workers.dp_trainer, seg.name, "run", 1, 0, STEPS, [kind])
+    assert replacement.recv() == ("joined", 4 if phase == "commit" else 3)
+    assert replacement.result(timeout=60) == [0]
+    for got, want in zip(params_of(seg, f"run-{kind}"), reference(children, [kind], 1)[kind]):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    assert seg.check() == []
+
+
 def fake_gradients(model, seed):
     """Gradients without a backward pass (see dp_workers)."""
     g = torch.Generator().manual_seed(seed)
