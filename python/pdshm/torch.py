@@ -54,7 +54,9 @@ staged.<r>.meta, and only then is the step marked staged and copied into
 place (the parameters, <parameter>.<key>, optimizer.<r>).  So the values in
 place are always those of a whole step, and whoever holds the rank can redo
 the step from them (a death before it was staged) or finish copying it (a
-death after): the same guarantee for any optimizer, at any instruction.
+death after): the same guarantee for any optimizer, at any instruction, as
+long as its step writes nothing but its parameters and optimizer.state (as
+torch.optim's do; state kept in attributes of its own is not kept).
 
 optimizer.state_dict() is the rank's slice's; optimizer.load_state_dict()
 (between steps) takes effect in the segment with the next step, as do
@@ -71,9 +73,10 @@ was applied.  A replacement (a new process that joins the dead member's
 rank with join_group and builds a DataParallel over the same scope, with the
 same optimizer) takes the parameters, its slice's optimizer state and the
 scheduler's from the segment, finishes the dead member's shard of the last
-step if its peers had applied theirs, and continues from steps_done.  One
-death at a time is handled; a second death during that repair is not, nor
-is a group that shrinks (a death with no replacement stalls until timeout).
+step if the dead member had staged it or its peers had applied theirs, and
+continues from steps_done.  One death at a time is handled; a second death
+during that repair is not, nor is a group that shrinks (with no
+replacement, the survivors' step() raises TimeoutError after `timeout`).
 
 Lifetime: the variables live in `scope` (name it to make it persist); a new
 training run wants a new scope.  The views keep their bytes (pins) as views
