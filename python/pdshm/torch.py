@@ -417,7 +417,6 @@ class DataParallel:
         step t staged and commits it.  Nothing in place is written before."""
         for p, g in zip(self._work, self._grads):
             p.grad = g
-        self._adopt_state()  # what a load_state_dict() put there since the last step
         self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
