@@ -11,12 +11,16 @@
  *     barrier rounds an allreduce takes count against it at small sizes).
  *  2. Barrier round trip between 2 processes (each iteration is one barrier
  *     of both), against a round trip through a pair of pipes.
+ *  3. A death: ms from the kill() of one of 2 members until the other one's
+ *     barrier returns EOWNERDEAD, against kill() until waitpid() returns for
+ *     a process that holds nothing (how long the kernel takes to end one).
  *
  * The machine's cores are shared: with more processes than cores, the
  * figures measure the scheduler as much as pdshm.
  *
  * usage: bench_group [--quick]      figures on stdout
  */
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,6 +205,82 @@ static void bench_barrier(double *shared) {
          *shared / 1e3, pipes / 1e3, *shared / pipes);
 }
 
+/* ---- a death ------------------------------------------------------------------------------ */
+
+/* Joins the group as rank 1, says so, waits to be killed. */
+static int doomed_member(const char *group, volatile int *joined) {
+  pdshm_seg *seg;
+  pdshm_group *g;
+  if (pdshm_attach(seg_name, NULL, &seg) || pdshm_group_join(seg, group, 2, 1, &g)) _exit(1);
+  *joined = 1;
+  for (;;) pause();
+}
+
+/* ms from the kill() of the other member until our barrier says it died. */
+static double told_of_a_death(int serial, volatile double *killed_at) {
+  char group[64];
+  snprintf(group, sizeof group, "bench-death-%d", serial);
+  pdshm_seg *seg;
+  pdshm_group *g;
+  int rc = pdshm_attach(seg_name, NULL, &seg);
+  if (!rc) rc = pdshm_group_join(seg, group, 2, 0, &g);
+  if (rc) die("death setup", rc);
+  volatile int *joined = (volatile int *)(killed_at + 1);
+  *joined = 0;
+  fflush(NULL);
+  pid_t member = fork();
+  if (member == 0) _exit(doomed_member(group, joined));
+  while (!*joined) usleep(1000);
+  pid_t killer = fork();
+  if (killer == 0) { /* once we are in the barrier, most likely */
+    usleep(20000);
+    *killed_at = now_ns();
+    kill(member, SIGKILL);
+    _exit(0);
+  }
+  rc = pdshm_group_barrier(g, 60 * (int64_t)SEC);
+  double lag = now_ns() - *killed_at;
+  if (rc != PDSHM_EOWNERDEAD) die("a barrier beside a death", rc);
+  waitpid(killer, NULL, 0);
+  waitpid(member, NULL, 0);
+  pdshm_group_leave(g);
+  pdshm_reap(seg, NULL);
+  pdshm_detach(seg);
+  return lag;
+}
+
+static double death_of_an_idle_process(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (;;) pause();
+  }
+  usleep(1000);
+  double t0 = now_ns();
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return now_ns() - t0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void bench_death(double *shared) {
+  enum { REPS = 7 };
+  double told[REPS], ended[REPS];
+  for (int r = 0; r < REPS; r++) {
+    told[r] = told_of_a_death(r, shared);
+    ended[r] = death_of_an_idle_process();
+  }
+  qsort(told, REPS, sizeof told[0], cmp_double);
+  qsort(ended, REPS, sizeof ended[0], cmp_double);
+  printf("\na member SIGKILLed: its barrier's survivor told (EOWNERDEAD) %.2f ms after kill(), "
+         "median of %d;\nbaseline: kill() until waitpid() returns, an idle process %.2f ms; "
+         "ratio %.1f\n", told[REPS / 2] / 1e6, REPS, ended[REPS / 2] / 1e6,
+         told[REPS / 2] / ended[REPS / 2]);
+}
+
 int main(int argc, char **argv) {
   quick = argc > 1 && !strcmp(argv[1], "--quick");
   snprintf(seg_name, sizeof seg_name, "bench-group-%d", (int)getpid());
@@ -213,6 +293,7 @@ int main(int argc, char **argv) {
   if (shared == MAP_FAILED) return 2;
   bench_allreduce(shared);
   bench_barrier(shared);
+  bench_death(shared);
   pdshm_detach(seg);
   pdshm_unlink(seg_name);
   return 0;

@@ -8,7 +8,10 @@
  *     process that held nothing.
  *  2. Locks whose holder died: ms from kill() until this process holds the
  *     lock (an exclusive variable lock, a shared variable hold, a scope lock,
- *     the allocator lock), against taking the same lock uncontended.
+ *     the allocator lock), against taking the same lock uncontended; and a
+ *     shared take after a writer that waited for readers died (its "writer
+ *     waiting" mark left on the variable, which live readers defer to for a
+ *     while), against the same shared take uncontended.
  *  3. The hot path: the journal.  The blocks a variable create allocates and
  *     the words it stores are recorded from a real pdshm_var_create, then
  *     replayed N times under the same scope lock, once through the journal
@@ -299,6 +302,43 @@ static void shold_with_daemon(pdshm_seg *seg, const struct locks *l) {
          median(t, reps) / 1e6);
 }
 
+/* ms from kill() until a shared take of S holds it, the killed process a
+ * writer that waited for our share of S to go (its mark on S). */
+static uint64_t shared_after_waiting_writer(pdshm_seg *seg, const struct locks *l) {
+  check("share", pdshm_var_lock(l->s, 0));
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    pdshm_seg *s;
+    if (pdshm_attach(seg_name, NULL, &s) || pdshm_var_lock(param(s, "S"), 1)) _exit(1);
+    _exit(0);
+  }
+  const struct pdshm_var_rec *r = pdshm__var_rec(l->s);
+  for (int ms = 0; !atomic_load_explicit(&r->lk_wwait, memory_order_relaxed); ms++) {
+    if (ms > 10000) die("the writer never waited", PDSHM_EBUSY);
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+  uint64_t t0 = now_ns();
+  kill(pid, SIGKILL);
+  check("unshare", pdshm_var_unlock(l->s));
+  check("share", pdshm_var_lock(l->s, 0));
+  uint64_t t = now_ns() - t0;
+  check("unshare", pdshm_var_unlock(l->s));
+  waitpid(pid, NULL, 0);
+  check("reap", pdshm_reap(seg, NULL));
+  return t;
+}
+
+static double share_uncontended(const struct locks *l) {
+  long n = hot_iters / 10;
+  uint64_t t0 = now_ns();
+  for (long i = 0; i < n; i++) {
+    check("share", pdshm_var_lock(l->s, 0));
+    check("unshare", pdshm_var_unlock(l->s));
+  }
+  return (double)(now_ns() - t0) / (double)n;
+}
+
 /* How long the kernel takes to end a process: kill() until waitpid() returns. */
 static uint64_t death_time(void) {
   struct kid kd = kid_start(kid_nothing, true);
@@ -334,6 +374,13 @@ static void dead_locks(pdshm_seg *seg) {
            (double)m / u);
     if (k == LK_SHOLD) shold_with_daemon(seg, &l);
   }
+  fprintf(stderr, "bench_recovery: a writer killed while it waited for readers\n");
+  uint64_t w[16];
+  for (int r = 0; r < reps; r++) w[r] = shared_after_waiting_writer(seg, &l);
+  uint64_t m = median(w, reps);
+  double u = share_uncontended(&l);
+  printf("   %-40s %7.3f ms   uncontended %7.1f ns   %8.0fx\n",
+         "shared take, a waiting writer killed", m / 1e6, u, (double)m / u);
   uint64_t t[16];
   for (int r = 0; r < reps; r++) t[r] = death_time();
   check("reap", pdshm_reap(seg, NULL));

@@ -549,7 +549,9 @@ PDSHM_API int pdshm_reap(pdshm_seg *seg, unsigned *reaped);
  * lists, offsets and types, reference counts against the references actually
  * found, tables against their entries, no published block unreachable);
  * writes one line per problem to report (may be NULL).  0 when everything
- * holds, EBADSEG when something does not.  Safe on a corrupt segment. */
+ * holds, EBADSEG when something does not (EAGAIN when, on a read-only
+ * attachment, writers tore every walk of the chain for 5 seconds on end, as
+ * for the introspection below).  Safe on a corrupt segment. */
 PDSHM_API int pdshm_check(pdshm_seg *seg, FILE *report);
 
 /* ---- Introspection ------------------------------------------------------ */
@@ -557,10 +559,12 @@ PDSHM_API int pdshm_check(pdshm_seg *seg, FILE *report);
  * Read-only views of a live, possibly corrupt segment (pdshm-attach and the
  * daemon use these).  They work on a PDSHM_RDONLY attachment, store nothing
  * and take no lock (but pdshm_inspect_alloc on a writable attachment): every
- * offset is bounds-checked, every walk is bounded and detects cycles, a torn
- * read is retried a few times, and a segment that stays inconsistent answers
- * PDSHM_EBADSEG (pdshm_last_error() says what was wrong).  The figures are
- * those of some instant during the call.
+ * offset is bounds-checked, every walk is bounded and detects cycles.  A
+ * walk torn by writers (some lock of the segment held or taken while it
+ * read) is walked again, so a healthy segment is never called damaged; one
+ * that fails while nothing changes answers PDSHM_EBADSEG, and one torn by
+ * writers for 5 seconds on end PDSHM_EAGAIN (pdshm_last_error() says what
+ * was wrong).  The figures are those of some instant during the call.
  */
 enum { PDSHM_PROC_ALIVE = 1, PDSHM_PROC_DEAD = 2, PDSHM_PROC_REAPING = 3 };
 typedef struct pdshm_proc_info {
@@ -578,8 +582,8 @@ typedef struct pdshm_proc_info {
 /* Fills out[0..cap) with the slots in use (not FREE), in slot order, and returns
  * how many are in use (which may exceed cap), or a negative PDSHM_E* code:
  * EINVAL for a NULL out with cap > 0; ENOMEM (private memory); EBADSEG when
- * the process table or the block chain is damaged.  Works on a read-only
- * attachment; takes no lock, stores nothing. */
+ * the process table or the block chain is damaged; EAGAIN (above).  Works on
+ * a read-only attachment; takes no lock, stores nothing. */
 PDSHM_API int pdshm_procs(pdshm_seg *seg, pdshm_proc_info *out, unsigned cap);
 
 /* The segment as its header describes it. */
@@ -626,7 +630,7 @@ typedef struct pdshm_scope_info {
 } pdshm_scope_info;
 /* Calls fn for each scope until fn returns nonzero, which is then returned.
  * The walk is taken from a snapshot: fn may call any introspection function.
- * ENOMEM (private memory), EBADSEG. */
+ * ENOMEM (private memory), EBADSEG, EAGAIN. */
 PDSHM_API int pdshm_inspect_scopes(pdshm_seg *seg,
                                    int (*fn)(const pdshm_scope_info *si, void *arg), void *arg);
 
@@ -657,7 +661,7 @@ typedef struct pdshm_var_info {
 } pdshm_var_info;
 /* Calls fn for each variable of the scope whose id is scope_id (0: the root),
  * sorted by name, until fn returns nonzero, which is then returned.  ENOENT
- * when there is no such scope; ENOMEM; EBADSEG. */
+ * when there is no such scope; ENOMEM; EBADSEG; EAGAIN. */
 PDSHM_API int pdshm_inspect_vars(pdshm_seg *seg, uint64_t scope_id,
                                  int (*fn)(const pdshm_var_info *vi, void *arg), void *arg);
 
@@ -680,7 +684,7 @@ typedef struct pdshm_lock_info {
 } pdshm_lock_info;
 /* Calls fn for each lock-table entry in use (the heap's, and those lent to a
  * scope or a variable), in table order, until fn returns nonzero, which is
- * then returned.  ENOMEM, EBADSEG. */
+ * then returned.  ENOMEM, EBADSEG, EAGAIN. */
 PDSHM_API int pdshm_inspect_locks(pdshm_seg *seg,
                                   int (*fn)(const pdshm_lock_info *li, void *arg), void *arg);
 
@@ -713,7 +717,7 @@ typedef struct pdshm_group_info {
 #define PDSHM_GROUP_HISTORY 10
 /* Calls fn for each group of the registry, newest first, until fn returns
  * nonzero, which is then returned.  Works on a read-only attachment; takes no
- * lock, stores nothing.  ENOMEM, EBADSEG. */
+ * lock, stores nothing.  ENOMEM, EBADSEG, EAGAIN. */
 PDSHM_API int pdshm_inspect_groups(pdshm_seg *seg,
                                    int (*fn)(const pdshm_group_info *gi, void *arg), void *arg);
 

@@ -304,6 +304,10 @@ void pdshm__unlock(pdshm_seg *seg, uint32_t i);
 /* For the inspector, without taking it: 1 when lock i is held right now, 0
  * when not, -1 when this C library does not let us tell. */
 int pdshm__lock_held_hint(const pdshm_seg *seg, uint32_t i);
+/* Likewise, the thread id of lock i's holder: 0 when nobody holds it or
+ * its holder died (the kernel let go of the robust mutex for it), -1 when
+ * this C library does not let us tell. */
+int pdshm__lock_holder_hint(const pdshm_seg *seg, uint32_t i);
 /* Claims a free lock-table entry for an object being built (alloc = slot+1),
  * ranked for its kind (a scope's builder ranks it again for its depth). */
 int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_t *out);
@@ -376,7 +380,7 @@ int pdshm__slot_try_claim(pdshm_seg *seg, uint32_t i);
 void pdshm__slot_unclaim(pdshm_seg *seg, uint32_t i);
 /* Is slot i held by a live attachment?  Never true for our own slot's index
  * unless it is ours.  -1 when it cannot tell (I/O error). */
-int pdshm__slot_alive(pdshm_seg *seg, uint32_t i);
+int pdshm__slot_alive(const pdshm_seg *seg, uint32_t i);
 /* Slot i, whose OFD lock we hold and which is FREE, becomes our LIVE slot. */
 void pdshm__slot_take(pdshm_seg *seg, uint32_t i);
 /* Our slot, its holds released, becomes FREE (detach). */

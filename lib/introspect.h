@@ -10,9 +10,14 @@
  *  2. Every walk is bounded by a count derived from the mapping's size, and
  *     walks of linked lists detect cycles, so hostile bytes cannot make it
  *     loop.
- *  3. A walk that meets something inconsistent is retried a bounded number of
- *     times (PDSHM_INSPECT_TRIES: a writer may have been half way), then
- *     answered with PDSHM_EBADSEG.
+ *  3. A walk that meets something inconsistent is retried.  A live segment
+ *     changes under a walk (a walk reads blocks and records at different
+ *     instants, with writers half way): that is a torn read, never damage.
+ *     The lock table tells the two apart (introspect_walk.c): a walk during
+ *     which some lock was held or taken may have been torn and is walked
+ *     again, for up to PDSHM_INSPECT_BUSY_NS (then EAGAIN: the segment kept
+ *     changing); a walk during which none was is not, and PDSHM_INSPECT_TRIES
+ *     of those that fail answer PDSHM_EBADSEG.
  *  4. Memory allocated for an answer is sized by what the walk found (at most
  *     a few times the bytes of the records it describes, so a small multiple
  *     of the mapping's size), never by a count read from the segment.
@@ -22,10 +27,12 @@
 
 #include "model_int.h"
 
-#define PDSHM_INSPECT_TRIES 8
+#define PDSHM_INSPECT_TRIES 8                     /* failed walks nothing changed */
+#define PDSHM_INSPECT_BUSY_NS (5 * 1000000000ull) /* walks torn, one after another */
 
 /* pdshm__chain_walk (internal.h) with retries (inv. 3): 0, EBADSEG (with
- * pdshm_last_error() saying where it broke), or what visit returned. */
+ * pdshm_last_error() saying where it broke), EAGAIN, or what visit
+ * returned (EBADSEG from visit is retried as a broken chain is). */
 int pdshm__walk_blocks(const pdshm_seg *seg, const struct pdshm_walker *w);
 
 /* Tables an introspection call reads (pdshm__inspect_begin). */
@@ -45,9 +52,11 @@ bool pdshm__locks_sane(const pdshm_seg *seg);
  * `bytes` long inside the arena, else NULL. */
 const void *pdshm__payload_at(const pdshm_seg *seg, pdshm_off_t off, unsigned type, size_t bytes);
 
-/* Runs once(arg) until it returns anything but EBADSEG, at most
- * PDSHM_INSPECT_TRIES times (inv. 3), yielding between tries. */
-int pdshm__inspect_retry(int (*once)(void *arg), void *arg);
+/* Runs once(arg) until it returns anything but EBADSEG (inv. 3), yielding
+ * between tries: what it returned, EBADSEG once PDSHM_INSPECT_TRIES of its
+ * failures saw seg unchanged, or EAGAIN when it failed on a changing seg
+ * for PDSHM_INSPECT_BUSY_NS. */
+int pdshm__inspect_retry(const pdshm_seg *seg, int (*once)(void *arg), void *arg);
 
 /* ---- introspect_snap.c: the blocks of the arena at one instant ---------------- */
 struct pdshm_snap_blk {

@@ -95,6 +95,6 @@ PDSHM_API int pdshm_inspect_groups(pdshm_seg *seg,
   if (!fn) return pdshm__fail(PDSHM_EINVAL, "NULL callback");
   if (!pdshm__slots_sane(seg)) return pdshm__fail(PDSHM_EBADSEG, "process table is damaged");
   struct gi_walk w = {.seg = seg, .fn = fn, .arg = arg};
-  rc = pdshm__inspect_retry(gi_once, &w);
+  rc = pdshm__inspect_retry(seg, gi_once, &w);
   return rc ? rc : w.fn_rc;
 }

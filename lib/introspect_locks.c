@@ -83,7 +83,7 @@ PDSHM_API int pdshm_inspect_locks(pdshm_seg *seg,
   int rc = pdshm__inspect_begin(seg, fn != NULL, "callback", PDSHM_INSPECT_LOCKS);
   if (rc) return rc;
   struct lk_walk w = {.seg = seg};
-  rc = pdshm__inspect_retry(lk_once, &w);
+  rc = pdshm__inspect_retry(seg, lk_once, &w);
   for (size_t i = 0; !rc && i < w.n; i++) rc = fn(&w.li[i], arg);
   lk_free(&w);
   return rc;

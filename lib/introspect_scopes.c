@@ -224,7 +224,7 @@ PDSHM_API int pdshm_inspect_scopes(pdshm_seg *seg,
   int rc = pdshm__inspect_begin(seg, fn != NULL, "callback", PDSHM_INSPECT_SLOTS);
   if (rc) return rc;
   struct sc_walk w = {.seg = seg};
-  rc = pdshm__inspect_retry(sc_once, &w);
+  rc = pdshm__inspect_retry(seg, sc_once, &w);
   for (size_t i = 0; !rc && i < w.norder; i++) rc = fn(&w.e[w.order[i]].si, arg);
   sc_free(&w);
   return rc;

@@ -5,19 +5,9 @@
  */
 #include "config.h"
 
-#include <sched.h>
 #include <string.h>
 
 #include "introspect.h"
-
-int pdshm__inspect_retry(int (*once)(void *arg), void *arg) {
-  int rc = PDSHM_EBADSEG;
-  for (int tries = 0; tries < PDSHM_INSPECT_TRIES && rc == PDSHM_EBADSEG; tries++) {
-    if (tries) sched_yield();
-    rc = once(arg);
-  }
-  return rc;
-}
 
 static void snap_reset(void *arg) { ((struct pdshm_snap *)arg)->n = 0; }
 

@@ -173,7 +173,7 @@ PDSHM_API int pdshm_inspect_vars(pdshm_seg *seg, uint64_t scope_id,
   int rc = pdshm__inspect_begin(seg, fn != NULL, "callback", 0);
   if (rc) return rc;
   struct vr_walk w = {.seg = seg, .scope_id = scope_id};
-  rc = pdshm__inspect_retry(vr_once, &w);
+  rc = pdshm__inspect_retry(seg, vr_once, &w);
   if (!rc) qsort(w.e, w.n, sizeof *w.e, vr_cmp);
   for (size_t i = 0; !rc && i < w.n; i++) rc = fn(&w.e[i].vi, arg);
   vr_free(&w);

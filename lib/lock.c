@@ -18,6 +18,10 @@
  *     unrecoverable: every later taker gets ENOTRECOVERABLE instead of a
  *     guess.
  *  3. acquisitions, contended and wait_ns change only under the mutex.
+ *     acquisitions is counted as the mutex is taken, before its holder
+ *     changes anything (but a repair, under a holder named first): the
+ *     inspector reads the counts, the mutex's word and the holder's slot to
+ *     tell a walk that writers tore (introspect_walk.c).
  *  4. An entry's alloc word moves AVAILABLE -> slot+1 by CAS (claim), then to
  *     PUBLISHED by a journal under the guarded object's parent lock (or back
  *     to AVAILABLE by the claimer, abandoned: pdshm__lock_unclaim).  The object's death moves it back to
@@ -35,6 +39,7 @@
 #include "config.h"
 
 #include <assert.h>
+#include <linux/futex.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -126,16 +131,24 @@ static int lock_recover(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l) {
  * word says whether the lock is held): stored only when the holder changes,
  * they leave the entry's second cache line clean while one process takes
  * the lock again and again. */
-static void lock_note_holder(pdshm_seg *seg, struct pdshm_lock *l) {
-  l->acquisitions++;
+static void lock_note_slot(pdshm_seg *seg, struct pdshm_lock *l) {
   if (atomic_load_explicit(&l->holder_pid, memory_order_relaxed) != seg->pid)
     atomic_store_explicit(&l->holder_pid, seg->pid, memory_order_relaxed);
   if (atomic_load_explicit(&l->holder_slot, memory_order_relaxed) != seg->slot)
     atomic_store_explicit(&l->holder_slot, seg->slot, memory_order_relaxed);
 }
 
+static void lock_note_holder(pdshm_seg *seg, struct pdshm_lock *l) {
+  l->acquisitions++;
+  lock_note_slot(seg, l);
+}
+
 static int lock_result(pdshm_seg *seg, uint32_t i, struct pdshm_lock *l, int e) {
   if (e == EOWNERDEAD) {
+    /* Named before the repair, which changes what the lock guards before
+     * the acquisition is counted: an inspector sees a live holder at work
+     * (introspect_walk.c), not the dead one. */
+    lock_note_slot(seg, l);
     int rc = lock_recover(seg, i, l);
     if (rc) return rc;
   } else if (e == ENOTRECOVERABLE) {
@@ -189,16 +202,29 @@ void pdshm__unlock(pdshm_seg *seg, uint32_t i) {
 
 /* POSIX has no way to ask whether a mutex is held without taking it, and a
  * read-only attachment cannot take it: only glibc's futex word tells, read
- * here and nowhere else (configure checks that the field exists). */
-int pdshm__lock_held_hint(const pdshm_seg *seg, uint32_t i) {
+ * here and nowhere else (configure checks that the field exists).  The word
+ * is the holder's thread id, with flag bits above it; a robust holder's
+ * death makes the kernel clear the id and set FUTEX_OWNER_DIED.  -1 when
+ * this C library does not let us tell. */
+static int64_t lock_word(const pdshm_seg *seg, uint32_t i) {
 #ifdef HAVE_GLIBC_MUTEX_LOCK_WORD
   const pthread_mutex_t *m = &pdshm__lockent(seg, i)->mutex;
-  return __atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED) != 0;
+  return (uint32_t)__atomic_load_n(&m->__data.__lock, __ATOMIC_ACQUIRE);
 #else
   (void)seg;
   (void)i;
   return -1;
 #endif
+}
+
+int pdshm__lock_held_hint(const pdshm_seg *seg, uint32_t i) {
+  int64_t w = lock_word(seg, i);
+  return w < 0 ? -1 : w != 0;
+}
+
+int pdshm__lock_holder_hint(const pdshm_seg *seg, uint32_t i) {
+  int64_t w = lock_word(seg, i);
+  return w < 0 ? -1 : (int)(w & FUTEX_TID_MASK);
 }
 
 /* ---- entries lent to objects ---------------------------------------------- */

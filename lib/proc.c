@@ -46,7 +46,7 @@ void pdshm__slot_unclaim(pdshm_seg *seg, uint32_t i) {
   fcntl(seg->fd, F_OFD_SETLK, &fl);
 }
 
-int pdshm__slot_alive(pdshm_seg *seg, uint32_t i) {
+int pdshm__slot_alive(const pdshm_seg *seg, uint32_t i) {
   if (i == seg->slot) return 1;
   struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = proc_byte(i), .l_len = 1};
   if (fcntl(seg->fd, F_OFD_GETLK, &fl) < 0) return -1;

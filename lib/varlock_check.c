@@ -78,7 +78,7 @@ static int vc_take(pdshm_seg *seg, struct vc_census *c) {
         return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
     }
   }
-  qsort(c->r, c->n, sizeof *c->r, vc_cmp);
+  if (c->n) qsort(c->r, c->n, sizeof *c->r, vc_cmp);
   return 0;
 }
 

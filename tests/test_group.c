@@ -784,7 +784,8 @@ static void death_test(int kind, unsigned seed) {
   atomic_store(&b->kill_ns, tu_now_ns());
   kill(pid[victim], SIGKILL);
   tu_wait(pid[victim]);
-  /* survivors get EOWNERDEAD for the same round, soon */
+  /* survivors get EOWNERDEAD for the same round, not their 30 s timeout
+   * (how soon is printed, not asserted: a loaded machine delays anyone) */
   for (uint64_t t0 = tu_now_ns(); tu_now_ns() - t0 < 10 * SEC;) {
     int seen = 0;
     for (int r = 0; r < size; r++) seen += r != victim && atomic_load(&b->dead_round[r]);
@@ -799,8 +800,6 @@ static void death_test(int kind, unsigned seed) {
     if (!round) round = b->dead_round[r];
     ck_assert_int_eq(b->dead_round[r], round);
     uint64_t lag = b->dead_ns[r] - b->kill_ns;
-    ck_assert_msg(lag < 100000000, "rank %d learnt of the death after %llu ms", r,
-                  (unsigned long long)(lag / 1000000));
     most = lag > most ? lag : most;
   }
   fprintf(stderr, "test_group: survivors of a SIGKILL in %s told of it within %.1f ms\n",

@@ -20,7 +20,11 @@
  * workers made are dropped, `used` back to its baseline.
  *
  * make check runs it for TORTURE_SECONDS (default 20); make torture runs
- * TORTURE_KILLS kills (default 10000).
+ * TORTURE_KILLS kills (default 10000).  Every random choice (the driver's
+ * pauses and victims, each worker's operations) comes from one seed, which
+ * the run prints first ("torture: seed N"); TORTURE_SEED=N runs with that
+ * seed again, to replay a failure: the same choices, though not the same
+ * interleaving, which the scheduler decides.
  *
  * Built with --enable-tsan, a worker's ThreadSanitizer sees its own threads
  * only: what another process did (took the heap lock after us, handed a
@@ -99,6 +103,15 @@ struct worker {
   pdshm_tensor_view view[WPINS];
   uint64_t rng;
 };
+
+/* A worker's seed: the run's, mixed with how many workers were started
+ * before it (splitmix64), never 0. */
+static uint64_t worker_seed(uint64_t seed, uint64_t started) {
+  uint64_t z = seed + (started + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return (z ^ (z >> 31)) | 1;
+}
 
 static uint64_t rnd(struct worker *w) {
   w->rng ^= w->rng << 13;
@@ -327,10 +340,17 @@ static void *member_loop(void *arg) {
   return NULL;
 }
 
+/* What the driver hands a worker it starts. */
+struct start {
+  int rank;      /* its rank in the workers' group */
+  uint64_t seed; /* of its random choices           */
+};
+
 /* Two threads, so that a death can leave journals open on two lanes, and a
  * third that is a member of the workers' group. */
 static int worker_main(void *arg) {
-  struct worker w = {.rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull | 1}, w2, w3;
+  const struct start *st = arg;
+  struct worker w = {.rng = st->seed}, w2, w3;
   int rc = pdshm_attach(g_name, NULL, &w.seg);
   if (!rc) rc = pdshm_root(w.seg, &w.root);
   if (!rc) rc = pdshm_scope_open(w.seg, "params", &w.params);
@@ -340,7 +360,7 @@ static int worker_main(void *arg) {
   w2 = w;
   w2.rng = ~w.rng | 1;
   w3 = w;
-  struct member m = {.w = &w3, .rank = (int)(intptr_t)arg};
+  struct member m = {.w = &w3, .rank = st->rank};
   pthread_t t, tm;
   if ((rc = pthread_create(&t, NULL, worker_loop, &w2))) return w_fail("thread", -rc);
   if ((rc = pthread_create(&tm, NULL, member_loop, &m))) return w_fail("thread", -rc);
@@ -365,7 +385,8 @@ struct driver {
   uint64_t used;            /* baseline                                   */
   uint64_t kills, reaper_kills, rounds;
   pid_t pid[WORKERS];
-  uint64_t rng;
+  uint64_t seed, rng;       /* the run's seed; the driver's own generator */
+  uint64_t started;         /* workers started                           */
 };
 
 static void build(struct driver *d) {
@@ -431,11 +452,17 @@ static void round_end(struct driver *d) {
   d->rounds++;
 }
 
+/* Starts the worker of rank i (a fork: it gets its own copy of st). */
+static void start_worker(struct driver *d, int i) {
+  struct start st = {.rank = i, .seed = worker_seed(d->seed, d->started++)};
+  d->pid[i] = tu_spawn(worker_main, &st);
+}
+
 static void round_run(struct driver *d) {
   pdshm_scope *shared; /* dropped with work's other kids at the round's end */
   ck_assert_int_eq(pdshm_scope_new(d->work, "shared", &shared), 0);
   ck_assert_int_eq(pdshm_scope_release(shared), 0);
-  for (int i = 0; i < WORKERS; i++) d->pid[i] = tu_spawn(worker_main, (void *)(intptr_t)i);
+  for (int i = 0; i < WORKERS; i++) start_worker(d, i);
   for (int n = 0; n < KILLS_PER_ROUND; n++) {
     pause_us(d, 20000);
     if ((d->rng >> 45) % 8 == 0) { /* a reaper, killed mid-reap (an LCG's high bits) */
@@ -448,23 +475,39 @@ static void round_run(struct driver *d) {
     int i = (int)((d->rng >> 53) % WORKERS);
     kill_one(d->pid[i]);
     d->kills++;
-    d->pid[i] = tu_spawn(worker_main, (void *)(intptr_t)i);
+    start_worker(d, i);
   }
   round_end(d);
+}
+
+/* TORTURE_SEED, else one of this run's own; printed (and flushed, so that
+ * a run that dies still shows it). */
+static uint64_t torture_seed(void) {
+  const char *e = getenv("TORTURE_SEED");
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t seed = e && *e ? strtoull(e, NULL, 0)
+                          : (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+  printf("torture: seed %llu (TORTURE_SEED=%llu replays its choices)\n", (unsigned long long)seed,
+         (unsigned long long)seed);
+  fflush(stdout);
+  return seed;
 }
 
 START_TEST(workers_killed_at_random) {
   const char *k = getenv("TORTURE_KILLS"), *s = getenv("TORTURE_SECONDS");
   uint64_t want = k ? strtoull(k, NULL, 10) : 0, secs = s ? strtoull(s, NULL, 10) : 20;
-  struct driver d = {.rng = (uint64_t)time(NULL)};
+  struct driver d = {.seed = torture_seed()};
+  d.rng = d.seed;
   build(&d);
   uint64_t t0 = tu_now_ns();
   while (want ? d.kills + d.reaper_kills < want
               : tu_now_ns() - t0 < secs * 1000000000ull)
     round_run(&d);
-  printf("torture: %llu kills of workers and %llu of reapers in %llu rounds, %.1f s, "
+  printf("torture: seed %llu: %llu kills of workers and %llu of reapers in %llu rounds, %.1f s, "
          "%llu operations (%llu answered ENOMEM/ENOSPC), %llu group rounds\n",
-         (unsigned long long)d.kills, (unsigned long long)d.reaper_kills,
+         (unsigned long long)d.seed, (unsigned long long)d.kills,
+         (unsigned long long)d.reaper_kills,
          (unsigned long long)d.rounds, (double)(tu_now_ns() - t0) / 1e9,
          (unsigned long long)g_board->ops, (unsigned long long)g_board->nomem,
          (unsigned long long)g_board->group_rounds);

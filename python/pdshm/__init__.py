@@ -20,6 +20,8 @@ Seed 003: ScopeStack.  Trainer groups:
 Segment.group() -> Group (.barrier .allreduce .leave), Var.wait();
 pdshm.torch (imports torch): DataParallel (any torch.optim optimizer), Adam,
 share_parameters.
+pdshm.distributed (imports torch): the torch.distributed backend "pdshm"
+(init_process_group("pdshm") after `import pdshm.distributed`).
 pdshm.mpi (imports mpi4py): Job, one segment per host and MPI between hosts
 (hierarchical allreduce, broadcast of parameters); a Job is also a group for
 DataParallel.

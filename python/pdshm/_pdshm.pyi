@@ -34,9 +34,16 @@ ETYPE: int
 EFORKED: int
 
 # dtype: "bool" "uint8" "int8" "int16" "int32" "int64" "float16" "bfloat16" "float32"
-# "float64", "torch.<name>", a torch dtype, or anything numpy.dtype() accepts.
+# "float64", "torch.<name>", a torch dtype, or anything numpy.dtype() accepts but
+# None; a numpy dtype (or array) of the other byte order is ValueError.
 DType = Any
 Shape = Union[int, Tuple[int, ...], List[int]]
+# Arguments.  Names are str (TypeError for bytes or another type; ValueError for
+# a NUL, a surrogate, or too long); counts, ranks and ids are ints (TypeError for
+# a float or another type; ValueError when negative or out of range, beyond 64
+# bits included).  A timeout is None (wait without a limit) or finite seconds
+# >= 0 (0: do not wait); NaN, a negative or an infinite timeout is ValueError,
+# another type TypeError.  A refused call changes nothing.
 
 class Error(OSError):
     code: int
@@ -244,6 +251,9 @@ class Group:
     def allgather(self, var: Union[Var, Any], timeout: Optional[float] = None) -> None: ...
     # this member's share of n elements: (n * rank // size, n * (rank + 1) // size)
     def share(self, n: int) -> Tuple[int, int]: ...
+    # a collective takes `view` itself (a whole-tensor view of a variable of this
+    # Segment object): True; anything else: False
+    def holds(self, view: Any) -> bool: ...
     def leave(self) -> None: ...
     def __enter__(self) -> Group: ...
     def __exit__(self, *exc: Any) -> bool: ...

@@ -20,7 +20,12 @@ class ScopeStack:
     """A stack of scopes: the global scope at the bottom, block scopes above."""
 
     def __init__(self, seg: Segment, global_scope: Optional[Scope] = None) -> None:
-        """The stack holds the global scope only: seg.root unless given."""
+        """The stack holds the global scope only: seg.root unless given.
+        TypeError unless seg is a Segment and global_scope a Scope or None."""
+        if not isinstance(seg, Segment):
+            raise TypeError(f"ScopeStack needs a pdshm.Segment, not {type(seg).__name__}")
+        if global_scope is not None and not isinstance(global_scope, Scope):
+            raise TypeError(f"global_scope must be a pdshm.Scope, not {type(global_scope).__name__}")
         self._seg = seg
         self._scopes: List[Scope] = [global_scope if global_scope is not None else seg.root]
 

@@ -55,6 +55,8 @@ run numpy code per MPI message.
 """
 from __future__ import annotations
 
+import math as _math
+import operator as _operator
 import os as _os
 import sys as _sys
 import time as _time
@@ -79,6 +81,26 @@ def _error(code: int, what: str) -> _pdshm.Error:
     exc = _ERRORS.get(code, _pdshm.Error)(-code, f"{_pdshm.strerror(code)}: {what}")
     exc.code = code
     return exc
+
+
+def _count(what: str, x: Any, least: int) -> int:
+    """x as an int >= least: TypeError for no int, InvalidArgument below."""
+    if isinstance(x, bool):
+        raise TypeError(f"{what} must be an int, not bool")
+    n = _operator.index(x)
+    if n < least:
+        raise _error(_pdshm.EINVAL, f"{what} must be at least {least}, not {n}")
+    return n
+
+
+def _seconds(what: str, x: Any) -> float:
+    """x as finite seconds >= 0: TypeError for no number, InvalidArgument for
+    NaN, a negative or an infinite one (as the group's timeouts)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(f"{what} must be seconds (int or float), not {type(x).__name__}")
+    if not (0 <= x < _math.inf):
+        raise _error(_pdshm.EINVAL, f"{what} must be finite seconds >= 0, not {x!r}")
+    return float(x)
 
 
 # ---- 16-bit floats over MPI ---------------------------------------------------
@@ -154,6 +176,12 @@ class Job:
 
     def __init__(self, prefix: str, comm: Any = None, local_size: Optional[int] = None,
                  size: Optional[int] = None, replace_timeout: float = 2.0) -> None:
+        # checked before MPI is touched: every process refuses the same way
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
+        if local_size is not None:
+            local_size = _count("local_size", local_size, 1)
+        replace_timeout = _seconds("replace_timeout", replace_timeout)
         from mpi4py import MPI
         self._MPI = MPI
         self.comm = comm if comm is not None else MPI.COMM_WORLD
@@ -323,13 +351,19 @@ class Job:
     def _check_root(self, bad: bool, root_host: int, what: str) -> None:
         """Raises InvalidArgument at every process when any process had a bad
         argument (bad) or a root_host out of range or other than the others'."""
+        given = root_host
+        try:  # a root_host of no int type is a bad argument like the others
+            root_host = -1 if isinstance(root_host, bool) else _operator.index(root_host)
+        except TypeError:
+            root_host = -1
         bad = bad or not 0 <= root_host < self.hosts
+        root_host = root_host if 0 <= root_host < self.hosts else 0
         w = _np.array([-int(bad), root_host, -root_host], _np.int64)
         self.comm.Allreduce(self._MPI.IN_PLACE, w, op=self._MPI.MIN)
         if w[0] or w[1] != -w[2]:
             raise _error(_pdshm.EINVAL, f"{what}: a process passed a bad argument, another "
                          "variable or scope than its host's, or another root host than "
-                         f"{root_host} of {self.hosts}")
+                         f"{given!r} of {self.hosts}")
 
     def _from_root(self, obj: Any, root_host: int) -> Any:
         """obj of root_host's local rank 0, at every process (through every

@@ -220,9 +220,7 @@ static int copy_into(char *dst, size_t nbytes, const src_desc *s) {
     c.data = tmp + (s->data - lo);
   }
   if (nbytes >= COPY_NOGIL_BYTES) {
-    Py_BEGIN_ALLOW_THREADS
-    copy_dim(dst, c.data, 0, &c);
-    Py_END_ALLOW_THREADS
+    PDSHMPY_NOGIL(copy_dim(dst, c.data, 0, &c));
   } else {
     copy_dim(dst, c.data, 0, &c);
   }
@@ -245,9 +243,12 @@ PyObject *pdshmpy_var_assign(PyObject *self, PyObject *o) {
   PyObject *r = NULL;
   pdshmpy_pin *p = NULL;
   if (src_open(st, o, &s) < 0) goto done;
-  pdshm_var *v = pdshmpy_var_get(var);
+  pdshm_var *v = pdshmpy_var_begin(var);
   if (!v) goto done;
-  int rc = same_layout(v, &s) ? 0 : pdshm_tensor_resize(v, (pdshm_dtype)s.dtype, s.ndim, s.dims);
+  int rc = 0;
+  if (!same_layout(v, &s))
+    PDSHMPY_NOGIL(rc = pdshm_tensor_resize(v, (pdshm_dtype)s.dtype, s.ndim, s.dims));
+  pdshmpy_seg_unhold(var->seg);
   if (rc) {
     pdshmpy_raise(st, rc, "resize for assign");
     goto done;

@@ -55,6 +55,11 @@ static void dl_capsule_destructor(PyObject *cap) {
 static int dl_check_device(PyObject *device) {
   if (device == Py_None) return 0;
   int type, id;
+  if (!PyTuple_Check(device)) { /* PyArg_ParseTuple takes a tuple only */
+    PyErr_Format(PyExc_TypeError, "dl_device must be a (type, id) pair, not %.100s",
+                 Py_TYPE(device)->tp_name);
+    return -1;
+  }
   if (!PyArg_ParseTuple(device, "ii;dl_device must be a (type, id) pair", &type, &id)) return -1;
   if (type == PDSHMPY_DL_CPU && id == 0) return 0;
   PyErr_Format(PyExc_BufferError, "pdshm tensors are on the CPU (1, 0), not on (%d, %d)", type,

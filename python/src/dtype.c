@@ -59,9 +59,16 @@ int pdshmpy_dtype_from_format(const char *fmt, Py_ssize_t itemsize) {
 }
 
 /* The name of o as a dtype: a str as is, "torch.x" for a torch dtype, else
- * numpy.dtype(o).name (numpy dtypes and scalar types, Python types). */
-static PyObject *dtype_name_of(PyObject *o) {
+ * numpy.dtype(o).name (numpy dtypes and scalar types, Python types), NULL
+ * with TypeError for what is none (None too, which numpy reads as float64)
+ * and ValueError for a numpy dtype in the other byte order (its name is the
+ * native one's). */
+static PyObject *dtype_name_of(pdshmpy_state *st, PyObject *o) {
   if (PyUnicode_Check(o)) return Py_NewRef(o);
+  if (o == Py_None) {
+    PyErr_SetString(PyExc_TypeError, "not a dtype: None");
+    return NULL;
+  }
   PyObject *mod = PyObject_GetAttrString((PyObject *)Py_TYPE(o), "__module__");
   int is_torch = mod && PyUnicode_Check(mod) && PyUnicode_CompareWithASCIIString(mod, "torch") == 0;
   Py_XDECREF(mod);
@@ -76,13 +83,18 @@ static PyObject *dtype_name_of(PyObject *o) {
     PyErr_Format(PyExc_TypeError, "not a dtype: %R", o);
     return NULL;
   }
-  PyObject *name = PyObject_GetAttrString(d, "name");
+  PyObject *native = PyObject_GetAttrString(d, "isnative");
+  int is_native = native ? PyObject_IsTrue(native) : -1;
+  Py_XDECREF(native);
+  PyObject *name = is_native > 0 ? PyObject_GetAttrString(d, "name") : NULL;
+  if (is_native == 0)
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "dtype %R is not in this machine's byte order", d);
   Py_DECREF(d);
   return name;
 }
 
 int pdshmpy_dtype_parse(pdshmpy_state *st, PyObject *o, pdshm_dtype *out) {
-  PyObject *name = dtype_name_of(o);
+  PyObject *name = dtype_name_of(st, o);
   if (!name) return -1;
   const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
   int dt = s ? dtype_by_name(s) : -1;

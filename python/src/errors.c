@@ -15,6 +15,7 @@
  *   WrongType(Error, TypeError)              ETYPE
  *   Stale(Error)  BadSegment(Error)  Forked(Error)  PeerDied(Error)
  */
+#include <limits.h>
 #include <stdarg.h>
 
 #include "pdshmpy.h"
@@ -179,4 +180,23 @@ const char *pdshmpy_utf8(PyObject *o, const char *what) {
     return NULL;
   }
   return s;
+}
+
+int pdshmpy_uint_arg(pdshmpy_state *st, PyObject *o, const char *what, unsigned long long max,
+                     unsigned long long *out) {
+  PyObject *i = PyNumber_Index(o);
+  if (!i) return -1;
+  unsigned long long v = PyLong_AsUnsignedLongLong(i);
+  Py_DECREF(i);
+  int outside = v == ULLONG_MAX && PyErr_Occurred(); /* negative, or beyond 64 bits */
+  if (outside) {
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+    PyErr_Clear();
+  }
+  if (outside || v > max) {
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "%s must be between 0 and %llu, not %R", what, max, o);
+    return -1;
+  }
+  *out = v;
+  return 0;
 }

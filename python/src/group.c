@@ -1,11 +1,11 @@
 /*
  * group.c - trainer groups and waiting (DESIGN section 4): Segment.group(),
  * the Group type (rank, size, barrier, allreduce, reduce_scatter, allgather,
- * share, leave) and Var.wait().
+ * share, holds, leave) and Var.wait().
  *
  * Invariants:
  *  1. A Group holds its Segment; Segment.detach() (and a fork child's
- *     re-attach) leaves every Group of it first (pdshmpy_groups_drop), as
+ *     re-attach) leaves every Group of it first (its link's drop), as
  *     pdshm_detach would free the handles under them; a Group that another
  *     thread is using without the GIL leaves when that call ends (the call
  *     holds the Segment, so pdshm_detach waits for it too).
@@ -78,9 +78,7 @@ PyObject *pdshmpy_var_wait(PyObject *self, PyObject *args, PyObject *kw) {
     int64_t slice = slice_of(left);
     int rc;
     pdshmpy_seg_hold(var->seg);
-    Py_BEGIN_ALLOW_THREADS
-    rc = pdshm_var_wait(v, seen, slice);
-    Py_END_ALLOW_THREADS
+    PDSHMPY_NOGIL(rc = pdshm_var_wait(v, seen, slice));
     pdshmpy_seg_unhold(var->seg);
     if (rc == 0) {
       v = pdshmpy_var_get(var);
@@ -99,12 +97,21 @@ PyObject *pdshmpy_var_wait(PyObject *self, PyObject *args, PyObject *kw) {
  * thread is using without the GIL is left when that call ends. */
 static void group_drop(pdshmpy_group *gr) {
   pdshmpy_list_del(&gr->link);
+  pdshm_group *g = gr->g;
+  if (!g) return;
+  if (gr->forkgen != pdshmpy_forkgen()) { /* a fork parent's: frees the copy, no lock */
+    gr->g = NULL;
+    pdshm_group_leave(g);
+    return;
+  }
   if (gr->busy) {
     gr->doomed = 1;
     return;
   }
-  if (gr->g) pdshm_group_leave(gr->g);
   gr->g = NULL;
+  pdshmpy_seg_hold(gr->seg);
+  PDSHMPY_NOGIL(pdshm_group_leave(g));
+  pdshmpy_seg_unhold(gr->seg);
 }
 
 /* After a call that ran without the GIL: a doomed membership is left before
@@ -115,46 +122,20 @@ static void group_call_done(pdshmpy_group *gr) {
   pdshmpy_seg_unhold(gr->seg);
 }
 
-void pdshmpy_groups_drop(pdshmpy_seg *s) {
-  while (s->groups.next != &s->groups)
-    group_drop(PDSHMPY_CONTAINER(s->groups.next, pdshmpy_group, link));
-}
+/* The link's drop (pdshmpy_link): for the Segment's detach() and fork child. */
+static void group_link_drop(pdshmpy_link *l) { group_drop(PDSHMPY_CONTAINER(l, pdshmpy_group, link)); }
 
-PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"name", "size", "rank", NULL};
-  pdshmpy_seg *s = (pdshmpy_seg *)self;
-  pdshmpy_state *st = PDSHMPY_STATE(self);
-  PyObject *name, *ranko = Py_None;
-  unsigned int size;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OI|O:group", kwlist, &name, &size, &ranko))
-    return NULL;
-  const char *n = pdshmpy_utf8(name, "group name");
-  if (!n) return NULL;
-  int rank = -1;
-  if (ranko != Py_None) {
-    long r = PyLong_AsLong(ranko);
-    if (r == -1 && PyErr_Occurred()) return NULL;
-    if (r < 0 || r >= (long)PDSHM_GROUP_MAX)
-      return pdshmpy_raise_msg(st, PDSHM_EINVAL, "rank %ld is outside [0, %u)", r,
-                               PDSHM_GROUP_MAX);
-    rank = (int)r;
-  }
-  pdshm_seg *seg = pdshmpy_seg_get(s);
-  if (!seg) return NULL;
-  pdshm_group *g = NULL;
-  int rc;
-  pdshmpy_seg_hold(s);
-  Py_BEGIN_ALLOW_THREADS
-  rc = pdshm_group_join(seg, n, size, rank, &g);
-  Py_END_ALLOW_THREADS
-  pdshmpy_seg_unhold(s);
-  if (rc) return pdshmpy_raise_fmt(st, rc, "group '%s'", n);
-  pdshmpy_group *gr = PyObject_New(pdshmpy_group, st->group_type);
+/* A Group object for g, just joined (left again on failure, and when s was
+ * detached meanwhile); the caller holds s. */
+static PyObject *group_wrap(pdshmpy_seg *s, pdshm_group *g, PyObject *name) {
+  pdshmpy_state *st = PDSHMPY_STATE(s);
+  pdshmpy_group *gr = s->closed ? NULL : PyObject_New(pdshmpy_group, st->group_type);
   if (!gr) {
-    pdshm_group_leave(g);
-    return NULL;
+    PDSHMPY_NOGIL(pdshm_group_leave(g));
+    return s->closed ? pdshmpy_raise_msg(st, PDSHM_EINVAL, "segment %R was detached", s->name)
+                     : NULL;
   }
-  gr->seg = (pdshmpy_seg *)Py_NewRef(self);
+  gr->seg = (pdshmpy_seg *)Py_NewRef(s);
   gr->g = g;
   gr->name = Py_NewRef(name);
   gr->rank = pdshm_group_rank(g);
@@ -162,8 +143,32 @@ PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw) {
   gr->forkgen = pdshmpy_forkgen();
   gr->busy = 0;
   gr->doomed = 0;
+  gr->link.drop = group_link_drop;
   pdshmpy_list_add(&s->groups, &gr->link);
   return (PyObject *)gr;
+}
+
+PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"name", "size", "rank", NULL};
+  pdshmpy_seg *s = (pdshmpy_seg *)self;
+  pdshmpy_state *st = PDSHMPY_STATE(self);
+  PyObject *name, *sizeo, *ranko = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:group", kwlist, &name, &sizeo, &ranko))
+    return NULL;
+  const char *n = pdshmpy_utf8(name, "group name");
+  unsigned long long size, ranku;
+  if (!n || pdshmpy_uint_arg(st, sizeo, "size", PDSHM_GROUP_MAX, &size) < 0 ||
+      (ranko != Py_None && pdshmpy_uint_arg(st, ranko, "rank", PDSHM_GROUP_MAX - 1, &ranku) < 0))
+    return NULL;
+  int rank = ranko == Py_None ? -1 : (int)ranku;
+  pdshm_seg *seg = pdshmpy_seg_begin(s);
+  if (!seg) return NULL;
+  pdshm_group *g = NULL;
+  int rc;
+  PDSHMPY_NOGIL(rc = pdshm_group_join(seg, n, (unsigned)size, rank, &g));
+  PyObject *r = rc ? pdshmpy_raise_fmt(st, rc, "group '%s'", n) : group_wrap(s, g, name);
+  pdshmpy_seg_unhold(s);
+  return r;
 }
 
 /* The handle, or NULL with an error: left, forked, closed segment or busy. */
@@ -213,9 +218,7 @@ static PyObject *group_barrier(PyObject *self, PyObject *args, PyObject *kw) {
   pdshmpy_seg_hold(gr->seg);
   for (;;) {
     int64_t slice = slice_of(left);
-    Py_BEGIN_ALLOW_THREADS
-    rc = pdshm_group_barrier(g, slice);
-    Py_END_ALLOW_THREADS
+    PDSHMPY_NOGIL(rc = pdshm_group_barrier(g, slice));
     if (rc != -ETIMEDOUT || (left >= 0 && (left -= slice) <= 0)) break;
     if (PyErr_CheckSignals() < 0) {
       rc = 1;
@@ -341,11 +344,9 @@ static PyObject *group_collective(pdshmpy_group *gr, enum collective kind, PyObj
   int rc;
   gr->busy = 1;
   pdshmpy_seg_hold(gr->seg);
-  Py_BEGIN_ALLOW_THREADS
-  rc = kind == ALLREDUCE        ? pdshm_group_allreduce(g, v, op, ns)
-       : kind == REDUCE_SCATTER ? pdshm_group_reduce_scatter(g, v, op, ns)
-                                : pdshm_group_allgather(g, v, ns);
-  Py_END_ALLOW_THREADS
+  PDSHMPY_NOGIL(rc = kind == ALLREDUCE        ? pdshm_group_allreduce(g, v, op, ns)
+                     : kind == REDUCE_SCATTER ? pdshm_group_reduce_scatter(g, v, op, ns)
+                                              : pdshm_group_allgather(g, v, ns));
   group_call_done(gr);
   if (rc == -EOWNERDEAD)
     return pdshmpy_raise_msg(st, rc, "a member of group %R died: the tensors are unspecified",
@@ -387,6 +388,20 @@ static PyObject *group_allgather(PyObject *self, PyObject *args, PyObject *kw) {
       timeout_ns(PDSHMPY_STATE(self), timeo, &ns) < 0)
     return NULL;
   return group_collective(GR(self), ALLGATHER, varo, PDSHM_SUM, ns);
+}
+
+/* holds(view): whether a collective takes view itself, as the whole tensor
+ * of a variable of the group's Segment: True or False, never an error for
+ * a view that is not one. */
+static PyObject *group_holds(PyObject *self, PyObject *obj) {
+  pdshmpy_group *gr = GR(self);
+  pdshm_group *g = group_handle(gr);
+  pdshm_seg *seg = g ? pdshmpy_seg_get(gr->seg) : NULL;
+  if (!seg) return NULL;
+  if (view_var(gr, seg, obj)) Py_RETURN_TRUE;
+  if (!PyErr_ExceptionMatches(PDSHMPY_STATE(self)->InvalidArgument)) return NULL;
+  PyErr_Clear();
+  Py_RETURN_FALSE;
 }
 
 /* share(n): this member's (first, end) of n elements. */
@@ -484,6 +499,10 @@ static PyMethodDef group_methods[] = {
      "share(n) -> (first, end)\n\nThis member's share of n elements: the elements "
      "[first, end) it reduces\nin allreduce and reduce_scatter and spreads in allgather, "
      "first =\nn * rank // size and end the same for rank + 1.  Pure arithmetic."},
+    {"holds", group_holds, METH_O,
+     "holds(view) -> bool\n\nTrue when a collective of this group takes view itself: a "
+     "whole-tensor\nview (numpy array, torch tensor) of a variable of this Segment object, "
+     "not\nresized since; False for anything else.  No collective: this member only."},
     {"leave", group_leave, METH_NOARGS,
      "leave()\n\nFrees this rank (a replacement may take it); the group's memory goes "
      "back\nwith its last member.  Later calls raise pdshm.Error."},

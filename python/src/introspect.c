@@ -124,9 +124,7 @@ PyObject *pdshmpy_seg_stats(PyObject *self, PyObject *unused) {
   pdshm_stats s;
   int rc;
   pdshmpy_seg_hold((pdshmpy_seg *)self);
-  Py_BEGIN_ALLOW_THREADS
-  rc = pdshm_seg_stats(seg, &s);
-  Py_END_ALLOW_THREADS
+  PDSHMPY_NOGIL(rc = pdshm_seg_stats(seg, &s));
   pdshmpy_seg_unhold((pdshmpy_seg *)self);
   if (rc) return fail(self, rc, "stats");
   return record(PDSHMPY_STATE(self)->stats_type, "(KKKKKKkk)", s.size, s.used, s.free, s.scopes,
@@ -155,9 +153,7 @@ PyObject *pdshmpy_seg_check(PyObject *self, PyObject *unused) {
   if (!f) return PyErr_SetFromErrno(PyExc_OSError);
   int rc;
   pdshmpy_seg_hold((pdshmpy_seg *)self);
-  Py_BEGIN_ALLOW_THREADS
-  rc = pdshm_check(seg, f);
-  Py_END_ALLOW_THREADS
+  PDSHMPY_NOGIL(rc = pdshm_check(seg, f));
   pdshmpy_seg_unhold((pdshmpy_seg *)self);
   fclose(f);
   PyObject *lines = NULL;
@@ -219,9 +215,7 @@ PyObject *pdshmpy_seg_scopes(PyObject *self, PyObject *unused) {
   grow_buf g = {NULL, 0, 0, sizeof(pdshm_scope_info)};
   int rc;
   pdshmpy_seg_hold((pdshmpy_seg *)self);
-  Py_BEGIN_ALLOW_THREADS
-  rc = pdshm_inspect_scopes(seg, scope_copy, &g);
-  Py_END_ALLOW_THREADS
+  PDSHMPY_NOGIL(rc = pdshm_inspect_scopes(seg, scope_copy, &g));
   pdshmpy_seg_unhold((pdshmpy_seg *)self);
   PyObject *list = rc ? fail(self, rc, "scopes") : PyList_New((Py_ssize_t)g.n);
   for (size_t i = 0; list && i < g.n; i++) {
@@ -309,16 +303,17 @@ static PyObject *var_record(pdshmpy_state *st, const var_copy *c) {
 
 PyObject *pdshmpy_seg_vars_of(PyObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"scope_id", NULL};
+  PyObject *ido = NULL;
   unsigned long long id = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|K:vars_of", kwlist, &id)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:vars_of", kwlist, &ido) ||
+      (ido && pdshmpy_uint_arg(PDSHMPY_STATE(self), ido, "scope_id", UINT64_MAX, &id) < 0))
+    return NULL;
   pdshm_seg *seg = seg_of(self);
   if (!seg) return NULL;
   grow_buf g = {NULL, 0, 0, sizeof(var_copy)};
   int rc;
   pdshmpy_seg_hold((pdshmpy_seg *)self);
-  Py_BEGIN_ALLOW_THREADS
-  rc = pdshm_inspect_vars(seg, id, var_copy_add, &g);
-  Py_END_ALLOW_THREADS
+  PDSHMPY_NOGIL(rc = pdshm_inspect_vars(seg, id, var_copy_add, &g));
   pdshmpy_seg_unhold((pdshmpy_seg *)self);
   PyObject *list = rc ? fail(self, rc, "vars_of") : PyList_New((Py_ssize_t)g.n);
   for (size_t i = 0; list && i < g.n; i++) {
@@ -332,15 +327,12 @@ PyObject *pdshmpy_seg_vars_of(PyObject *self, PyObject *args, PyObject *kw) {
 
 /* ---- processes, locks, allocator ----------------------------------------------------------- */
 
-PyObject *pdshmpy_seg_procs(PyObject *self, PyObject *unused) {
-  pdshm_seg *seg = seg_of(self);
-  if (!seg) return NULL;
-  static const char *states[] = {"?", "alive", "dead", "reaping"};
+/* Without the GIL: the process slots in use, in *out (free() it), or a
+ * negative code. */
+static int procs_copy(pdshm_seg *seg, pdshm_proc_info **out) {
   pdshm_proc_info *p = NULL;
-  int n = 0, rc;
   unsigned cap = 64;
-  pdshmpy_seg_hold((pdshmpy_seg *)self);
-  Py_BEGIN_ALLOW_THREADS
+  int n;
   for (;;) {
     pdshm_proc_info *q = realloc(p, cap * sizeof *p);
     if (!q) {
@@ -352,7 +344,18 @@ PyObject *pdshmpy_seg_procs(PyObject *self, PyObject *unused) {
     if (n <= (int)cap) break;
     cap = (unsigned)n;
   }
-  Py_END_ALLOW_THREADS
+  *out = p;
+  return n;
+}
+
+PyObject *pdshmpy_seg_procs(PyObject *self, PyObject *unused) {
+  pdshm_seg *seg = seg_of(self);
+  if (!seg) return NULL;
+  static const char *states[] = {"?", "alive", "dead", "reaping"};
+  pdshm_proc_info *p = NULL;
+  int n, rc;
+  pdshmpy_seg_hold((pdshmpy_seg *)self);
+  PDSHMPY_NOGIL(n = procs_copy(seg, &p));
   pdshmpy_seg_unhold((pdshmpy_seg *)self);
   rc = n < 0 ? n : 0;
   PyObject *list = rc ? fail(self, rc, "procs") : PyList_New(n);
@@ -377,9 +380,7 @@ PyObject *pdshmpy_seg_locks(PyObject *self, PyObject *unused) {
   grow_buf g = {NULL, 0, 0, sizeof(pdshm_lock_info)};
   int rc;
   pdshmpy_seg_hold((pdshmpy_seg *)self);
-  Py_BEGIN_ALLOW_THREADS
-  rc = pdshm_inspect_locks(seg, lock_copy, &g);
-  Py_END_ALLOW_THREADS
+  PDSHMPY_NOGIL(rc = pdshm_inspect_locks(seg, lock_copy, &g));
   pdshmpy_seg_unhold((pdshmpy_seg *)self);
   PyObject *list = rc ? fail(self, rc, "locks") : PyList_New((Py_ssize_t)g.n);
   for (size_t i = 0; list && i < g.n; i++) {
@@ -406,9 +407,7 @@ PyObject *pdshmpy_seg_alloc(PyObject *self, PyObject *unused) {
   if (!a) return PyErr_NoMemory();
   int rc;
   pdshmpy_seg_hold((pdshmpy_seg *)self);
-  Py_BEGIN_ALLOW_THREADS
-  rc = pdshm_inspect_alloc(seg, a);
-  Py_END_ALLOW_THREADS
+  PDSHMPY_NOGIL(rc = pdshm_inspect_alloc(seg, a));
   pdshmpy_seg_unhold((pdshmpy_seg *)self);
   PyObject *classes = rc ? fail(self, rc, "alloc") : PyTuple_New(PDSHM_ALLOC_CLASSES);
   for (int i = 0; classes && i < PDSHM_ALLOC_CLASSES; i++) {

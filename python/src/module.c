@@ -1,43 +1,10 @@
 /*
  * module.c - the extension module pdshm._pdshm: multi-phase initialisation
  * (PEP 489), its state (PEP 573: heap types and exceptions, no static
- * PyObject *), and the module functions create, attach, unlink.
+ * PyObject *), and the module functions create, attach, unlink.  It sits
+ * above every other file of the module: none calls it (state.c serves them).
  */
-#include <pthread.h>
-#include <stdatomic.h>
-
 #include "pdshmpy.h"
-
-static struct PyModuleDef pdshmpy_module;
-
-pdshmpy_state *pdshmpy_state_of_type(PyTypeObject *tp) {
-  return (pdshmpy_state *)PyType_GetModuleState(tp);
-}
-
-/* ---- fork generation ---------------------------------------------------------------- */
-
-/* Process-wide, like the fork itself: shared by every interpreter. */
-static atomic_ulong forkgen;
-static pthread_once_t forkgen_once = PTHREAD_ONCE_INIT;
-
-static void forkgen_bump(void) { atomic_fetch_add_explicit(&forkgen, 1, memory_order_relaxed); }
-static void forkgen_register(void) { pthread_atfork(NULL, NULL, forkgen_bump); }
-
-void pdshmpy_forkgen_init(void) { pthread_once(&forkgen_once, forkgen_register); }
-
-unsigned long pdshmpy_forkgen(void) {
-  return atomic_load_explicit(&forkgen, memory_order_relaxed);
-}
-
-PyObject *pdshmpy_np_asarray(pdshmpy_state *st) {
-  if (!st->np_asarray) {
-    PyObject *np = PyImport_ImportModule("numpy");
-    if (!np) return NULL;
-    st->np_asarray = PyObject_GetAttrString(np, "asarray");
-    Py_DECREF(np);
-  }
-  return st->np_asarray;
-}
 
 /* ---- functions ------------------------------------------------------------------------- */
 

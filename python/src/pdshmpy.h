@@ -24,6 +24,14 @@
  *  5. References only point towards the Segment (Scope, Var, Pin -> Segment;
  *     VarRef, VarLock -> Var), never back, so no cycle can form and the
  *     objects are not tracked by the cyclic GC.
+ *  6. Every call into libpdshm that may wait for a lock another process
+ *     holds (a scope's, the heap's, a variable's, the groups' lock; attach,
+ *     detach, reap) runs inside PDSHMPY_NOGIL (DESIGN section 5), deallocs
+ *     included; what it works on stays alive across it (see there).  Calls
+ *     that take no lock (name and version reads, varref resolution, a fork
+ *     child freeing its inherited copies) keep the GIL, and so does the fork
+ *     hook (pdshmpy_after_fork_child), which runs before the child has a
+ *     second thread.
  */
 #ifndef PDSHMPY_H
 #define PDSHMPY_H
@@ -35,8 +43,12 @@
 #include "pdshm.h"
 
 /* ---- intrusive lists (borrowed links, GIL held) ---------------------------- */
+/* drop: lets go of the C handle of the object on the link (a fork parent's
+ * copy is only freed), for the Segment that lists it: segment.c sits below
+ * the objects' files and knows them by this pointer only.  NULL on a Pin's. */
 typedef struct pdshmpy_link {
   struct pdshmpy_link *prev, *next;
+  void (*drop)(struct pdshmpy_link *l);
 } pdshmpy_link;
 
 static inline void pdshmpy_list_init(pdshmpy_link *head) { head->prev = head->next = head; }
@@ -53,6 +65,26 @@ static inline void pdshmpy_list_del(pdshmpy_link *l) {
   l->prev = l->next = NULL;
 }
 #define PDSHMPY_CONTAINER(ptr, type, field) ((type *)((char *)(ptr)-offsetof(type, field)))
+
+/* ---- calls that may wait --------------------------------------------------------------------
+ * PDSHMPY_NOGIL(rc = pdshm_var_erase(h, n)) runs one such call with the GIL
+ * released, so that the process's other threads go on while it waits.  The
+ * statement uses only C values of the calling function, and no Python API:
+ * it may read a str argument's UTF-8 (pdshmpy_utf8: immutable, kept by the
+ * caller's reference) but nothing another thread may change under the GIL.
+ * What it works on is held by the caller across it: the attachment by a hold
+ * on its Segment (pdshmpy_seg_begin, pdshmpy_var_begin, pdshmpy_seg_hold), a
+ * scope handle by its Scope's busy count (scope.c), a group membership by its
+ * Group's; the Python objects by the call's own references.  Other threads may
+ * run anything meanwhile, so borrowed links (the Segment's lists) are not
+ * walked across it, and an object being deallocated is unlinked from them
+ * first. */
+#define PDSHMPY_NOGIL(stmt) \
+  do {                      \
+    Py_BEGIN_ALLOW_THREADS  \
+    stmt;                   \
+    Py_END_ALLOW_THREADS    \
+  } while (0)
 
 /* ---- module state ------------------------------------------------------------ */
 typedef struct {
@@ -127,6 +159,9 @@ typedef struct pdshmpy_scope {
   PyObject *base;      /* str: path of the nearest scope at or above this one
                           that is named or the root; NULL until known       */
   unsigned long forkgen; /* pdshmpy_forkgen() when h was made              */
+  Py_ssize_t busy;     /* calls running on h with the GIL released: h is
+                          released when the last ends (after release() or
+                          detach() meanwhile)                              */
   int released;        /* release() or `with` exit                          */
   pdshmpy_link link;   /* in seg->scopes                                    */
   PyObject *weakrefs;
@@ -170,6 +205,8 @@ void pdshmpy_seg_pin_gone(pdshmpy_seg *s, pdshm_seg *mapping);
  * closes the Segment but leaves pdshm_detach to the last of these. */
 static inline void pdshmpy_seg_hold(pdshmpy_seg *s) { s->busy++; }
 void pdshmpy_seg_unhold(pdshmpy_seg *s);
+/* pdshmpy_seg_get, held (pdshmpy_seg_unhold ends it) when it succeeds. */
+pdshm_seg *pdshmpy_seg_begin(pdshmpy_seg *s);
 /* The fork hook (after_in_child): re-attaches segments that have pins and
  * inherits each pin so that inherited views stay backed. */
 PyObject *pdshmpy_after_fork_child(PyObject *module, PyObject *unused);
@@ -179,24 +216,33 @@ PyObject *pdshmpy_close_all(PyObject *module, PyObject *unused);
 
 /* ---- scope.c --------------------------------------------------------------------------- */
 extern PyType_Spec pdshmpy_scope_spec;
-/* A new Scope object owning h (released on failure); path and base may be
- * NULL (base is path when path is given). */
+/* Segment.root and Segment.open(path). */
+PyObject *pdshmpy_seg_root(PyObject *self, void *closure);
+PyObject *pdshmpy_seg_open_path(PyObject *self, PyObject *path);
+/* A new Scope object owning h (released on failure, and when seg was
+ * detached meanwhile); path and base may be NULL (base is path when path is
+ * given).  The caller holds seg. */
 PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path, PyObject *base);
-/* Drops the handle without touching the segment (fork child) or releases it. */
-void pdshmpy_scope_drop(pdshmpy_scope *sc);
 
 /* ---- var.c, varlock.c, varref.c ------------------------------------------------------- */
 extern PyType_Spec pdshmpy_var_spec, pdshmpy_varlock_spec, pdshmpy_varref_spec;
 PyObject *pdshmpy_var_wrap(pdshmpy_seg *seg, pdshm_var *v, PyObject *scope_path,
                            PyObject *search_path);
+/* The same, from the variable's reference. */
+PyObject *pdshmpy_var_wrap_ref(pdshmpy_seg *seg, pdshm_varref ref, PyObject *scope_path,
+                               PyObject *search_path);
 /* The variable now, or NULL with pdshm.Stale (or another error) raised. */
 pdshm_var *pdshmpy_var_get(pdshmpy_var *self);
+/* pdshmpy_var_get for a call that releases the GIL: the Segment is held
+ * (pdshmpy_seg_unhold(self->seg) ends it) when it succeeds. */
+pdshm_var *pdshmpy_var_begin(pdshmpy_var *self);
 /* Copies a string the segment holds (at most PDSHM_NAME_MAX bytes). */
 PyObject *pdshmpy_str_from_seg(const char *p);
 /* Raises Stale unless self still resolves to v (after a copy from it). */
 int pdshmpy_var_still(pdshmpy_var *self, pdshm_var *v);
-PyObject *pdshmpy_varlock_new(pdshmpy_var *var, int exclusive);
-PyObject *pdshmpy_varref_new(pdshmpy_var *var);
+/* Var.lock() (varlock.c) and Var.ref() (varref.c). */
+PyObject *pdshmpy_var_lock(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *pdshmpy_var_ref(PyObject *self, PyObject *unused);
 
 /* ---- dtype.c --------------------------------------------------------------------------- */
 const char *pdshmpy_dtype_name(int dt);     /* "float32"; NULL for unknown   */
@@ -223,8 +269,6 @@ PyObject *pdshmpy_var_assign(PyObject *self, PyObject *src);
 
 /* ---- group.c (the Group type, Segment.group, Var.wait) ---------------------------------- */
 int pdshmpy_group_init(PyObject *module, pdshmpy_state *st);
-/* Leaves every group membership of s (before its handle is detached). */
-void pdshmpy_groups_drop(pdshmpy_seg *s);
 PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *pdshmpy_var_wait(PyObject *self, PyObject *args, PyObject *kw);
 
@@ -245,5 +289,10 @@ PyObject *pdshmpy_np_asarray(pdshmpy_state *st);
 /* ---- util ------------------------------------------------------------------------------- */
 /* A str argument as UTF-8 without NUL bytes; NULL with TypeError/ValueError. */
 const char *pdshmpy_utf8(PyObject *o, const char *what);
+/* An int argument (anything with __index__) in [0, max] into *out:
+ * 0, or -1 with TypeError (no int) or pdshm.InvalidArgument (outside, beyond
+ * 64 bits included). */
+int pdshmpy_uint_arg(pdshmpy_state *st, PyObject *o, const char *what, unsigned long long max,
+                     unsigned long long *out);
 
 #endif /* PDSHMPY_H */

@@ -20,41 +20,47 @@ static void pin_fill_layout(pdshmpy_pin *p) {
   }
 }
 
-pdshmpy_pin *pdshmpy_pin_new(pdshmpy_var *var) {
-  pdshmpy_state *st = PDSHMPY_STATE(var);
-  pdshm_var *v = pdshmpy_var_get(var);
-  if (!v) return NULL;
-  pdshm_pin *pin = NULL;
-  pdshm_tensor_view view;
-  int rc = pdshm_tensor_pin(v, &pin, &view);
-  if (rc) {
-    if (rc == PDSHM_ETYPE) pdshmpy_raise_msg(st, rc, "the variable holds no tensor");
-    else pdshmpy_raise(st, rc, "pinning the tensor");
-    return NULL;
-  }
-  pdshmpy_pin *p = PyObject_New(pdshmpy_pin, st->pin_type);
-  if (!p) {
-    pdshm_tensor_unpin(pin);
-    return NULL;
-  }
+/* The rest of pdshmpy_pin_new, the Segment held. */
+static void pin_init(pdshmpy_pin *p, pdshmpy_var *var, pdshm_pin *pin,
+                     const pdshm_tensor_view *view) {
   p->seg = (pdshmpy_seg *)Py_NewRef(var->seg);
   p->pin = pin;
   p->mapping = var->seg->seg;
-  p->view = view;
+  p->view = *view;
   p->var = var->ref;
   p->readonly = (var->seg->flags & PDSHM_RDONLY) != 0;
   pin_fill_layout(p);
   p->seg->npins++;
+  p->link.drop = NULL; /* a view outlives detach() */
   pdshmpy_list_add(&p->seg->pins, &p->link);
+}
+
+pdshmpy_pin *pdshmpy_pin_new(pdshmpy_var *var) {
+  pdshmpy_state *st = PDSHMPY_STATE(var);
+  pdshm_var *v = pdshmpy_var_begin(var);
+  if (!v) return NULL;
+  pdshm_pin *pin = NULL;
+  pdshm_tensor_view view;
+  int rc;
+  PDSHMPY_NOGIL(rc = pdshm_tensor_pin(v, &pin, &view));
+  pdshmpy_pin *p = rc ? NULL : PyObject_New(pdshmpy_pin, st->pin_type);
+  if (rc == PDSHM_ETYPE) pdshmpy_raise_msg(st, rc, "the variable holds no tensor");
+  else if (rc) pdshmpy_raise(st, rc, "pinning the tensor");
+  else if (!p) PDSHMPY_NOGIL(pdshm_tensor_unpin(pin));
+  else pin_init(p, var, pin, &view);
+  pdshmpy_seg_unhold(var->seg);
   return p;
 }
 
 static void pin_dealloc(PyObject *self) {
   pdshmpy_pin *p = PN(self);
   PyTypeObject *tp = Py_TYPE(self);
-  if (p->pin) pdshm_tensor_unpin(p->pin); /* in a fork child: frees the handle only */
+  pdshm_pin *pin = p->pin;
   p->pin = NULL;
-  pdshmpy_list_del(&p->link);
+  pdshmpy_list_del(&p->link); /* before the GIL goes: nobody finds it meanwhile */
+  /* the bytes go back under the heap's lock (in a fork child: frees the
+   * handle only); this pin's count keeps the Segment attached meanwhile */
+  if (pin) PDSHMPY_NOGIL(pdshm_tensor_unpin(pin));
   pdshmpy_seg_pin_gone(p->seg, p->mapping);
   Py_CLEAR(p->seg);
   PyObject_Free(self);

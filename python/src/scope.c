@@ -7,16 +7,53 @@
  * child; an anonymous Scope has no path and raises Forked in a child.
  * Variables come back as weak Var objects carrying the path of the scope that
  * owns them (not the scope they were looked up from).
+ *
+ * Every call on the handle runs between scope_begin and scope_end, the
+ * library's part without the GIL (pdshmpy.h, invariant 6): release() or
+ * detach() from another thread meanwhile does not free the handle under the
+ * call but leaves it to scope_end.  Segment.root and Segment.open live here
+ * too, as they make Scopes.
  */
 #include "pdshmpy.h"
 
 #define SC(o) ((pdshmpy_scope *)(o))
 
+/* Releases h, which this process made, with the GIL released: the Segment is
+ * held so that it stays attached meanwhile. */
+static void scope_release_handle(pdshmpy_seg *seg, pdshm_scope *h) {
+  pdshmpy_seg_hold(seg);
+  PDSHMPY_NOGIL(pdshm_scope_release(h));
+  pdshmpy_seg_unhold(seg);
+}
+
+/* Drops the handle without touching the segment (fork child) or releases it,
+ * now or, when a call runs on it without the GIL, at that call's end. */
+static void scope_drop(pdshmpy_scope *sc) {
+  pdshm_scope *h = sc->h;
+  if (!h) return;
+  if (sc->forkgen != pdshmpy_forkgen()) { /* a fork parent's: frees the copy, no lock */
+    sc->h = NULL;
+    sc->busy = 0; /* the parent's threads' calls */
+    pdshm_scope_release(h);
+    return;
+  }
+  if (sc->busy) return; /* the last call on it releases it (scope_end) */
+  sc->h = NULL;
+  scope_release_handle(sc->seg, h);
+}
+
+/* The link's drop (pdshmpy_link): for the Segment's detach() and fork child. */
+static void scope_link_drop(pdshmpy_link *l) { scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link)); }
+
 PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path, PyObject *base) {
   pdshmpy_state *st = PDSHMPY_STATE(seg);
+  if (seg->closed) { /* detach() ran while h was made without the GIL */
+    scope_release_handle(seg, h);
+    return pdshmpy_raise_msg(st, PDSHM_EINVAL, "segment %R was detached", seg->name);
+  }
   pdshmpy_scope *sc = PyObject_New(pdshmpy_scope, st->scope_type);
   if (!sc) {
-    pdshm_scope_release(h);
+    scope_release_handle(seg, h);
     return NULL;
   }
   sc->seg = (pdshmpy_seg *)Py_NewRef(seg);
@@ -24,43 +61,71 @@ PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path, P
   sc->path = Py_XNewRef(path);
   sc->base = Py_XNewRef(path ? path : base);
   sc->forkgen = pdshmpy_forkgen();
+  sc->busy = 0;
   sc->released = 0;
   sc->weakrefs = NULL;
+  sc->link.drop = scope_link_drop;
   pdshmpy_list_add(&seg->scopes, &sc->link);
   return (PyObject *)sc;
 }
 
-void pdshmpy_scope_drop(pdshmpy_scope *sc) {
-  if (!sc->h) return;
-  pdshm_scope_release(sc->h); /* in a fork child: frees the copy only */
-  sc->h = NULL;
-}
-
-/* The handle for this process, reopening a named scope after fork(). */
-static pdshm_scope *scope_handle(pdshmpy_scope *sc) {
+/* In a fork child: the parent's copy goes and a named scope is opened again
+ * by path; 0, or -1 with Forked raised.  The caller holds the Segment. */
+static int scope_reopen(pdshmpy_scope *sc) {
   pdshmpy_state *st = PDSHMPY_STATE(sc);
-  if (sc->released) {
-    pdshmpy_raise_msg(st, PDSHM_EINVAL, "the scope was released");
-    return NULL;
-  }
-  pdshm_seg *seg = pdshmpy_seg_get(sc->seg);
-  if (!seg) return NULL;
-  if (sc->h && sc->forkgen == pdshmpy_forkgen()) return sc->h;
-  pdshmpy_scope_drop(sc);
+  scope_drop(sc);
   if (!sc->path) {
     pdshmpy_raise_msg(st, PDSHM_EFORKED,
                       "an anonymous scope of the parent process cannot be used after fork()");
-    return NULL;
+    return -1;
   }
-  int rc = pdshm_scope_open(seg, PyUnicode_AsUTF8(sc->path), &sc->h);
+  const char *path = PyUnicode_AsUTF8(sc->path);
+  if (!path) return -1;
+  pdshm_seg *seg = sc->seg->seg;
+  pdshm_scope *h = NULL;
+  int rc;
+  PDSHMPY_NOGIL(rc = pdshm_scope_open(seg, path, &h));
   if (rc) {
-    sc->h = NULL;
-    pdshmpy_raise_forked(st, rc, "scope '%s' cannot be opened again after fork()",
-                         PyUnicode_AsUTF8(sc->path));
+    pdshmpy_raise_forked(st, rc, "scope '%s' cannot be opened again after fork()", path);
+    return -1;
+  }
+  if (sc->h && sc->forkgen == pdshmpy_forkgen()) { /* another thread reopened it meanwhile */
+    PDSHMPY_NOGIL(pdshm_scope_release(h));
+    return 0;
+  }
+  sc->h = h;
+  sc->forkgen = pdshmpy_forkgen();
+  sc->busy = 0;
+  return 0;
+}
+
+/* The handle for a call on sc (reopening a named scope after fork()), or NULL
+ * with an exception.  Until scope_end the Segment stays attached and the
+ * handle valid, whatever other threads do meanwhile (release(), detach()),
+ * so the call may release the GIL. */
+static pdshm_scope *scope_begin(pdshmpy_scope *sc) {
+  if (sc->released) {
+    pdshmpy_raise_msg(PDSHMPY_STATE(sc), PDSHM_EINVAL, "the scope was released");
     return NULL;
   }
-  sc->forkgen = pdshmpy_forkgen();
+  if (!pdshmpy_seg_begin(sc->seg)) return NULL;
+  if ((!sc->h || sc->forkgen != pdshmpy_forkgen()) && scope_reopen(sc) < 0) {
+    pdshmpy_seg_unhold(sc->seg);
+    return NULL;
+  }
+  sc->busy++;
   return sc->h;
+}
+
+/* Ends a call begun by scope_begin: the handle goes now if release() or
+ * detach() came meanwhile. */
+static void scope_end(pdshmpy_scope *sc) {
+  if (--sc->busy == 0 && sc->h && (sc->released || sc->seg->closed)) {
+    pdshm_scope *h = sc->h;
+    sc->h = NULL;
+    PDSHMPY_NOGIL(pdshm_scope_release(h));
+  }
+  pdshmpy_seg_unhold(sc->seg);
 }
 
 static PyObject *scope_fail(PyObject *self, int rc, const char *kind, PyObject *name) {
@@ -79,12 +144,14 @@ static PyObject *path_join(PyObject *parent, const char *name) {
   return PyUnicode_FromFormat("%U/%s", parent, name);
 }
 
-/* The path of the scope h refers to: a str, None when anonymous, NULL on error. */
+/* The path of the scope h refers to: a str, None when anonymous, NULL on
+ * error.  The caller holds the Segment. */
 static PyObject *path_of(pdshmpy_state *st, pdshm_scope *h) {
   char name[PDSHM_NAME_MAX + 1];
   PyOS_snprintf(name, sizeof name, "%s", pdshm_scope_name(h));
   pdshm_scope *p = NULL;
-  int rc = pdshm_scope_parent(h, &p);
+  int rc;
+  PDSHMPY_NOGIL(rc = pdshm_scope_parent(h, &p));
   if (rc == PDSHM_ENOENT) return PyUnicode_FromString("");
   if (rc) return pdshmpy_raise(st, rc, "the parent scope");
   PyObject *r;
@@ -95,28 +162,38 @@ static PyObject *path_of(pdshmpy_state *st, pdshm_scope *h) {
     r = pp ? path_join(pp == Py_None ? NULL : pp, name) : NULL;
     Py_XDECREF(pp);
   }
-  pdshm_scope_release(p);
+  PDSHMPY_NOGIL(pdshm_scope_release(p));
   return r;
+}
+
+/* Without the GIL: a new handle on the nearest scope at or above h that is
+ * named or the root (*root set for the root). */
+static int base_handle(pdshm_scope *h, pdshm_scope **out, int *root) {
+  pdshm_scope *cur = NULL;
+  int rc = pdshm_scope_dup(h, &cur);
+  while (!rc && !pdshm_scope_name(cur)[0]) {
+    pdshm_scope *up = NULL;
+    rc = pdshm_scope_parent(cur, &up);
+    if (rc == PDSHM_ENOENT) { /* cur is the root */
+      *root = 1;
+      rc = 0;
+      break;
+    }
+    pdshm_scope_release(cur);
+    cur = rc ? NULL : up;
+  }
+  *out = cur;
+  return rc;
 }
 
 /* The path of the nearest scope at or above h that is named or the root. */
 static PyObject *base_of(pdshmpy_state *st, pdshm_scope *h) {
-  pdshm_scope *cur = NULL;
-  int rc = pdshm_scope_dup(h, &cur);
-  while (!rc) {
-    if (pdshm_scope_name(cur)[0]) break; /* named */
-    pdshm_scope *up = NULL;
-    rc = pdshm_scope_parent(cur, &up);
-    if (rc == PDSHM_ENOENT) { /* cur is the root */
-      pdshm_scope_release(cur);
-      return PyUnicode_FromString("");
-    }
-    pdshm_scope_release(cur);
-    cur = up;
-  }
+  pdshm_scope *b = NULL;
+  int root = 0, rc;
+  PDSHMPY_NOGIL(rc = base_handle(h, &b, &root));
   if (rc) return pdshmpy_raise(st, rc, "the parent scope");
-  PyObject *r = path_of(st, cur);
-  pdshm_scope_release(cur);
+  PyObject *r = root ? PyUnicode_FromString("") : path_of(st, b);
+  PDSHMPY_NOGIL(pdshm_scope_release(b));
   return r;
 }
 
@@ -125,7 +202,8 @@ static PyObject *scope_base(pdshmpy_scope *sc, pdshm_scope *h) {
   if (!sc->base) {
     PyObject *b = base_of(PDSHMPY_STATE(sc), h);
     if (!b || b == Py_None) return b;
-    sc->base = b;
+    if (sc->base) Py_DECREF(b); /* another thread found it meanwhile */
+    else sc->base = b;
   }
   return Py_NewRef(sc->base);
 }
@@ -138,38 +216,47 @@ static PyObject *var_result(PyObject *self, pdshm_var *v) {
 /* ---- attributes ------------------------------------------------------------------------ */
 
 static PyObject *scope_get_name(PyObject *self, void *closure) {
-  pdshm_scope *h = scope_handle(SC(self));
+  pdshm_scope *h = scope_begin(SC(self));
   if (!h) return NULL;
   const char *n = pdshm_scope_name(h);
-  if (!*n) Py_RETURN_NONE; /* anonymous, or the root */
-  return PyUnicode_DecodeUTF8(n, (Py_ssize_t)strnlen(n, PDSHM_NAME_MAX), "replace");
+  PyObject *r = *n ? PyUnicode_DecodeUTF8(n, (Py_ssize_t)strnlen(n, PDSHM_NAME_MAX), "replace")
+                   : Py_NewRef(Py_None); /* anonymous, or the root */
+  scope_end(SC(self));
+  return r;
 }
 
 static PyObject *scope_get_path(PyObject *self, void *closure) {
   return Py_NewRef(SC(self)->path ? SC(self)->path : Py_None);
 }
 
-static PyObject *scope_get_parent(PyObject *self, void *closure) {
-  pdshmpy_scope *sc = SC(self);
-  pdshm_scope *h = scope_handle(sc), *p = NULL;
-  if (!h) return NULL;
-  int rc = pdshm_scope_parent(h, &p);
+static PyObject *scope_parent_of(pdshmpy_scope *sc, pdshm_scope *h) {
+  pdshm_scope *p = NULL;
+  int rc;
+  PDSHMPY_NOGIL(rc = pdshm_scope_parent(h, &p));
   if (rc == PDSHM_ENOENT) Py_RETURN_NONE;
-  if (rc) return pdshmpy_raise(PDSHMPY_STATE(self), rc, "the parent scope");
+  if (rc) return pdshmpy_raise(PDSHMPY_STATE(sc), rc, "the parent scope");
   PyObject *path;
   if (sc->path) {
     Py_ssize_t n = PyUnicode_GET_LENGTH(sc->path);
     Py_ssize_t slash = PyUnicode_FindChar(sc->path, '/', 0, n, -1);
     path = slash >= 0 ? PyUnicode_Substring(sc->path, 0, slash) : PyUnicode_FromString("");
   } else {
-    path = path_of(PDSHMPY_STATE(self), p);
+    path = path_of(PDSHMPY_STATE(sc), p);
   }
   if (!path) {
-    pdshm_scope_release(p);
+    PDSHMPY_NOGIL(pdshm_scope_release(p));
     return NULL;
   }
   PyObject *r = pdshmpy_scope_wrap(sc->seg, p, path == Py_None ? NULL : path, NULL);
   Py_DECREF(path);
+  return r;
+}
+
+static PyObject *scope_get_parent(PyObject *self, void *closure) {
+  pdshm_scope *h = scope_begin(SC(self));
+  if (!h) return NULL;
+  PyObject *r = scope_parent_of(SC(self), h);
+  scope_end(SC(self));
   return r;
 }
 
@@ -179,24 +266,32 @@ static PyObject *scope_get_segment(PyObject *self, void *closure) {
 
 /* ---- kids ------------------------------------------------------------------------------- */
 
+static PyObject *scope_kid(pdshmpy_scope *sc, pdshm_scope *h, const char *n, PyObject *name) {
+  pdshm_scope *kid = NULL;
+  int rc;
+  PDSHMPY_NOGIL(rc = pdshm_scope_new(h, n, &kid));
+  if (rc) return scope_fail((PyObject *)sc, rc, "new scope", n ? name : NULL);
+  PyObject *path = n ? path_join(sc->path, n) : Py_NewRef(Py_None);
+  if (!path) {
+    PDSHMPY_NOGIL(pdshm_scope_release(kid));
+    return NULL;
+  }
+  PyObject *base = sc->path ? sc->path : sc->base;
+  PyObject *r = pdshmpy_scope_wrap(sc->seg, kid, path == Py_None ? NULL : path, base);
+  Py_DECREF(path);
+  return r;
+}
+
 static PyObject *scope_new_scope(PyObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"name", NULL};
   PyObject *name = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:new_scope", kwlist, &name)) return NULL;
   const char *n = name == Py_None ? NULL : pdshmpy_utf8(name, "scope name");
   if (!n && name != Py_None) return NULL;
-  pdshm_scope *h = scope_handle(SC(self)), *kid = NULL;
+  pdshm_scope *h = scope_begin(SC(self));
   if (!h) return NULL;
-  int rc = pdshm_scope_new(h, n, &kid);
-  if (rc) return scope_fail(self, rc, "new scope", name == Py_None ? NULL : name);
-  PyObject *path = n ? path_join(SC(self)->path, n) : Py_NewRef(Py_None);
-  if (!path) {
-    pdshm_scope_release(kid);
-    return NULL;
-  }
-  PyObject *base = SC(self)->path ? SC(self)->path : SC(self)->base;
-  PyObject *r = pdshmpy_scope_wrap(SC(self)->seg, kid, path == Py_None ? NULL : path, base);
-  Py_DECREF(path);
+  PyObject *r = scope_kid(SC(self), h, n, name);
+  scope_end(SC(self));
   return r;
 }
 
@@ -211,17 +306,21 @@ static PyObject *scope_local(PyObject *self, PyObject *unused) {
 static PyObject *scope_unlink(PyObject *self, PyObject *name) {
   const char *n = pdshmpy_utf8(name, "scope name");
   if (!n) return NULL;
-  pdshm_scope *h = scope_handle(SC(self));
+  pdshm_scope *h = scope_begin(SC(self));
   if (!h) return NULL;
-  int rc = pdshm_scope_unlink(h, n);
+  int rc;
+  PDSHMPY_NOGIL(rc = pdshm_scope_unlink(h, n));
+  scope_end(SC(self));
   if (rc) return scope_fail(self, rc, "scope", name);
   Py_RETURN_NONE;
 }
 
 static PyObject *scope_drop_kids(PyObject *self, PyObject *unused) {
-  pdshm_scope *h = scope_handle(SC(self));
+  pdshm_scope *h = scope_begin(SC(self));
   if (!h) return NULL;
-  int rc = pdshm_scope_drop_kids(h);
+  int rc;
+  PDSHMPY_NOGIL(rc = pdshm_scope_drop_kids(h));
+  scope_end(SC(self));
   if (rc) return scope_fail(self, rc, "drop_kids", NULL);
   Py_RETURN_NONE;
 }
@@ -230,15 +329,19 @@ static PyObject *scope_drop_kids(PyObject *self, PyObject *unused) {
 
 typedef int (*var_maker)(pdshm_scope *, const char *, pdshm_var **);
 
+/* make(h, name) without the GIL; name NULL for pdshm_var_new. */
 static PyObject *scope_make_var(PyObject *self, PyObject *name, var_maker make) {
-  const char *n = pdshmpy_utf8(name, "variable name");
-  if (!n) return NULL;
-  pdshm_scope *h = scope_handle(SC(self));
+  const char *n = name ? pdshmpy_utf8(name, "variable name") : NULL;
+  if (name && !n) return NULL;
+  pdshm_scope *h = scope_begin(SC(self));
   if (!h) return NULL;
   pdshm_var *v = NULL;
-  int rc = make(h, n, &v);
-  if (rc) return scope_fail(self, rc, "variable", name);
-  return var_result(self, v);
+  int rc;
+  PDSHMPY_NOGIL(rc = n ? make(h, n, &v) : pdshm_var_new(h, &v));
+  PyObject *r = rc ? scope_fail(self, rc, n ? "variable" : "new variable", name)
+                   : var_result(self, v);
+  scope_end(SC(self));
+  return r;
 }
 
 static PyObject *scope_var(PyObject *self, PyObject *name) {
@@ -250,32 +353,34 @@ static PyObject *scope_create_var(PyObject *self, PyObject *name) {
 }
 
 static PyObject *scope_new_var(PyObject *self, PyObject *unused) {
-  pdshm_scope *h = scope_handle(SC(self));
-  if (!h) return NULL;
-  pdshm_var *v = NULL;
-  int rc = pdshm_var_new(h, &v);
-  if (rc) return scope_fail(self, rc, "new variable", NULL);
-  return var_result(self, v);
+  return scope_make_var(self, NULL, NULL);
 }
 
 /* find_var / find_local_var: a Var or None.  A variable found up the chain
  * gets its owner's path lazily (pdshmpy_var.search_path): finding stays one
- * lookup. */
-static PyObject *scope_lookup(PyObject *self, PyObject *name, int local) {
-  const char *n = pdshmpy_utf8(name, "variable name");
-  if (!n) return NULL;
-  pdshm_scope *h = scope_handle(SC(self));
-  if (!h) return NULL;
+ * lookup.  A lookup waits for the scope's lock while a writer is inside. */
+static PyObject *scope_lookup_in(PyObject *self, pdshm_scope *h, const char *n, int local) {
+  pdshm_var *v;
   if (local) {
-    pdshm_var *v = pdshm_find_local_var(h, n);
+    PDSHMPY_NOGIL(v = pdshm_find_local_var(h, n));
     return v ? var_result(self, v) : Py_NewRef(Py_None);
   }
   PyObject *base = scope_base(SC(self), h);
   if (!base) return NULL;
-  pdshm_var *v = pdshm_find_var(h, n);
+  PDSHMPY_NOGIL(v = pdshm_find_var(h, n));
   PyObject *r = v ? pdshmpy_var_wrap(SC(self)->seg, v, NULL, base == Py_None ? NULL : base)
                   : Py_NewRef(Py_None);
   Py_DECREF(base);
+  return r;
+}
+
+static PyObject *scope_lookup(PyObject *self, PyObject *name, int local) {
+  const char *n = pdshmpy_utf8(name, "variable name");
+  if (!n) return NULL;
+  pdshm_scope *h = scope_begin(SC(self));
+  if (!h) return NULL;
+  PyObject *r = scope_lookup_in(self, h, n, local);
+  scope_end(SC(self));
   return r;
 }
 
@@ -298,17 +403,22 @@ static int scope_contains(PyObject *self, PyObject *name) {
   if (!PyUnicode_Check(name)) return 0;
   const char *n = pdshmpy_utf8(name, "variable name");
   if (!n) return -1;
-  pdshm_scope *h = scope_handle(SC(self));
+  pdshm_scope *h = scope_begin(SC(self));
   if (!h) return -1;
-  return pdshm_find_var(h, n) != NULL;
+  pdshm_var *v;
+  PDSHMPY_NOGIL(v = pdshm_find_var(h, n));
+  scope_end(SC(self));
+  return v != NULL;
 }
 
 static PyObject *scope_erase(PyObject *self, PyObject *name) {
   const char *n = pdshmpy_utf8(name, "variable name");
   if (!n) return NULL;
-  pdshm_scope *h = scope_handle(SC(self));
+  pdshm_scope *h = scope_begin(SC(self));
   if (!h) return NULL;
-  int rc = pdshm_var_erase(h, n);
+  int rc;
+  PDSHMPY_NOGIL(rc = pdshm_var_erase(h, n));
+  scope_end(SC(self));
   if (rc) return scope_fail(self, rc, "variable", name);
   Py_RETURN_NONE;
 }
@@ -321,63 +431,102 @@ static PyObject *scope_rename(PyObject *self, PyObject *const *args, Py_ssize_t 
   const char *from = pdshmpy_utf8(args[0], "old name");
   const char *to = from ? pdshmpy_utf8(args[1], "new name") : NULL;
   if (!to) return NULL;
-  pdshm_scope *h = scope_handle(SC(self));
+  pdshm_scope *h = scope_begin(SC(self));
   if (!h) return NULL;
-  int rc = pdshm_var_rename(h, from, to);
+  int rc;
+  PDSHMPY_NOGIL(rc = pdshm_var_rename(h, from, to));
+  scope_end(SC(self));
   if (rc) return scope_fail(self, rc, "variable", rc == PDSHM_EEXIST ? args[1] : args[0]);
   Py_RETURN_NONE;
 }
 
+/* The references of a scope's variables, collected without the GIL. */
 typedef struct {
-  PyObject *self, *list;
-} collect_arg;
+  pdshm_varref *refs;
+  size_t n, cap;
+} ref_list;
 
-static int collect_var(pdshm_var *v, void *arg) {
-  collect_arg *c = arg;
-  PyObject *o = var_result(c->self, v);
-  if (!o) return 1;
-  int rc = PyList_Append(c->list, o);
-  Py_DECREF(o);
-  return rc ? 1 : 0;
+static int collect_ref(pdshm_var *v, void *arg) {
+  ref_list *l = arg;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 16;
+    pdshm_varref *more = PyMem_RawRealloc(l->refs, cap * sizeof *more);
+    if (!more) return 1;
+    l->refs = more;
+    l->cap = cap;
+  }
+  l->refs[l->n++] = pdshm_var_ref(v);
+  return 0;
+}
+
+static PyObject *vars_list(PyObject *self, const ref_list *l) {
+  PyObject *list = PyList_New((Py_ssize_t)l->n);
+  for (size_t i = 0; list && i < l->n; i++) {
+    PyObject *o = pdshmpy_var_wrap_ref(SC(self)->seg, l->refs[i], SC(self)->path, NULL);
+    if (!o) Py_CLEAR(list);
+    else PyList_SET_ITEM(list, (Py_ssize_t)i, o);
+  }
+  return list;
 }
 
 static PyObject *scope_vars(PyObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"label", NULL};
   PyObject *label = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:vars", kwlist, &label)) return NULL;
-  const char *l = label == Py_None ? NULL : pdshmpy_utf8(label, "label");
-  if (!l && label != Py_None) return NULL;
-  pdshm_scope *h = scope_handle(SC(self));
+  const char *lab = label == Py_None ? NULL : pdshmpy_utf8(label, "label");
+  if (!lab && label != Py_None) return NULL;
+  pdshm_scope *h = scope_begin(SC(self));
   if (!h) return NULL;
-  collect_arg c = {self, PyList_New(0)};
-  if (!c.list) return NULL;
-  int rc = pdshm_scope_foreach_var(h, l, collect_var, &c);
-  if (rc == 1 && PyErr_Occurred()) {
-    Py_DECREF(c.list);
-    return NULL;
+  ref_list l = {NULL, 0, 0};
+  int rc;
+  PDSHMPY_NOGIL(rc = pdshm_scope_foreach_var(h, lab, collect_ref, &l));
+  scope_end(SC(self));
+  PyObject *r = rc == 1 ? PyErr_NoMemory() : rc < 0 ? scope_fail(self, rc, "vars", NULL)
+                                                    : vars_list(self, &l);
+  PyMem_RawFree(l.refs);
+  return r;
+}
+
+/* ---- Segment.root, Segment.open ---------------------------------------------------------- */
+
+/* A Scope on the root (path NULL) or on the scope at path, opened with the
+ * GIL released. */
+static PyObject *seg_scope_at(pdshmpy_seg *s, PyObject *path) {
+  const char *p = path ? pdshmpy_utf8(path, "path") : "";
+  if (!p) return NULL;
+  pdshm_seg *seg = pdshmpy_seg_begin(s);
+  if (!seg) return NULL;
+  pdshm_scope *h = NULL;
+  int rc;
+  PDSHMPY_NOGIL(rc = path ? pdshm_scope_open(seg, p, &h) : pdshm_root(seg, &h));
+  PyObject *r = NULL;
+  if (rc && path) pdshmpy_raise_fmt(PDSHMPY_STATE(s), rc, "scope path '%s'", p);
+  else if (rc) pdshmpy_raise(PDSHMPY_STATE(s), rc, "the root scope");
+  else if (path) r = pdshmpy_scope_wrap(s, h, path, NULL);
+  else if ((path = PyUnicode_FromString(""))) {
+    r = pdshmpy_scope_wrap(s, h, path, NULL);
+    Py_DECREF(path);
+  } else {
+    PDSHMPY_NOGIL(pdshm_scope_release(h));
   }
-  if (rc < 0) {
-    Py_DECREF(c.list);
-    return scope_fail(self, rc, "vars", NULL);
-  }
-  return c.list;
+  pdshmpy_seg_unhold(s);
+  return r;
+}
+
+PyObject *pdshmpy_seg_root(PyObject *self, void *closure) {
+  return seg_scope_at((pdshmpy_seg *)self, NULL);
+}
+
+PyObject *pdshmpy_seg_open_path(PyObject *self, PyObject *path) {
+  return seg_scope_at((pdshmpy_seg *)self, path);
 }
 
 /* ---- lifetime ----------------------------------------------------------------------------- */
 
 static void scope_release_now(pdshmpy_scope *sc) {
   sc->released = 1;
-  if (sc->h && sc->forkgen == pdshmpy_forkgen()) {
-    pdshm_scope *h = sc->h;
-    sc->h = NULL;
-    pdshmpy_seg_hold(sc->seg);
-    Py_BEGIN_ALLOW_THREADS
-    pdshm_scope_release(h);
-    Py_END_ALLOW_THREADS
-    pdshmpy_seg_unhold(sc->seg);
-  }
-  pdshmpy_scope_drop(sc);
   pdshmpy_list_del(&sc->link);
+  scope_drop(sc);
 }
 
 static PyObject *scope_release(PyObject *self, PyObject *unused) {
@@ -386,7 +535,8 @@ static PyObject *scope_release(PyObject *self, PyObject *unused) {
 }
 
 static PyObject *scope_enter(PyObject *self, PyObject *unused) {
-  if (!scope_handle(SC(self))) return NULL;
+  if (!scope_begin(SC(self))) return NULL;
+  scope_end(SC(self));
   return Py_NewRef(self);
 }
 
@@ -448,8 +598,8 @@ static void scope_dealloc(PyObject *self) {
   pdshmpy_scope *sc = SC(self);
   PyTypeObject *tp = Py_TYPE(self);
   if (sc->weakrefs) PyObject_ClearWeakRefs(self);
-  pdshmpy_scope_drop(sc);
-  pdshmpy_list_del(&sc->link);
+  pdshmpy_list_del(&sc->link); /* before the GIL goes: nobody finds it meanwhile */
+  scope_drop(sc);
   Py_CLEAR(sc->path);
   Py_CLEAR(sc->base);
   Py_CLEAR(sc->seg);

@@ -21,9 +21,7 @@ static int seg_attach_now(PyObject *name, unsigned flags, const pdshm_options *o
   pdshm_options opt = o ? *o : (pdshm_options){0};
   opt.flags = flags;
   int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = create ? pdshm_create(cname, &opt, out) : pdshm_attach(cname, &opt, out);
-  Py_END_ALLOW_THREADS
+  PDSHMPY_NOGIL(rc = create ? pdshm_create(cname, &opt, out) : pdshm_attach(cname, &opt, out));
   return rc;
 }
 
@@ -35,7 +33,7 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
   if (rc) return pdshmpy_raise_fmt(st, rc, "segment '%s'", PyUnicode_AsUTF8(name));
   pdshmpy_seg *s = PyObject_New(pdshmpy_seg, st->segment_type);
   if (!s) {
-    pdshm_detach(seg);
+    PDSHMPY_NOGIL(pdshm_detach(seg));
     return NULL;
   }
   s->seg = seg;
@@ -55,14 +53,27 @@ PyObject *pdshmpy_seg_open(pdshmpy_state *st, PyObject *name, const pdshm_option
   return (PyObject *)s;
 }
 
+/* Unlists each object of the list and drops its handle; each leaves the list
+ * before its handle goes, as dropping may release the GIL. */
+static void seg_drop_all(pdshmpy_link *head) {
+  while (head->next != head) {
+    pdshmpy_link *l = head->next;
+    pdshmpy_list_del(l);
+    l->drop(l);
+  }
+}
+
 /* In a fork child, before s->seg (inherited) is replaced: every inherited
  * scope handle and group membership goes first, then the handle itself --
  * detached at once (which unmaps its range) unless views still point into
- * it; then it waits in s->old for the last of them. */
+ * it; then it waits in s->old for the last of them.  Freeing a fork parent's
+ * copies takes no lock: the GIL stays.  The holds counted in s->busy were the
+ * parent's threads', which the child does not have. */
 static void seg_retire_inherited(pdshmpy_seg *s) {
+  s->busy = 0;
   for (pdshmpy_link *l = s->scopes.next; l != &s->scopes; l = l->next)
-    pdshmpy_scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link));
-  pdshmpy_groups_drop(s);
+    l->drop(l); /* the Scope stays listed: a named one opens again by path */
+  seg_drop_all(&s->groups);
   pdshm_seg *old = s->seg;
   s->seg = NULL;
   if (!old) return;
@@ -91,15 +102,26 @@ pdshm_seg *pdshmpy_seg_get(pdshmpy_seg *s) {
   }
   if (s->forkgen == pdshmpy_forkgen() && s->seg) return s->seg;
   seg_retire_inherited(s);
-  int rc = seg_attach_now(s->name, s->flags, NULL, 0, &s->seg);
+  pdshm_seg *seg = NULL;
+  int rc = seg_attach_now(s->name, s->flags, NULL, 0, &seg);
   if (rc) {
-    s->seg = NULL;
     pdshmpy_raise_forked(st, rc, "segment '%s' cannot be attached again after fork()",
                          PyUnicode_AsUTF8(s->name));
     return NULL;
   }
+  if (s->forkgen == pdshmpy_forkgen() && s->seg) { /* another thread attached meanwhile */
+    PDSHMPY_NOGIL(pdshm_detach(seg));
+    return s->seg;
+  }
+  s->seg = seg;
   s->forkgen = pdshmpy_forkgen();
   return s->seg;
+}
+
+pdshm_seg *pdshmpy_seg_begin(pdshmpy_seg *s) {
+  pdshm_seg *seg = pdshmpy_seg_get(s);
+  if (seg) pdshmpy_seg_hold(s);
+  return seg;
 }
 
 /* ---- closing ------------------------------------------------------------------------ */
@@ -108,21 +130,18 @@ static void seg_detach_now(pdshmpy_seg *s) {
   if (!s->seg) return;
   pdshm_seg *seg = s->seg;
   s->seg = NULL;
-  Py_BEGIN_ALLOW_THREADS
-  pdshm_detach(seg);
-  Py_END_ALLOW_THREADS
+  PDSHMPY_NOGIL(pdshm_detach(seg));
 }
 
+/* Releasing a handle lets other threads run: the hold keeps the attachment
+ * until the last one went. */
 static void seg_close(pdshmpy_seg *s) {
   if (s->closed) return;
   s->closed = 1;
-  while (s->scopes.next != &s->scopes) {
-    pdshmpy_link *l = s->scopes.next;
-    pdshmpy_scope_drop(PDSHMPY_CONTAINER(l, pdshmpy_scope, link));
-    pdshmpy_list_del(l);
-  }
-  pdshmpy_groups_drop(s);
-  if (s->npins == 0 && s->busy == 0) seg_detach_now(s);
+  pdshmpy_seg_hold(s);
+  seg_drop_all(&s->scopes);
+  seg_drop_all(&s->groups); /* leaves every group before the handle is detached */
+  pdshmpy_seg_unhold(s);
 }
 
 void pdshmpy_seg_pin_gone(pdshmpy_seg *s, pdshm_seg *mapping) {
@@ -141,10 +160,19 @@ void pdshmpy_seg_unhold(pdshmpy_seg *s) {
 
 PyObject *pdshmpy_close_all(PyObject *module, PyObject *unused) {
   pdshmpy_state *st = PyModule_GetState(module);
+  /* Closing releases the GIL: the list is copied (with references) first. */
+  PyObject *segs = PyList_New(0);
+  if (!segs) return NULL;
   for (pdshmpy_link *l = st->segments.next; l != &st->segments; l = l->next) {
     pdshmpy_seg *s = PDSHMPY_CONTAINER(l, pdshmpy_seg, link);
-    if (s->forkgen == pdshmpy_forkgen()) seg_close(s);
+    if (s->forkgen == pdshmpy_forkgen() && PyList_Append(segs, (PyObject *)s) < 0) {
+      Py_DECREF(segs);
+      return NULL;
+    }
   }
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(segs); i++)
+    seg_close((pdshmpy_seg *)PyList_GET_ITEM(segs, i));
+  Py_DECREF(segs);
   Py_RETURN_NONE;
 }
 
@@ -167,10 +195,11 @@ static void seg_dealloc(PyObject *self) {
   pdshmpy_seg *s = (pdshmpy_seg *)self;
   PyTypeObject *tp = Py_TYPE(self);
   if (s->weakrefs) PyObject_ClearWeakRefs(self);
-  /* Scopes and pins hold a reference: both lists are empty by now. */
+  /* Scopes and pins hold a reference: both lists are empty by now.  Off the
+   * state's list before the GIL goes, so that nobody finds it meanwhile. */
+  pdshmpy_list_del(&s->link);
   s->closed = 1;
   seg_detach_now(s);
-  pdshmpy_list_del(&s->link);
   Py_CLEAR(s->name);
   PyMem_Free(s->old); /* empty: every pin is gone */
   tp->tp_free(self);
@@ -207,44 +236,12 @@ PyObject *pdshmpy_after_fork_child(PyObject *module, PyObject *unused) {
 
 /* ---- calls on the segment ------------------------------------------------------------ */
 
-static PyObject *seg_root(PyObject *self, void *closure) {
-  pdshmpy_seg *s = (pdshmpy_seg *)self;
-  pdshm_seg *seg = pdshmpy_seg_get(s);
-  if (!seg) return NULL;
-  pdshm_scope *h = NULL;
-  int rc = pdshm_root(seg, &h);
-  if (rc) return pdshmpy_raise(PDSHMPY_STATE(self), rc, "the root scope");
-  PyObject *path = PyUnicode_FromString("");
-  if (!path) {
-    pdshm_scope_release(h);
-    return NULL;
-  }
-  PyObject *r = pdshmpy_scope_wrap(s, h, path, NULL);
-  Py_DECREF(path);
-  return r;
-}
-
-static PyObject *seg_open_path(PyObject *self, PyObject *path) {
-  pdshmpy_seg *s = (pdshmpy_seg *)self;
-  const char *p = pdshmpy_utf8(path, "path");
-  if (!p) return NULL;
-  pdshm_seg *seg = pdshmpy_seg_get(s);
-  if (!seg) return NULL;
-  pdshm_scope *h = NULL;
-  int rc = pdshm_scope_open(seg, p, &h);
-  if (rc) return pdshmpy_raise_fmt(PDSHMPY_STATE(self), rc, "scope path '%s'", p);
-  return pdshmpy_scope_wrap(s, h, path, NULL);
-}
-
 static PyObject *seg_reap(PyObject *self, PyObject *unused) {
-  pdshm_seg *seg = pdshmpy_seg_get((pdshmpy_seg *)self);
+  pdshm_seg *seg = pdshmpy_seg_begin((pdshmpy_seg *)self);
   if (!seg) return NULL;
   unsigned n = 0;
   int rc;
-  pdshmpy_seg_hold((pdshmpy_seg *)self);
-  Py_BEGIN_ALLOW_THREADS
-  rc = pdshm_reap(seg, &n);
-  Py_END_ALLOW_THREADS
+  PDSHMPY_NOGIL(rc = pdshm_reap(seg, &n));
   pdshmpy_seg_unhold((pdshmpy_seg *)self);
   if (rc) return pdshmpy_raise(PDSHMPY_STATE(self), rc, "reap");
   return PyLong_FromUnsignedLong(n);
@@ -292,7 +289,7 @@ static PyObject *seg_repr(PyObject *self) {
 }
 
 static PyMethodDef seg_methods[] = {
-    {"open", seg_open_path, METH_O,
+    {"open", pdshmpy_seg_open_path, METH_O,
      "open(path) -> Scope\n\nA new handle on the named scope at path from the root\n"
      "(\"params/fc\"; \"\" is the root).  NotFound when there is none."},
     {"stats", pdshmpy_seg_stats, METH_NOARGS,
@@ -338,7 +335,7 @@ static PyMethodDef seg_methods[] = {
 
 static PyGetSetDef seg_getset[] = {
     {"name", seg_get_name, NULL, "The segment's NAME (the file /dev/shm/pdshm.NAME).", NULL},
-    {"root", seg_root, NULL, "A new handle on the global scope.", NULL},
+    {"root", pdshmpy_seg_root, NULL, "A new handle on the global scope.", NULL},
     {"readonly", seg_get_readonly, NULL, "Attached read-only (for looking only).", NULL},
     {"closed", seg_get_closed, NULL, "detach() was called.", NULL},
     {NULL}};

@@ -18,11 +18,16 @@
 
 PyObject *pdshmpy_var_wrap(pdshmpy_seg *seg, pdshm_var *v, PyObject *scope_path,
                            PyObject *search_path) {
+  return pdshmpy_var_wrap_ref(seg, pdshm_var_ref(v), scope_path, search_path);
+}
+
+PyObject *pdshmpy_var_wrap_ref(pdshmpy_seg *seg, pdshm_varref ref, PyObject *scope_path,
+                               PyObject *search_path) {
   pdshmpy_state *st = PDSHMPY_STATE(seg);
   pdshmpy_var *o = PyObject_New(pdshmpy_var, st->var_type);
   if (!o) return NULL;
   o->seg = (pdshmpy_seg *)Py_NewRef(seg);
-  o->ref = pdshm_var_ref(v);
+  o->ref = ref;
   o->scope_path = Py_XNewRef(scope_path);
   o->search_path = scope_path ? NULL : Py_XNewRef(search_path);
   o->weakrefs = NULL;
@@ -36,6 +41,12 @@ pdshm_var *pdshmpy_var_get(pdshmpy_var *self) {
   if (!v)
     pdshmpy_raise_msg(PDSHMPY_STATE(self), PDSHM_ESTALE,
                       "the variable was erased or its scope died");
+  return v;
+}
+
+pdshm_var *pdshmpy_var_begin(pdshmpy_var *self) {
+  pdshm_var *v = pdshmpy_var_get(self);
+  if (v) pdshmpy_seg_hold(self->seg);
   return v;
 }
 
@@ -72,9 +83,11 @@ static PyObject *var_get_label(PyObject *self, void *closure) {
 static int var_set_label(PyObject *self, PyObject *value, void *closure) {
   const char *l = NULL;
   if (value && value != Py_None && !(l = pdshmpy_utf8(value, "label"))) return -1;
-  pdshm_var *v = pdshmpy_var_get(VR(self));
+  pdshm_var *v = pdshmpy_var_begin(VR(self));
   if (!v) return -1;
-  int rc = pdshm_var_set_label(v, l);
+  int rc;
+  PDSHMPY_NOGIL(rc = pdshm_var_set_label(v, l));
+  pdshmpy_seg_unhold(VR(self)->seg);
   if (rc) {
     pdshmpy_raise(PDSHMPY_STATE(self), rc, "label");
     return -1;
@@ -88,9 +101,11 @@ typedef int (*op_lister)(const pdshm_var *, const char **, int);
 static PyObject *var_add_op(PyObject *self, PyObject *op, op_adder add) {
   const char *o = pdshmpy_utf8(op, "operator name");
   if (!o) return NULL;
-  pdshm_var *v = pdshmpy_var_get(VR(self));
+  pdshm_var *v = pdshmpy_var_begin(VR(self));
   if (!v) return NULL;
-  int rc = add(v, o);
+  int rc;
+  PDSHMPY_NOGIL(rc = add(v, o));
+  pdshmpy_seg_unhold(VR(self)->seg);
   if (rc) return pdshmpy_raise(PDSHMPY_STATE(self), rc, "operator");
   Py_RETURN_NONE;
 }
@@ -208,25 +223,16 @@ static PyObject *var_resize(PyObject *self, PyObject *args, PyObject *kw) {
   pdshmpy_state *st = PDSHMPY_STATE(self);
   if (pdshmpy_dtype_parse(st, dto, &dt) < 0 || pdshmpy_shape_parse(st, shapeo, &ndim, dims) < 0)
     return NULL;
-  pdshm_var *v = pdshmpy_var_get(VR(self));
+  pdshm_var *v = pdshmpy_var_begin(VR(self));
   if (!v) return NULL;
-  int rc = pdshm_tensor_resize(v, dt, ndim, dims);
+  int rc;
+  PDSHMPY_NOGIL(rc = pdshm_tensor_resize(v, dt, ndim, dims));
+  pdshmpy_seg_unhold(VR(self)->seg);
   if (rc) return pdshmpy_raise(st, rc, "resize");
   Py_RETURN_NONE;
 }
 
 /* ---- locks, references ---------------------------------------------------------------------- */
-
-static PyObject *var_lock(PyObject *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"exclusive", NULL};
-  int exclusive = 1;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:lock", kwlist, &exclusive)) return NULL;
-  return pdshmpy_varlock_new(VR(self), exclusive);
-}
-
-static PyObject *var_ref(PyObject *self, PyObject *unused) {
-  return pdshmpy_varref_new(VR(self));
-}
 
 static PyObject *var_get_segment(PyObject *self, void *closure) {
   return Py_NewRef((PyObject *)VR(self)->seg);
@@ -239,13 +245,32 @@ static PyObject *path_up(PyObject *p) {
   return slash >= 0 ? PyUnicode_Substring(p, 0, slash) : PyUnicode_FromString("");
 }
 
-/* Is v the local variable `name` of the scope at path? */
-static int owns(pdshm_seg *seg, PyObject *path, const char *name, pdshm_var *v) {
+/* Without the GIL: is v the local variable `name` of the scope at path? */
+static int owns(pdshm_seg *seg, const char *path, const char *name, pdshm_var *v) {
   pdshm_scope *h = NULL;
-  if (pdshm_scope_open(seg, PyUnicode_AsUTF8(path), &h)) return 0;
+  if (pdshm_scope_open(seg, path, &h)) return 0;
   int r = pdshm_find_local_var(h, name) == v;
   pdshm_scope_release(h);
   return r;
+}
+
+/* The first of path and its prefixes whose scope owns v (named `name`), or
+ * None; the Segment is held. */
+static PyObject *owner_along(pdshm_seg *seg, PyObject *path, const char *name, pdshm_var *v) {
+  PyObject *p = Py_NewRef(path);
+  for (;;) {
+    const char *cp = PyUnicode_AsUTF8(p);
+    int found;
+    if (!cp) break;
+    PDSHMPY_NOGIL(found = owns(seg, cp, name, v));
+    if (found) return p;
+    PyObject *up = PyUnicode_GET_LENGTH(p) ? path_up(p) : Py_NewRef(Py_None);
+    Py_DECREF(p);
+    p = up;
+    if (!p || p == Py_None) return p;
+  }
+  Py_DECREF(p);
+  return NULL;
 }
 
 /* The path of the scope that owns the variable (searched along search_path
@@ -253,21 +278,19 @@ static int owns(pdshm_seg *seg, PyObject *path, const char *name, pdshm_var *v) 
 static PyObject *var_owner_path(pdshmpy_var *self) {
   if (self->scope_path || !self->search_path)
     return Py_NewRef(self->scope_path ? self->scope_path : Py_None);
-  pdshm_var *v = pdshmpy_var_get(self);
+  pdshm_var *v = pdshmpy_var_begin(self);
   if (!v) return NULL;
   char name[PDSHM_NAME_MAX + 1];
   PyOS_snprintf(name, sizeof name, "%s", pdshm_var_name(v));
-  if (pdshmpy_var_still(self, v) < 0) return NULL;
-  PyObject *p = Py_NewRef(self->search_path);
-  while (p && !owns(self->seg->seg, p, name, v)) {
-    PyObject *up = PyUnicode_GET_LENGTH(p) ? path_up(p) : Py_NewRef(Py_None);
-    Py_DECREF(p);
-    p = up;
-    if (p == Py_None) break;
-  }
+  PyObject *search = Py_NewRef(self->search_path);
+  PyObject *p = pdshmpy_var_still(self, v) < 0 ? NULL : owner_along(self->seg->seg, search, name, v);
+  Py_DECREF(search);
+  pdshmpy_seg_unhold(self->seg);
   if (!p) return NULL;
-  Py_CLEAR(self->search_path);
-  if (p != Py_None) self->scope_path = Py_NewRef(p);
+  if (!self->scope_path && self->search_path) { /* not found by another thread meanwhile */
+    Py_CLEAR(self->search_path);
+    if (p != Py_None) self->scope_path = Py_NewRef(p);
+  }
   return p;
 }
 
@@ -297,21 +320,21 @@ static PyObject *var_reduce(PyObject *self, PyObject *unused) {
   pdshmpy_var *o = VR(self);
   PyObject *path = var_owner_path(o);
   if (!path) return NULL;
-  Py_DECREF(path); /* kept in o->scope_path when not None */
   if (path == Py_None) {
+    Py_DECREF(path);
     PyErr_SetString(PyExc_TypeError, "a variable of an anonymous scope cannot be pickled");
     return NULL;
   }
   PyObject *name = var_get_name(self, NULL);
-  if (!name) return NULL;
-  PyObject *mod = PyImport_ImportModule("pdshm._pickle");
+  PyObject *mod = name ? PyImport_ImportModule("pdshm._pickle") : NULL;
   PyObject *fn = mod ? PyObject_GetAttrString(mod, "var") : NULL;
   Py_XDECREF(mod);
   if (!fn) {
-    Py_DECREF(name);
+    Py_XDECREF(name);
+    Py_DECREF(path);
     return NULL;
   }
-  return Py_BuildValue("N(OON)", fn, (PyObject *)o->seg, o->scope_path, name);
+  return Py_BuildValue("N(ONN)", fn, (PyObject *)o->seg, path, name);
 }
 
 static PyObject *var_repr(PyObject *self) {
@@ -351,7 +374,7 @@ static PyMethodDef var_methods[] = {
      "add_reader(op)\n\nRecords an operator that reads the variable (a set)."},
     {"add_writer", var_add_writer, METH_O,
      "add_writer(op)\n\nRecords an operator that writes the variable (a set)."},
-    {"lock", (PyCFunction)(void (*)(void))var_lock, METH_VARARGS | METH_KEYWORDS,
+    {"lock", (PyCFunction)(void (*)(void))pdshmpy_var_lock, METH_VARARGS | METH_KEYWORDS,
      "lock(exclusive=True) -> VarLock\n\nTakes the variable's robust lock (exclusive or "
      "shared; a holder's death\nreleases it) and returns it held: `with v.lock():`, or "
      "`lk = v.lock(); ...;\nlk.release()`.  Waits with the GIL released.  An exclusive "
@@ -361,7 +384,7 @@ static PyMethodDef var_methods[] = {
      "`seen` and returns the new\nversion; TimeoutError after timeout seconds.  No lock, no "
      "spinning (a futex,\nwoken by every exclusive unlock and resize, in any process); the "
      "GIL is\nreleased and Ctrl-C interrupts it."},
-    {"ref", var_ref, METH_NOARGS,
+    {"ref", pdshmpy_var_ref, METH_NOARGS,
      "ref() -> VarRef\n\nA callable weak reference: r() is the Var, or None once stale."},
     {"resize", (PyCFunction)(void (*)(void))var_resize, METH_VARARGS | METH_KEYWORDS,
      "resize(dtype, shape)\n\nMakes the variable a tensor of that dtype (\"float32\", a "

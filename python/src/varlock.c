@@ -28,29 +28,43 @@ typedef struct {
 
 #define VL(o) ((varlock *)(o))
 
-PyObject *pdshmpy_varlock_new(pdshmpy_var *var, int exclusive) {
+static PyObject *varlock_new(pdshmpy_var *var, int exclusive) {
   pdshmpy_state *st = PDSHMPY_STATE(var);
-  pdshm_var *v = pdshmpy_var_get(var);
+  pdshm_var *v = pdshmpy_var_begin(var);
   if (!v) return NULL;
   int rc;
-  pdshmpy_seg_hold(var->seg);
-  Py_BEGIN_ALLOW_THREADS
-  rc = pdshm_var_lock(v, exclusive);
-  Py_END_ALLOW_THREADS
-  pdshmpy_seg_unhold(var->seg);
-  if (rc) return pdshmpy_raise(st, rc, exclusive ? "exclusive lock" : "shared lock");
-  varlock *lk = PyObject_New(varlock, st->varlock_type);
-  if (!lk) {
-    pdshm_var_unlock(v);
-    return NULL;
+  PDSHMPY_NOGIL(rc = pdshm_var_lock(v, exclusive));
+  varlock *lk = rc ? NULL : PyObject_New(varlock, st->varlock_type);
+  if (rc) {
+    pdshmpy_raise(st, rc, exclusive ? "exclusive lock" : "shared lock");
+  } else if (!lk) {
+    PDSHMPY_NOGIL(pdshm_var_unlock(v));
+  } else {
+    lk->var = (pdshmpy_var *)Py_NewRef(var);
+    lk->v = v;
+    lk->seg = var->seg->seg;
+    lk->exclusive = exclusive;
+    lk->held = 1;
+    lk->forkgen = pdshmpy_forkgen();
   }
-  lk->var = (pdshmpy_var *)Py_NewRef(var);
-  lk->v = v;
-  lk->seg = var->seg->seg;
-  lk->exclusive = exclusive;
-  lk->held = 1;
-  lk->forkgen = pdshmpy_forkgen();
+  pdshmpy_seg_unhold(var->seg);
   return (PyObject *)lk;
+}
+
+PyObject *pdshmpy_var_lock(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"exclusive", NULL};
+  int exclusive = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:lock", kwlist, &exclusive)) return NULL;
+  return varlock_new((pdshmpy_var *)self, exclusive);
+}
+
+/* Lets the lock go (a shared unlock may wait for a dead holder's recount). */
+static int varlock_unlock(varlock *lk) {
+  int rc;
+  pdshmpy_seg_hold(lk->var->seg);
+  PDSHMPY_NOGIL(rc = pdshm_var_unlock(lk->v));
+  pdshmpy_seg_unhold(lk->var->seg);
+  return rc;
 }
 
 /* Is the attachment the lock was taken in still the Segment's? */
@@ -70,7 +84,7 @@ static PyObject *varlock_release(PyObject *self, PyObject *unused) {
                       "the segment was detached or re-attached since the lock was taken");
     return NULL;
   }
-  int rc = pdshm_var_unlock(lk->v);
+  int rc = varlock_unlock(lk);
   if (rc) return pdshmpy_raise(PDSHMPY_STATE(self), rc, "unlock");
   lk->held = 0;
   Py_RETURN_NONE;
@@ -96,7 +110,7 @@ static PyObject *varlock_get_exclusive(PyObject *self, void *closure) {
 static void varlock_dealloc(PyObject *self) {
   varlock *lk = VL(self);
   PyTypeObject *tp = Py_TYPE(self);
-  if (lk->held && varlock_attached(lk)) pdshm_var_unlock(lk->v);
+  if (lk->held && varlock_attached(lk)) varlock_unlock(lk);
   Py_CLEAR(lk->var);
   tp->tp_free(self);
   Py_DECREF(tp);

@@ -12,10 +12,10 @@ typedef struct {
 
 #define RF(o) ((varref *)(o))
 
-PyObject *pdshmpy_varref_new(pdshmpy_var *var) {
-  varref *r = PyObject_New(varref, PDSHMPY_STATE(var)->varref_type);
+PyObject *pdshmpy_var_ref(PyObject *self, PyObject *unused) {
+  varref *r = PyObject_New(varref, PDSHMPY_STATE(self)->varref_type);
   if (!r) return NULL;
-  r->var = (pdshmpy_var *)Py_NewRef(var);
+  r->var = (pdshmpy_var *)Py_NewRef(self);
   return (PyObject *)r;
 }
 

@@ -39,8 +39,9 @@ int pdshmpy_var_getbuffer(PyObject *self, Py_buffer *view, int flags) {
 }
 
 void pdshmpy_var_releasebuffer(PyObject *self, Py_buffer *view) {
-  Py_XDECREF((PyObject *)view->internal);
-  view->internal = NULL;
+  PyObject *pin = view->internal;
+  view->internal = NULL; /* before the Pin's dealloc releases the GIL */
+  Py_XDECREF(pin);
 }
 
 PyObject *pdshmpy_var_array_interface(PyObject *self, void *closure) {

@@ -236,6 +236,21 @@ def test_allreduce_refuses_what_is_no_whole_view_of_a_variable_and_changes_nothi
         g.allreduce(v.numpy(), op="sum", timeout=T)  # a fresh view is fine
 
 
+def test_holds_says_which_views_a_collective_takes_itself(seg):
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    with seg.group("g", 1, rank=0) as g:
+        v = my_tensor(seg, g, [1.0, 2.0, 3.0, 4.0])
+        t = torch.from_dlpack(v)
+        assert g.holds(t) and g.holds(v.numpy()) and g.holds(t.view(2, 2))
+        for bad in (t[1:], t[::2], np.ones(4), t.clone(), "x", 3):
+            assert not g.holds(bad)
+        v.resize("float64", (8,))  # the view now shows bytes the variable no longer has
+        assert not g.holds(t)
+        g.leave()
+        with pytest.raises(pdshm.Error):
+            g.holds(v.numpy())
+
+
 def test_share_splits_n_elements_in_rank_order(seg):
     with seg.group("g", 4, rank=3) as g:
         assert g.share(10) == (7, 10)

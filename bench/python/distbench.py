@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""torch.distributed on one host: the "pdshm" backend against gloo, in one run.
+
+  collectives  all_reduce (float32 sum), broadcast, all_gather, reduce_scatter
+               (gloo has none in torch 1.13: n/a) of 4 KiB .. 64 MiB per rank
+               (16 MiB with --quick), through torch.distributed, on private
+               tensors (copied in and out)
+  in place     all_reduce of a tensor that is a view of the job's segment
+  ddp          an unmodified DistributedDataParallel training step of an MLP
+               with ~32 MiB of gradients (8 MiB with --quick)
+
+Each backend runs as a job of its own, one after the other (with a gloo
+group beside the pdshm one, used once, pdshm's 16 MiB all_reduce took 3.6x
+as long, for a reason not found); each figure is the best of several
+repetitions, as rank 0 sees it.  Prints a table of times and the ratio gloo / pdshm (> 1:
+pdshm is faster).
+
+The segment is 2 GiB unless PDSHM_TORCH_SEGMENT_SIZE says otherwise.
+
+usage: bench/python/distbench.py [--quick] [--procs 2]
+"""
+import argparse
+import os
+import socket
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+KIB, MIB = 1 << 10, 1 << 20
+
+
+def best_s(fn, group, number, repeat):
+    """Best of `repeat` runs of `number` calls of fn(), in seconds per call,
+    each run started together (a barrier of `group`)."""
+    best = float("inf")
+    for _ in range(repeat):
+        dist.barrier(group=group)
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / number)
+    return best
+
+
+def collective(name, nbytes, n, group):
+    """A closure running collective `name` over nbytes of float32 per rank in group."""
+    count = max(nbytes // 4, n)
+    count -= count % n
+    t = torch.ones(count)
+    if name == "all_reduce":
+        return lambda: dist.all_reduce(t, group=group)
+    if name == "broadcast":
+        return lambda: dist.broadcast(t, 0, group=group)
+    if name == "all_gather":
+        outs = [torch.empty(count) for _ in range(n)]
+        return lambda: dist.all_gather(outs, t, group=group)
+    if name == "reduce_scatter":
+        ins = list(torch.ones(count * n).chunk(n))
+        return lambda: dist.reduce_scatter(t, ins, group=group)
+    raise ValueError(name)
+
+
+def mlp(grad_bytes):
+    width = int((grad_bytes / 4 / 4) ** 0.5)  # four width x width layers
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(4):
+        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers[:-1]), width
+
+
+def ddp_step_s(group, grad_bytes, repeat):
+    """Seconds of one DDP training step (forward, backward, SGD step)."""
+    import torch.nn.parallel as par
+    model, width = mlp(grad_bytes)
+    ddp = par.DistributedDataParallel(model, process_group=group)
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+    x = torch.randn(8, width)
+
+    def step():
+        opt.zero_grad()
+        ddp(x).sum().backward()
+        opt.step()
+    step()
+    return best_s(step, group, 2, repeat)
+
+
+def rank_main(rank, backend, n, port, quick, out):
+    """One rank of a job of one backend: puts {(row, size): seconds} (rank 0)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import pdshm.distributed as pdist
+    dist.init_process_group(backend, rank=rank, world_size=n, timeout=timedelta(seconds=300))
+    figs = {}
+    sizes = [4 * KIB, 64 * KIB, MIB, 16 * MIB] + ([] if quick else [64 * MIB])
+    repeat = 3 if quick else 5
+    for name in ("all_reduce", "broadcast", "all_gather", "reduce_scatter"):
+        for size in sizes:
+            number = max(2, min(200, (64 * MIB) // (size * n * 4)))
+            fn = collective(name, size, n, None)
+            try:
+                fn()
+            except RuntimeError:  # gloo has no reduce_scatter in torch 1.13
+                continue
+            figs[(name, size)] = best_s(fn, None, number, repeat)
+    if backend == pdist.BACKEND:  # a view of the segment: reduced in place
+        var = pdist.segment_of().root.new_scope(f"bench.{rank}").var("t")
+        for size in sizes[1:]:
+            var.resize("float32", (size // 4,))
+            t = torch.from_dlpack(var)
+            t.fill_(1.0)
+            number = max(2, min(200, (64 * MIB) // (size * n * 4)))
+            figs[("all_reduce in place", size)] = best_s(lambda: dist.all_reduce(t), None,
+                                                         number, repeat)
+    grad = (8 if quick else 32) * MIB
+    figs[("ddp step", grad)] = ddp_step_s(None, grad, repeat)
+    if rank == 0:
+        out.put(figs)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def run_job(backend, n, quick):
+    """Runs a job of n ranks on backend; rank 0's figures."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = mp.get_context("spawn").SimpleQueue()
+    mp.start_processes(rank_main, args=(backend, n, port, quick, out), nprocs=n,
+                       start_method="spawn")
+    return out.get()
+
+
+def fmt_size(b):
+    return f"{b // MIB} MiB" if b >= MIB else f"{b // KIB} KiB"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer sizes and rounds")
+    ap.add_argument("--procs", type=int, default=2)
+    opt = ap.parse_args()
+    # reduce_scatter of 64 MiB per rank stages 2 x 64 MiB per rank
+    os.environ.setdefault("PDSHM_TORCH_SEGMENT_SIZE", "2G")
+    mine = run_job("pdshm", opt.procs, opt.quick)
+    gloo = run_job("gloo", opt.procs, opt.quick)
+    print(f"torch.distributed, {opt.procs} processes on {os.cpu_count()} cores "
+          f"(torch {torch.__version__}); times are per call, best of several")
+    print(f"{'collective':22} {'size':>7} {'pdshm':>11} {'gloo':>11} {'gloo/pdshm':>10}")
+    for (name, size), p in mine.items():
+        if name == "all_reduce in place":
+            g = mine[("all_reduce", size)]
+            note = "  (second column: pdshm on a private tensor)"
+        else:
+            g = gloo.get((name, size))
+            note = "" if g is not None else "  (gloo does not have it)"
+        gs = f"{g * 1e6:9.1f}us" if g is not None else f"{'n/a':>11}"
+        ratio = f"{g / p:9.2f}x" if g is not None else f"{'':10}"
+        print(f"{name:22} {fmt_size(size):>7} {p * 1e6:9.1f}us {gs} {ratio}{note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,905 @@
+"""pdshm.distributed: the torch.distributed backend "pdshm" (imports torch).
+
+    import pdshm.distributed                      # registers "pdshm"
+    torch.distributed.init_process_group("pdshm") # env://, tcp://, or store=
+    model = torch.nn.parallel.DistributedDataParallel(model)
+
+The ranks of one host share one pdshm segment, agreed on through the
+process group's store: the host's first rank creates it under a random
+name, the others attach once the store says it exists, and every rank
+unlinks the name once all have attached (or init failed), so /dev/shm holds
+nothing of the job past its initialisation, whoever is killed later (the
+memory goes back with the last process).  Each process group (new_group
+subgroups too) is one pdshm trainer group in that segment.
+
+Collectives run to completion in the call that issues them (async_op=True
+returns a completed Work whose future holds the tensor list), so an error
+is raised by that call: a member's death raises PeerDiedError (a
+RuntimeError that is also a pdshm.PeerDied) in every survivor, and so does
+every later collective of that process group (through DDP's backward, a
+plain RuntimeError whose message says PeerDiedError: C++ is in between); a
+member that stops answering makes them raise CollectiveTimeout (a
+RuntimeError that is also a TimeoutError) after the process group's
+timeout.  A member that exits normally (or closes the group) while the
+others wait is a PeerDiedError for them too, within LEFT_CHECK_S: their
+waits are barriers taken in slices (one starts every reduction), and
+between slices they look for members whose exchange variable is gone.
+
+Reductions the group does in the segment (SUM, AVG, MIN, MAX of float16,
+bfloat16, float32, float64, int32, int64) are copied into a staging
+variable, reduced in place there and copied out; a tensor that is a view of
+a variable of the segment (segment_of(group), torch.from_dlpack(var)) is
+reduced in place with no copy.  The others (PRODUCT, the
+bitwise ops, int8, int16, uint8, bool) and every op that only moves bytes go
+through per-rank exchange variables: each rank writes its bytes into its
+own, a barrier, each reads what it needs from the others' (reducing in rank
+order, so every rank computes the same bits), a barrier.  Staging and
+exchange variables are kept and reused from call to call.
+
+Environment: PDSHM_TORCH_SEGMENT_SIZE (bytes, or with a K, M or G suffix;
+default 512M) sizes the segment the job's staging lives in.
+
+A group whose ranks span hosts (ranks whose host names or boot ids differ,
+or nodes simulated by LOCAL_WORLD_SIZE < WORLD_SIZE) has one segment per
+host and reduces hierarchically (ProcessGroupPdshmHosts).
+
+Not supported: send/recv, allgather_coalesced, several tensors per rank in
+one collective (the multi-device form), PREMUL_SUM.  Each raises an error
+naming the op.
+"""
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import secrets
+import socket
+import threading
+import time
+import weakref
+from datetime import timedelta
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import ProcessGroup, ReduceOp, _create_work_from_future
+
+from . import _pdshm
+
+__all__ = ["BACKEND", "ProcessGroupPdshm", "ProcessGroupPdshmHosts", "PeerDiedError",
+           "CollectiveTimeout", "segment_of"]
+
+BACKEND = "pdshm"
+SIZE_ENV = "PDSHM_TORCH_SEGMENT_SIZE"
+DEFAULT_SIZE = 512 << 20
+STAGING_KEEP = 8  # staging variables kept per process group (least recently used go)
+LEFT_CHECK_S = 0.05  # seconds between two looks for a member that left, while waiting
+
+_RED = ReduceOp.RedOpType
+# The reductions the pdshm group does in the segment, and the dtypes it does them for.
+_GROUP_OPS = {_RED.SUM: "sum", _RED.AVG: "mean", _RED.MIN: "min", _RED.MAX: "max"}
+_GROUP_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32,
+                 torch.int64}
+_HALF = {torch.float16, torch.bfloat16}
+
+
+class PeerDiedError(RuntimeError, _pdshm.PeerDied):
+    """A member of the process group died: the collective was abandoned."""
+
+
+class CollectiveTimeout(RuntimeError, TimeoutError):
+    """A member did not reach the collective within the process group's timeout."""
+
+
+def _segment_size() -> int:
+    text = os.environ.get(SIZE_ENV, "").strip()
+    if not text:
+        return DEFAULT_SIZE
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1].upper(), 1)
+    digits = text[:-1] if scale != 1 else text
+    try:
+        size = int(digits) * scale
+    except ValueError:
+        size = 0
+    if size <= 0:
+        raise ValueError(f"{SIZE_ENV}={text!r}: want a byte count, e.g. 512M or 2G")
+    return size
+
+
+def _host() -> str:
+    """This host's identity: its name and its boot's id (two containers may
+    share a name); and the node's index when the environment says that the
+    world has more ranks than this node (LOCAL_WORLD_SIZE < WORLD_SIZE, as
+    torchrun sets them), so that nodes simulated on one machine are hosts."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    host = f"{socket.gethostname()}/{boot}"
+    env = os.environ
+    try:
+        local, world = int(env["LOCAL_WORLD_SIZE"]), int(env["WORLD_SIZE"])
+        node = int(env.get("GROUP_RANK", int(env["RANK"]) // local)) if local < world else None
+    except (KeyError, ValueError, ZeroDivisionError):
+        node = None
+    return host if node is None else f"{host}/node{node}"
+
+
+def _layout(store, rank: int, size: int) -> Tuple[List[List[int]], int]:
+    """The ranks of each host of a group (hosts in the order of their first
+    rank) and this rank's host's index, agreed on through the group's store."""
+    store.set(f"pdshm/host/{rank}", _host())
+    keys = [store.get(f"pdshm/host/{r}").decode() for r in range(size)]
+    index: Dict[str, int] = {}
+    hosts: List[List[int]] = []
+    for r, key in enumerate(keys):
+        if key not in index:
+            index[key] = len(hosts)
+            hosts.append([])
+        hosts[index[key]].append(r)
+    return hosts, index[keys[rank]]
+
+
+class _Job:
+    """The segment that the process groups of this process share with the
+    ranks of its host, agreed on through a group's store."""
+
+    def __init__(self, store, local: Sequence[int], rank: int, host: int,
+                 timeout: timedelta) -> None:
+        """local: the group ranks on this host; host: this host's index."""
+        # The host's first rank publishes the name before it creates the
+        # segment, and every rank unlinks it once all of the host have
+        # attached, or when init fails: the name outlives init only if every
+        # rank of the host that read it dies during init.
+        key = f"pdshm/h{host}"
+        if rank == local[0]:
+            name = f"torch-{secrets.token_hex(8)}"
+            store.set(f"{key}/segment", name)
+        else:
+            name = store.get(f"{key}/segment").decode()
+        try:
+            if rank == local[0]:
+                self.seg = _pdshm.create(name, size=_segment_size())
+                store.set(f"{key}/created", "1")
+            else:
+                store.wait([f"{key}/created"], timeout)
+                self.seg = _pdshm.attach(name)
+            # The last to attach says so; then nobody needs the name any more.
+            if store.add(f"{key}/attached", 1) == len(local):
+                store.set(f"{key}/all-attached", "1")
+            store.wait([f"{key}/all-attached"], timeout)
+        finally:
+            try:
+                _pdshm.unlink(name)
+            except _pdshm.NotFound:
+                pass
+        self.users = 0  # process groups on this segment
+
+    def drop(self) -> None:
+        self.users -= 1
+        if self.users == 0:
+            self.seg.detach()
+
+
+_world_job: Optional[_Job] = None
+# The process groups not closed yet: closed at exit (before pdshm detaches),
+# which tells the other members that this one left.
+_OPEN: "weakref.WeakSet[ProcessGroupPdshm]" = weakref.WeakSet()
+
+
+def _close_open_groups() -> None:
+    for pg in list(_OPEN):
+        try:
+            pg.close()
+        except Exception:  # exiting: what is left goes with the process
+            pass
+
+
+atexit.register(_close_open_groups)
+
+
+class _Staging:
+    """Per-dtype, per-size variables of this rank's own, with a torch view
+    each: the copies in and out of the group's reductions."""
+
+    def __init__(self, scope, budget: int) -> None:
+        """budget: the bytes kept at most (but always the last one used), so
+        that the ranks sharing the segment leave each other room."""
+        self.scope = scope
+        self.budget = budget
+        self.kept: "collections.OrderedDict[Tuple[torch.dtype, int], tuple]" = \
+            collections.OrderedDict()
+
+    def get(self, dtype: torch.dtype, numel: int):
+        key = (dtype, numel)
+        hit = self.kept.get(key)
+        if hit is not None:
+            self.kept.move_to_end(key)
+            return hit
+        var = self.scope.new_var()
+        try:
+            self._resize(var, dtype, numel)
+        except BaseException:
+            self.scope.erase(var.name)
+            raise
+        hit = (var, torch.from_dlpack(var))
+        self.kept[key] = hit
+        while len(self.kept) > STAGING_KEEP or (
+                len(self.kept) > 1 and sum(v.nbytes for v, _ in self.kept.values()) > self.budget):
+            self._drop_oldest()
+        return hit
+
+    def _resize(self, var, dtype: torch.dtype, numel: int) -> None:
+        """Gives var numel elements of dtype, letting go of the kept staging
+        variables (oldest first) while the segment has no room."""
+        while True:
+            try:
+                var.resize(str(dtype).replace("torch.", ""), (numel,))
+                return
+            except _pdshm.NoMemory as e:
+                if not self.kept:
+                    raise MemoryError(f"pdshm: no room for {numel} x {dtype} of staging in "
+                                      f"the segment (raise {SIZE_ENV}): {e}") from None
+                self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        old_var, _ = self.kept.popitem(last=False)[1]
+        self.scope.erase(old_var.name)  # a view still alive keeps the bytes (a pin)
+
+
+class _Exchange:
+    """Each rank's exchange variable (bytes, only ever grown by its owner)
+    and views of everyone's, refreshed when an owner grew its variable."""
+
+    def __init__(self, seg, prefix: str, rank: int, size: int) -> None:
+        self.root = seg.root
+        self.names = [f"{prefix}.x{r}" for r in range(size)]
+        self.rank = rank
+        self.own = self.root.var(self.names[rank])
+        self.own.resize("uint8", (1 << 12,))
+        self.views: Dict[int, torch.Tensor] = {}
+
+    def mine(self, nbytes: int) -> torch.Tensor:
+        """This rank's exchange bytes, at least nbytes (call before the first barrier)."""
+        if self.own.nbytes < nbytes:
+            self.views.pop(self.rank, None)
+            try:  # doubled, so that slowly growing sizes do not resize every call
+                self.own.resize("uint8", (max(nbytes, 2 * self.own.nbytes),))
+            except _pdshm.NoMemory:
+                try:
+                    self.own.resize("uint8", (nbytes,))
+                except _pdshm.NoMemory as e:
+                    raise MemoryError(f"pdshm: no room for {nbytes} bytes of exchange in the "
+                                      f"segment (raise {SIZE_ENV}): {e}") from None
+        return self.of(self.rank)
+
+    def of(self, r: int) -> torch.Tensor:
+        """Rank r's exchange bytes as r last wrote them (after a barrier)."""
+        view = self.views.get(r)
+        var = self.own if r == self.rank else None
+        if var is None:
+            var = self.root.find_var(self.names[r])
+        if view is None or view.numel() != var.nbytes:
+            view = torch.from_dlpack(var)
+            self.views[r] = view
+        return view
+
+    def departed(self) -> Optional[int]:
+        """A rank whose exchange variable is gone (it left), or None."""
+        for r, name in enumerate(self.names):
+            if r != self.rank and self.root.find_var(name) is None:
+                return r
+        return None
+
+    def close(self) -> None:
+        self.views.clear()
+        try:
+            self.root.erase(self.names[self.rank])
+        except _pdshm.Error:
+            pass
+
+
+def _bytes_of(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _as(raw: torch.Tensor, like: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    """raw's bytes [offset, offset + like's size) seen as a tensor shaped like `like`."""
+    n = _bytes_of(like)
+    return raw[offset:offset + n].view(like.dtype).view(like.shape)
+
+
+def _fold_of(op, dtype: torch.dtype, what: str):
+    """The binary torch function that folds dtype's values by op; a
+    RuntimeError naming `what` when op is not defined for dtype (checked
+    before any communication, so every rank refuses alike)."""
+    if dtype == torch.bool:
+        fold = {_RED.SUM: torch.logical_or, _RED.MAX: torch.logical_or,
+                _RED.BOR: torch.logical_or, _RED.PRODUCT: torch.logical_and,
+                _RED.MIN: torch.logical_and, _RED.BAND: torch.logical_and,
+                _RED.BXOR: torch.logical_xor}.get(op)
+    elif dtype.is_floating_point or dtype.is_complex:
+        fold = {_RED.SUM: torch.add, _RED.AVG: torch.add, _RED.PRODUCT: torch.mul}.get(op)
+        if not dtype.is_complex:
+            fold = fold or {_RED.MIN: torch.minimum, _RED.MAX: torch.maximum}.get(op)
+    else:
+        fold = {_RED.SUM: torch.add, _RED.AVG: torch.add, _RED.PRODUCT: torch.mul,
+                _RED.MIN: torch.minimum, _RED.MAX: torch.maximum, _RED.BAND: torch.bitwise_and,
+                _RED.BOR: torch.bitwise_or, _RED.BXOR: torch.bitwise_xor}.get(op)
+    if fold is None:
+        raise RuntimeError(f"pdshm: {what} with {op.name} of {dtype} is not supported")
+    return fold
+
+
+def _reduce_local(op, parts: Sequence[torch.Tensor], out: torch.Tensor) -> None:
+    """out = op over parts, in their order (out may alias none of them)."""
+    dtype = out.dtype
+    fold = _fold_of(op, dtype, "a reduction")
+    # float16 and bfloat16 compute in float32 and round once, as the group does.
+    wide = torch.float32 if dtype in _HALF else dtype
+    acc = parts[0].to(wide, copy=True)
+    for p in parts[1:]:
+        fold(acc, p.to(wide), out=acc)
+    if op == _RED.AVG:
+        if dtype.is_floating_point or dtype.is_complex:
+            acc.div_(len(parts))
+        else:
+            acc = torch.div(acc, len(parts), rounding_mode="trunc")
+    out.copy_(acc)
+
+
+def _one(tensors: Sequence[torch.Tensor], what: str) -> torch.Tensor:
+    if len(tensors) != 1:
+        raise RuntimeError(f"pdshm: {what} takes one tensor per rank, not {len(tensors)}")
+    t = tensors[0]
+    if t.device.type != "cpu":
+        raise RuntimeError(f"pdshm: {what} takes CPU tensors, not {t.device}")
+    return t
+
+
+def _done(result) -> "dist.Work":
+    """A completed Work whose future's value is result.  Collectives run in
+    the call and raise from it, never through a Work: in torch 1.13 a failed
+    Work made by Python (its future set with the exception, its wait()
+    raising it) crashed DDP's backward (SIGSEGV), and a C++ Work (this one)
+    cannot be collected under C++'s feet, as a Python subclass of Work can."""
+    fut = torch.futures.Future()
+    fut.set_result(result)
+    return _create_work_from_future(fut)
+
+
+class ProcessGroupPdshm(ProcessGroup):
+    """A torch.distributed process group whose ranks are one pdshm trainer
+    group in the host's segment (see the module's docstring)."""
+
+    def __init__(self, store, rank: int, size: int, timeout: timedelta, group_id: str,
+                 job: _Job, local: Optional[Sequence[int]] = None) -> None:
+        """local: the group ranks on this host (default: all)."""
+        super().__init__(rank, size)
+        self._timeout = timeout.total_seconds()
+        self._job = job
+        job.users += 1
+        seg = job.seg
+        prefix = f"pg.{group_id}"
+        local = list(range(size)) if local is None else list(local)
+        member = local.index(rank)
+        self._group = seg.group(prefix, len(local), rank=member)
+        self._scope = seg.root.new_scope()
+        self._staging = _Staging(self._scope, seg.stats().size // (2 * len(local)))
+        self._exchange = _Exchange(seg, prefix, member, len(local))
+        self._lock = threading.Lock()
+        self._closed = False
+        self._death: Optional[str] = None  # what the first PeerDied said
+        # Everyone's exchange variable exists before anyone looks it up.
+        self._call(self._group.barrier)
+        _OPEN.add(self)
+
+    def getBackendName(self) -> str:
+        return BACKEND
+
+    @property
+    def segment(self):
+        """The pdshm.Segment this group lives in."""
+        return self._job.seg
+
+    def close(self) -> None:
+        """Leaves the trainer group and lets go of this rank's variables
+        (destroy_process_group does not call it; dropping the group does)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._exchange.close()
+        self._staging.kept.clear()
+        self._group.leave()
+        self._scope.release()
+        self._job.drop()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ---- the group's calls, with their errors in torch's terms -------------------
+
+    def _call(self, fn, *args, timeout: Optional[float] = None):
+        """fn(*args, timeout=) (a call of the trainer group) with its errors in
+        torch's terms; timeout defaults to the process group's."""
+        if self._closed:
+            raise RuntimeError("pdshm: this process group was closed")
+        if self._death is not None:
+            # The trainer group would wait for a replacement that torch never sends.
+            raise PeerDiedError(f"pdshm: an earlier collective of this process group saw a "
+                                f"member die ({self._death}): destroy it and start again")
+        try:
+            return fn(*args, timeout=self._timeout if timeout is None else timeout)
+        except _pdshm.PeerDied as e:
+            self._death = str(e.strerror or e)
+            err = PeerDiedError(f"pdshm: {self._death}")
+            err.code = e.code
+            raise err from None
+        except _pdshm.TimedOut as e:
+            raise CollectiveTimeout(f"pdshm: a member did not reach the collective within "
+                                    f"the process group's timeout ({self._timeout} s): "
+                                    f"{e.strerror or e}") from None
+
+    def _barrier(self) -> None:
+        """The group's barrier, waited for in slices: between them, a member
+        that left (its exchange variable erased: it exited normally or
+        closed the group) is a PeerDiedError, as a death is.  A barrier that
+        timed out has not been passed, so slicing it changes nothing."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                self._call(self._group.barrier, timeout=max(0.0, min(LEFT_CHECK_S, left)))
+                return
+            except CollectiveTimeout:
+                if left <= LEFT_CHECK_S:
+                    raise
+            gone = self._exchange.departed()
+            if gone is not None:
+                self._death = f"rank {gone} left the process group"
+                raise PeerDiedError(f"pdshm: {self._death} (it exited or destroyed the group) "
+                                    "while this rank waited for it")
+
+    def _reduce_in_group(self, op, t: torch.Tensor) -> bool:
+        """t (any layout) reduced over the group, in place when it is a view of
+        a variable of the segment, else through a staging variable; False
+        (nothing done) when the group does not reduce t's dtype by op."""
+        name = _GROUP_OPS.get(op)
+        if name is None or t.dtype not in _GROUP_DTYPES:
+            return False
+        # Each reduction starts with a barrier: the reduction itself cannot
+        # tell a member that left from one that is late (see _barrier).
+        if t.is_contiguous() and self._group.holds(t):  # in the segment already: no copy
+            self._barrier()
+            self._call(self._group.allreduce, t, name)
+            return True
+        var, view = self._staging.get(t.dtype, t.numel())
+        view.view(t.shape).copy_(t)
+        self._barrier()
+        self._call(self._group.allreduce, var, name)
+        t.copy_(view.view(t.shape))
+        return True
+
+    def _exchanged_parts(self, t: torch.Tensor, offset: int = 0) -> List[torch.Tensor]:
+        """Every rank's tensor shaped like t from byte offset of its exchange bytes."""
+        return [_as(self._exchange.of(r), t, offset) for r in range(self.size())]
+
+    def _reduce_by_exchange(self, op, t: torch.Tensor) -> None:
+        _as(self._exchange.mine(_bytes_of(t)), t).copy_(t)
+        self._barrier()
+        _reduce_local(op, self._exchanged_parts(t), t)
+        self._barrier()
+
+    def _allreduce1(self, op, t: torch.Tensor) -> None:
+        _fold_of(op, t.dtype, "allreduce")
+        if t.numel() and not self._reduce_in_group(op, t):
+            self._reduce_by_exchange(op, t)
+
+    # ---- the collectives -----------------------------------------------------------
+
+    def allreduce(self, tensors, opts=None):
+        t = _one(tensors, "allreduce")
+        with self._lock:
+            self._allreduce1(_op(opts), t)
+        return _done(tensors)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        if not tensors:
+            return _done(tensors)
+        if len({t.dtype for t in tensors}) != 1:
+            raise RuntimeError("pdshm: allreduce_coalesced takes tensors of one dtype")
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        with self._lock:
+            self._allreduce1(_op(opts), flat)
+        off = 0
+        for t in tensors:
+            t.copy_(flat[off:off + t.numel()].view(t.shape))
+            off += t.numel()
+        return _done(tensors)
+
+    def reduce(self, tensors, opts=None):
+        t = _one(tensors, "reduce")
+        root = _root(opts, self.size())
+        with self._lock:
+            if self.rank() == root:
+                self._allreduce1(_op(opts), t)
+            else:  # the same collective, on a copy: non-roots' tensors stay as they were
+                self._allreduce1(_op(opts), t.clone())
+        return _done(tensors)
+
+    def broadcast(self, tensors, opts=None):
+        t = _one(tensors, "broadcast")
+        root = _root(opts, self.size())
+        with self._lock:
+            if self.rank() == root:
+                _as(self._exchange.mine(_bytes_of(t)), t).copy_(t)
+            self._barrier()
+            if self.rank() != root:
+                t.copy_(_as(self._exchange.of(root), t))
+            self._barrier()
+        return _done(tensors)
+
+    def _gather_into(self, outs: Sequence[torch.Tensor], t: torch.Tensor) -> None:
+        """outs[r] = rank r's t, for every r (outs may be empty: contribute only)."""
+        for o in outs:
+            _check_like(o, t, "allgather/gather")
+        _as(self._exchange.mine(_bytes_of(t)), t).copy_(t)
+        self._barrier()
+        for r, o in enumerate(outs):
+            o.copy_(_as(self._exchange.of(r), t))
+        self._barrier()
+
+    def allgather(self, output_lists, input_list, opts=None):
+        t = _one(input_list, "allgather")
+        outs = _one_list(output_lists, self.size(), "allgather")
+        with self._lock:
+            self._gather_into(outs, t)
+        return _done(output_lists)
+
+    def _allgather_base(self, output, input, opts=None):
+        if output.numel() != input.numel() * self.size():
+            raise RuntimeError(f"pdshm: _allgather_base: output has {output.numel()} elements, "
+                               f"want {self.size()} x {input.numel()}")
+        chunks = list(output.view(-1).chunk(self.size())) if output.is_contiguous() else None
+        with self._lock:
+            if chunks is not None:
+                self._gather_into([c.view(input.shape) for c in chunks], input)
+            else:
+                flat = output.reshape(-1).clone()
+                self._gather_into([c.view(input.shape) for c in flat.chunk(self.size())], input)
+                output.copy_(flat.view(output.shape))
+        return _done([output])
+
+    def gather(self, output_lists, input_list, opts=None):
+        t = _one(input_list, "gather")
+        root = _root(opts, self.size())
+        if self.rank() == root:
+            outs = _one_list(output_lists, self.size(), "gather")
+        elif output_lists and any(len(o) for o in output_lists):
+            raise RuntimeError("pdshm: gather: only the root passes output tensors")
+        else:
+            outs = []
+        with self._lock:
+            self._gather_into(outs, t)
+        return _done(output_lists)
+
+    def scatter(self, output_list, input_lists, opts=None):
+        t = _one(output_list, "scatter")
+        root = _root(opts, self.size())
+        n = self.size()
+        with self._lock:
+            if self.rank() == root:
+                ins = _one_list(input_lists, n, "scatter")
+                for i in ins:
+                    _check_like(i, t, "scatter")
+                raw = self._exchange.mine(n * _bytes_of(t))
+                for r, i in enumerate(ins):
+                    _as(raw, t, r * _bytes_of(t)).copy_(i)
+            elif input_lists and any(len(i) for i in input_lists):
+                raise RuntimeError("pdshm: scatter: only the root passes input tensors")
+            self._barrier()
+            t.copy_(_as(self._exchange.of(root), t, self.rank() * _bytes_of(t)))
+            self._barrier()
+        return _done(output_list)
+
+    def reduce_scatter(self, output_list, input_lists, opts=None):
+        out = _one(output_list, "reduce_scatter")
+        ins = _one_list(input_lists, self.size(), "reduce_scatter")
+        for i in ins:
+            _check_like(i, out, "reduce_scatter")
+        with self._lock:
+            self._reduce_scatter(_op(opts), out, ins)
+        return _done(output_list)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        n = self.size()
+        if input.numel() != output.numel() * n:
+            raise RuntimeError(f"pdshm: _reduce_scatter_base: input has {input.numel()} "
+                               f"elements, want {n} x {output.numel()}")
+        ins = [c.view(output.shape) for c in input.reshape(-1).chunk(n)] if output.numel() \
+            else [output] * n
+        with self._lock:
+            self._reduce_scatter(_op(opts), output, ins)
+        return _done([output])
+
+    def _reduce_scatter(self, op, out: torch.Tensor, ins: Sequence[torch.Tensor]) -> None:
+        """out = op over every rank's ins[this rank]; ins[r] are shaped like out."""
+        n, c, me = self.size(), out.numel(), self.rank()
+        if c == 0:
+            return
+        _fold_of(op, out.dtype, "reduce_scatter")
+        name = _GROUP_OPS.get(op)
+        if name is not None and out.dtype in _GROUP_DTYPES:
+            # The group's share of rank r of n * c elements is [r * c, (r + 1) * c).
+            var, view = self._staging.get(out.dtype, n * c)
+            for r, i in enumerate(ins):
+                view[r * c:(r + 1) * c].view(out.shape).copy_(i)
+            self._barrier()
+            self._call(self._group.reduce_scatter, var, name)
+            out.copy_(view[me * c:(me + 1) * c].view(out.shape))
+            return
+        b = _bytes_of(out)
+        raw = self._exchange.mine(n * b)
+        for r, i in enumerate(ins):
+            _as(raw, out, r * b).copy_(i)
+        self._barrier()
+        _reduce_local(op, self._exchanged_parts(out, me * b), out)
+        self._barrier()
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        n = self.size()
+        ins = _split_rows(input, input_split_sizes, n, "alltoall_base input")
+        outs = _split_rows(output, output_split_sizes, n, "alltoall_base output")
+        with self._lock:
+            self._alltoall(outs, ins)
+        return _done([output])
+
+    def alltoall(self, output_list, input_list, opts=None):
+        n = self.size()
+        if len(output_list) != n or len(input_list) != n:
+            raise RuntimeError(f"pdshm: alltoall takes {n} input and {n} output tensors")
+        with self._lock:
+            self._alltoall(list(output_list), list(input_list))
+        return _done(output_list)
+
+    def _alltoall(self, outs: Sequence[torch.Tensor], ins: Sequence[torch.Tensor]) -> None:
+        """outs[r] = rank r's ins[this rank].  Each rank's exchange bytes start
+        with n + 1 int64 byte offsets of its parts."""
+        n, me = self.size(), self.rank()
+        head = 8 * (n + 1)
+        offs = [head]
+        for i in ins:
+            offs.append(offs[-1] + _bytes_of(i))
+        raw = self._exchange.mine(offs[-1])
+        raw[:head].view(torch.int64).copy_(torch.tensor(offs, dtype=torch.int64))
+        for i, lo in zip(ins, offs):
+            _as(raw, i, lo).copy_(i)
+        self._barrier()
+        for r, o in enumerate(outs):
+            theirs = self._exchange.of(r)
+            lo, hi = theirs[:head].view(torch.int64)[me:me + 2].tolist()
+            if hi - lo != _bytes_of(o):
+                self._barrier()
+                raise RuntimeError(f"pdshm: alltoall: rank {r} sends {hi - lo} bytes to rank "
+                                   f"{me}, whose output for it holds {_bytes_of(o)}")
+            o.copy_(_as(theirs, o, lo))
+        self._barrier()
+
+    def barrier(self, opts=None):
+        with self._lock:
+            self._barrier()
+        return _done([])
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        raise RuntimeError("pdshm: allgather_coalesced is not supported")
+
+    def send(self, tensors, dst, tag=0):
+        raise RuntimeError("pdshm: send is not supported (point-to-point: use gloo)")
+
+    def recv(self, tensors, src, tag=0):
+        raise RuntimeError("pdshm: recv is not supported (point-to-point: use gloo)")
+
+    def recv_anysource(self, tensors, tag=0):
+        raise RuntimeError("pdshm: recv_anysource is not supported (point-to-point: use gloo)")
+
+
+class ProcessGroupPdshmHosts(ProcessGroupPdshm):
+    """A process group whose ranks span hosts: the ranks of each host are a
+    trainer group in that host's segment, and gloo carries what crosses
+    hosts.  all_reduce (SUM, AVG, MIN, MAX of the group's dtypes) is
+    hierarchical, as libpdshm-mpi's: a reduce-scatter in the segment, an
+    all_reduce of each rank's share among the ranks of the same local index
+    on every host (gloo), an allgather in the segment; so each rank hands
+    the network 1/L of the bytes.  The other collectives go through a gloo
+    group of all the ranks (reductions it does not do as an all_gather of
+    the bytes, reduced by every rank in rank order).  Hosts with different
+    numbers of ranks reduce through that gloo group alone."""
+
+    def __init__(self, store, rank: int, size: int, timeout: timedelta, group_id: str,
+                 job: _Job, hosts: List[List[int]], host: int) -> None:
+        super().__init__(store, rank, size, timeout, group_id, job, local=hosts[host])
+        self._world = dist.ProcessGroupGloo(dist.PrefixStore("pdshm/world", store), rank,
+                                            size, timeout)
+        self._cross = None
+        if len({len(h) for h in hosts}) == 1:
+            member = hosts[host].index(rank)
+            self._cross = dist.ProcessGroupGloo(dist.PrefixStore(f"pdshm/cross{member}", store),
+                                                host, len(hosts), timeout)
+
+    def _barrier(self) -> None:
+        self._world.barrier().wait()
+
+    def _world_parts(self, t: torch.Tensor) -> List[torch.Tensor]:
+        """Every rank's t (gloo all_gather of its bytes), in rank order."""
+        raw = t.contiguous().reshape(-1).view(torch.uint8)
+        outs = [torch.empty_like(raw) for _ in range(self.size())]
+        self._world.allgather([outs], [raw]).wait()
+        return [o.view(t.dtype).view(t.shape) for o in outs]
+
+    def _allreduce1(self, op, t: torch.Tensor) -> None:
+        _fold_of(op, t.dtype, "allreduce")
+        if not t.numel():
+            return
+        if self._cross is None or op not in _GROUP_OPS or t.dtype not in _GROUP_DTYPES:
+            _reduce_local(op, self._world_parts(t), t)
+            return
+        if t.dtype not in _HALF and t.is_contiguous() and self._group.holds(t):
+            var, flat = t, t.view(-1)  # in the segment already: no copy
+        else:
+            # float16 and bfloat16 go as float32, rounded once at the end as in one host
+            wide = torch.float32 if t.dtype in _HALF else t.dtype
+            var, flat = self._staging.get(wide, t.numel())
+            flat.view(t.shape).copy_(t)
+        local_op = "sum" if op == _RED.AVG else _GROUP_OPS[op]
+        ProcessGroupPdshm._barrier(self)  # the host's members: one that left raises
+        self._call(self._group.reduce_scatter, var, local_op)
+        lo, hi = self._group.share(t.numel())
+        if hi > lo:
+            self._across_hosts(op, flat[lo:hi])
+        self._call(self._group.allgather, var)
+        if var is not t:
+            t.copy_(flat.view(t.shape))
+
+    def _across_hosts(self, op, share: torch.Tensor) -> None:
+        """share (float32 for float16 and bfloat16) = op over the same share
+        of every host (gloo), then AVG's division."""
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = ReduceOp.SUM if op in (_RED.SUM, _RED.AVG) else \
+            (ReduceOp.MIN if op == _RED.MIN else ReduceOp.MAX)
+        self._cross.allreduce([share], opts).wait()
+        if op == _RED.AVG:
+            if share.dtype.is_floating_point:
+                share.div_(self.size())
+            else:
+                share.copy_(torch.div(share, self.size(), rounding_mode="trunc"))
+
+    def _reduce_scatter(self, op, out: torch.Tensor, ins: Sequence[torch.Tensor]) -> None:
+        if not out.numel():
+            return
+        c, me = out.numel(), self.rank()
+        flat = torch.cat([i.reshape(-1) for i in ins])
+        self._allreduce1(op, flat)
+        out.copy_(flat[me * c:(me + 1) * c].view(out.shape))
+
+    def _gather_into(self, outs: Sequence[torch.Tensor], t: torch.Tensor) -> None:
+        for o in outs:
+            _check_like(o, t, "allgather/gather")
+        for o, part in zip(outs, self._world_parts(t)):
+            o.copy_(part)
+
+    def broadcast(self, tensors, opts=None):
+        t = _one(tensors, "broadcast")
+        root = _root(opts, self.size())
+        raw = t.contiguous().reshape(-1).view(torch.uint8)
+        bopts = dist.BroadcastOptions()
+        bopts.rootRank = root
+        with self._lock:
+            self._world.broadcast([raw], bopts).wait()
+        if raw.data_ptr() != t.data_ptr():
+            t.copy_(raw.view(t.dtype).view(t.shape))
+        return _done(tensors)
+
+    def scatter(self, output_list, input_lists, opts=None):
+        t = _one(output_list, "scatter")
+        root = _root(opts, self.size())
+        n, b = self.size(), _bytes_of(t)
+        raw = torch.empty(n * b, dtype=torch.uint8)
+        if self.rank() == root:
+            ins = _one_list(input_lists, n, "scatter")
+            for r, i in enumerate(ins):
+                _check_like(i, t, "scatter")
+                _as(raw, t, r * b).copy_(i)
+        elif input_lists and any(len(i) for i in input_lists):
+            raise RuntimeError("pdshm: scatter: only the root passes input tensors")
+        bopts = dist.BroadcastOptions()
+        bopts.rootRank = root
+        with self._lock:
+            self._world.broadcast([raw], bopts).wait()
+        t.copy_(_as(raw, t, self.rank() * b))
+        return _done(output_list)
+
+    def _alltoall(self, outs: Sequence[torch.Tensor], ins: Sequence[torch.Tensor]) -> None:
+        inp = torch.cat([i.contiguous().reshape(-1).view(torch.uint8) for i in ins])
+        out = torch.empty(sum(_bytes_of(o) for o in outs), dtype=torch.uint8)
+        self._world.alltoall_base(out, inp, [_bytes_of(o) for o in outs],
+                                  [_bytes_of(i) for i in ins], dist.AllToAllOptions()).wait()
+        off = 0
+        for o in outs:
+            o.copy_(_as(out, o, off))
+            off += _bytes_of(o)
+
+
+def _op(opts):
+    return opts.reduceOp.op if opts is not None else _RED.SUM
+
+
+def _root(opts, size: int) -> int:
+    root = opts.rootRank if opts is not None else 0
+    if not 0 <= root < size:
+        raise RuntimeError(f"pdshm: root rank {root} is outside [0, {size})")
+    return root
+
+
+def _one_list(lists, n: int, what: str) -> List[torch.Tensor]:
+    if len(lists) != 1 or len(lists[0]) != n:
+        raise RuntimeError(f"pdshm: {what} takes one list of {n} tensors per rank")
+    return list(lists[0])
+
+
+def _check_like(o: torch.Tensor, t: torch.Tensor, what: str) -> None:
+    if o.dtype != t.dtype or o.numel() != t.numel():
+        raise RuntimeError(f"pdshm: {what}: a tensor of {o.dtype}[{o.numel()}] where "
+                           f"{t.dtype}[{t.numel()}] is wanted")
+
+
+def _split_rows(t: torch.Tensor, sizes, n: int, what: str) -> List[torch.Tensor]:
+    rows = t.shape[0] if t.dim() else 1
+    if not sizes:
+        if rows % n:
+            raise RuntimeError(f"pdshm: {what}: {rows} rows do not split into {n} equal parts")
+        sizes = [rows // n] * n
+    if len(sizes) != n or sum(sizes) != rows:
+        raise RuntimeError(f"pdshm: {what}: split sizes {list(sizes)} do not split {rows} rows "
+                           f"into {n} parts")
+    return list(t.split(list(sizes))) if t.dim() else [t]
+
+
+def _create(opts, pg_options=None) -> ProcessGroupPdshm:
+    """The backend's creator (extended form): the default group makes the
+    job's segment on each host; subgroups of a pdshm default group live in
+    it, others in a segment of their own.  A group whose ranks span hosts is
+    a ProcessGroupPdshmHosts."""
+    global _world_job
+    store, rank, size = opts.store, opts.group_rank, opts.group_size
+    hosts, host = _layout(store, rank, size)
+    shared = (opts.global_ranks_in_group and dist.get_backend() == BACKEND
+              and _world_job is not None and _world_job.users)
+    job = _world_job if shared else _Job(store, hosts[host], rank, host, opts.timeout)
+    if not opts.global_ranks_in_group:
+        _world_job = job
+    try:
+        if len(hosts) == 1:
+            return ProcessGroupPdshm(store, rank, size, opts.timeout, opts.group_id, job)
+        return ProcessGroupPdshmHosts(store, rank, size, opts.timeout, opts.group_id, job,
+                                      hosts, host)
+    except BaseException:
+        if job.users == 0:
+            job.seg.detach()
+        raise
+
+
+def segment_of(group=None):
+    """The pdshm.Segment of a pdshm process group (default: the default group):
+    a tensor made there (torch.from_dlpack(var)) is a view of shared memory."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, ProcessGroupPdshm):
+        raise ValueError(f"{pg!r} is not a pdshm process group")
+    return pg.segment
+
+
+if BACKEND.upper() not in dist.Backend._plugins:
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True)
