@@ -92,10 +92,14 @@ def report_epoch(torch, model, epoch, loss, x_test, y_test, started):
 
 
 def make_optimizer(args):
+    """(optimizer class, its settings) for DataParallel: any torch.optim one."""
+    import torch
     import pdshm.torch as pt
     if args.optimizer == "adam":
-        return pt.Adam(lr=args.lr)
-    return pt.SGD(lr=args.lr, momentum=0.9)
+        return pt.Adam, dict(lr=args.lr)  # torch.optim.Adam's result, computed faster
+    if args.optimizer == "adamw":
+        return torch.optim.AdamW, dict(lr=args.lr, weight_decay=0.01)
+    return torch.optim.SGD, dict(lr=args.lr, momentum=0.9)
 
 
 def trainer(seg_name, rank, args):
@@ -109,7 +113,8 @@ def trainer(seg_name, rank, args):
     with pdshm.attach(seg_name) as seg, pt.join_group(seg, GROUP, args.trainers, rank) as group:
         scope = seg.open(SCOPE)
         model = make_model(torch, args.hidden)
-        dp = pt.DataParallel(model, scope, group, make_optimizer(args), timeout=120.0)
+        opt, settings = make_optimizer(args)
+        dp = pt.DataParallel(model, scope, group, opt, timeout=120.0, **settings)
         losses = scope["loss"].numpy()  # (steps, trainers): each rank's share of each step
         started = time.monotonic()
         while dp.steps_done < total:
@@ -139,7 +144,8 @@ def segment_bytes(args):
     /dev/shm in a container is often 64 MiB, so ask for what is needed."""
     h = args.hidden
     params = 64 * h + h + h * h + h + 10 * h + 10
-    per_param = 4 * (4 + 2 * args.trainers)  # value, two moments, a spare; gradient and staging per rank
+    # value, two moments, their working copy (the ranks' slices), a spare; a gradient per rank
+    per_param = 4 * (7 + args.trainers)
     return params * per_param + (8 << 20)
 
 
@@ -217,7 +223,8 @@ def mpi_main(args):
                       flush=True)
             job.bcast_scope(scope, root_host=source, timeout=60)
         model = make_model(torch, args.hidden)
-        dp = pt.DataParallel(model, scope, job, make_optimizer(args), timeout=120.0)
+        opt, settings = make_optimizer(args)
+        dp = pt.DataParallel(model, scope, job, opt, timeout=120.0, **settings)
         if world == 0:
             print(f"digits over MPI: {job.hosts} hosts x {job.local_size} trainers, global batch "
                   f"{args.batch}, {per} steps per epoch; "
@@ -250,7 +257,7 @@ def main(argv=None):
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--batch", type=int, default=64, help="global batch (rows per step)")
     ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
+    ap.add_argument("--optimizer", choices=("sgd", "adam", "adamw"), default="sgd")
     ap.add_argument("--lr", type=float, default=None, help="default 0.05 (sgd), 0.002 (adam)")
     ap.add_argument("--kill-one", action="store_true",
                     help="SIGKILL the last trainer mid-epoch and start a replacement")

@@ -54,7 +54,7 @@ def _pdshm_worker(seg_name, size, rank, steps, hidden, out):
     data = train_digits.load_data()
     with pdshm.attach(seg_name) as seg, seg.group("bench", size, rank=rank) as g:
         model = train_digits.make_model(torch, hidden)
-        dp = pt.DataParallel(model, seg.open("digits"), g, pt.SGD(lr=LR, momentum=0.9))
+        dp = pt.DataParallel(model, seg.open("digits"), g, torch.optim.SGD, lr=LR, momentum=0.9)
         g.barrier()
         t0 = time.perf_counter()
         while dp.steps_done < steps:

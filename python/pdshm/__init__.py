@@ -18,7 +18,8 @@ Segments: create(), attach(), unlink(); Segment (.root .open .stats .check
 pdshm.Stale once erased), Var.lock() -> VarLock, Var.ref() -> VarRef.
 Seed 003: ScopeStack.  Trainer groups:
 Segment.group() -> Group (.barrier .allreduce .leave), Var.wait();
-pdshm.torch (imports torch): DataParallel, SGD, Adam, share_parameters.
+pdshm.torch (imports torch): DataParallel (any torch.optim optimizer), Adam,
+share_parameters.
 pdshm.distributed (imports torch): the torch.distributed backend "pdshm"
 (init_process_group("pdshm") after `import pdshm.distributed`).
 pdshm.mpi (imports mpi4py): Job, one segment per host and MPI between hosts

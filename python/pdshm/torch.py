@@ -7,39 +7,76 @@ so `import pdshm` never needs it).
     scope = seg.open("mlp")                       # a named scope: persists
     group = seg.group("trainers", size, rank)
     model = Net()                                 # same seed in every trainer
-    dp = pdshm.torch.DataParallel(model, scope, group, pdshm.torch.SGD(lr=0.1))
+    dp = pdshm.torch.DataParallel(model, scope, group, torch.optim.AdamW, lr=1e-3,
+                                  scheduler=lambda opt: StepLR(opt, 100))
     while dp.steps_done < steps:
         x, y = batch(dp.steps_done, group.rank)   # this rank's share of the step
         dp.zero_grad()
-        loss_fn(model(x), y).backward()
+        loss_fn(model(x), y).backward()           # (or several micro-batches)
         dp.step()                                 # False: a member died, redo
+
+Any torch.optim optimizer (a class and its keyword arguments, or a factory
+taking the parameters): each rank builds it over its slice of every
+parameter, and steps it with the slice of the mean gradient.  Elementwise
+optimizers (SGD, Adam, AdamW, RMSprop, Adagrad, ...) so compute exactly what
+one process computes over the whole model; one that looks across a whole
+parameter (a norm, as LAMB's trust ratio) sees only the slice.
+pdshm.torch.Adam is torch.optim.Adam's arithmetic without its allocations.
 
 What lives where, in `scope`:
   <parameter name>              the parameter, label "parameter" (one copy)
-  <parameter name>.<state>      optimizer state, label "optimizer" (one copy)
+  <parameter name>.<key>        optimizer state of the parameter's shape
+                                (exp_avg, momentum_buffer, ...), label
+                                "optimizer" (one copy: each rank its slice)
+  optimizer.<rank>              the rest of rank's optimizer state (step
+                                counts, other shapes), its param_groups'
+                                settings (lr, ...) and its scheduler's state,
+                                pickled
   gradient.<rank>               each rank's gradients, flat, label "gradient"
-  staged.<rank>                 each rank's last computed shard update
+  staged.<rank>[.state|.meta]   the working copy of rank's slices, state and
+                                pickled rest: the optimizer's own tensors
   progress                      int64 (size, 3): per rank, the last step it
                                 applied, the last step it staged, and how
                                 many processes have held the rank
 
 The module's parameters are replaced by zero-copy views of their variables
 and each parameter's .grad by a view of this rank's gradient variable, so
-autograd accumulates straight into the segment.  step() averages the
-gradients over the group (Group.allreduce, "mean"), then rank r updates its
-slice [r*n/size, (r+1)*n/size) of every parameter and state tensor, then a
-barrier.  An update is staged first (computed out of place into staged.<r>,
-then copied into place), so it can be finished by whoever holds the rank.
+autograd accumulates straight into the segment (gradient accumulation over
+micro-batches and torch.autocast work as usual; the parameters, and so the
+master copy, stay in their dtype).  step() averages the gradients over the
+group (Group.allreduce, "mean"), then rank r runs its optimizer over its
+slice [r*n/size, (r+1)*n/size) of every parameter, then a barrier.
+
+The optimizer's tensors are views of the working copy (staged.<r>...): the
+optimizer steps there, lazily created state is moved there after the step
+that made it (the optimizer keeps using the views), the rest is pickled into
+staged.<r>.meta, and only then is the step marked staged and copied into
+place (the parameters, <parameter>.<key>, optimizer.<r>).  So the values in
+place are always those of a whole step, and whoever holds the rank can redo
+the step from them (a death before it was staged) or finish copying it (a
+death after): the same guarantee for any optimizer, at any instruction, as
+long as its step writes nothing but its parameters and optimizer.state (as
+torch.optim's do; state kept in attributes of its own is not kept).
+
+optimizer.state_dict() is the rank's slice's; optimizer.load_state_dict()
+(between steps) takes effect in the segment with the next step, as do
+changes to param_groups.  A scheduler given as DataParallel(...,
+scheduler=factory) is stepped by step() and its state kept in the segment;
+one built by hand over dp.optimizer works too, but a replacement starts it
+afresh.
 
 Deaths.  When a member dies, the survivors get pdshm.PeerDied from the round
 in progress; step() catches it, waits (two barriers) for a replacement to
 take the rank over and repair, and returns False when the step must be
 redone (the death came before the gradients were reduced) or True when it
 was applied.  A replacement (a new process that joins the dead member's
-rank with join_group and builds a DataParallel over the same scope) takes
-the parameters from the segment, finishes the dead member's shard of the
-last step if its peers had applied theirs, and continues from steps_done.
-One death at a time is handled; a second death during that repair is not.
+rank with join_group and builds a DataParallel over the same scope, with the
+same optimizer) takes the parameters, its slice's optimizer state and the
+scheduler's from the segment, finishes the dead member's shard of the last
+step if the dead member had staged it or its peers had applied theirs, and
+continues from steps_done.  One death at a time is handled; a second death
+during that repair is not, nor is a group that shrinks (with no
+replacement, the survivors' step() raises TimeoutError after `timeout`).
 
 Lifetime: the variables live in `scope` (name it to make it persist); a new
 training run wants a new scope.  The views keep their bytes (pins) as views
@@ -48,8 +85,10 @@ the group again) in the child.
 """
 from __future__ import annotations
 
+import io
+import pickle
 import time as _time
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as _np
 
@@ -59,7 +98,7 @@ if TYPE_CHECKING:
     import torch
     from ._pdshm import Group, Scope, Segment, Var
 
-__all__ = ["join_group", "share_parameters", "SGD", "Adam", "DataParallel"]
+__all__ = ["join_group", "share_parameters", "Adam", "DataParallel"]
 
 DONE, STAGED, HOLDERS = 0, 1, 2  # the columns of the progress variable
 
@@ -137,151 +176,211 @@ def share_parameters(module: torch.nn.Module, scope: Scope,
     return out
 
 
-class SGD:
-    """Stochastic gradient descent as torch.optim.SGD computes it (momentum,
-    dampening, nesterov, weight_decay); the momentum buffers live in the
-    segment.  For DataParallel."""
+class _Scratch:
+    """A tensor per parameter for intermediate results, kept out of the
+    optimizer's state (so never in the segment): the arithmetic allocates
+    nothing after the first step."""
 
-    def __init__(self, lr: float, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False) -> None:
-        if not lr > 0 or momentum < 0 or weight_decay < 0:
-            raise ValueError("lr must be > 0, momentum and weight_decay >= 0")
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("nesterov needs momentum > 0 and dampening 0")
-        self.lr, self.momentum, self.dampening = lr, momentum, dampening
-        self.weight_decay, self.nesterov = weight_decay, nesterov
-        self.state_names = ("momentum_buffer",) if momentum else ()
+    def __init__(self) -> None:
+        self._of: Dict[int, torch.Tensor] = {}
 
-    def update(self, p: torch.Tensor, g: torch.Tensor, state: Sequence[torch.Tensor], t: int,
-               out: Sequence[torch.Tensor]) -> None:
-        """Writes the new values of a slice into out ([parameter] + one tensor
-        per state_names, the same size as p) from p and g (parameter and mean
-        gradient), state (one tensor per state_names) and t (this step, from
-        1), writing none of its inputs.  out[0] doubles as scratch space."""
-        torch = _torch()
-        new_p = out[0]
-        d = g
-        if self.weight_decay:
-            d = torch.add(g, p, alpha=self.weight_decay, out=new_p)
-        if not self.momentum:
-            torch.add(p, d, alpha=-self.lr, out=new_p)
-            return
-        buf = out[1]
-        if t == 1:
-            buf.copy_(d)
-        else:
-            torch.mul(state[0], self.momentum, out=buf).add_(d, alpha=1 - self.dampening)
-        if self.nesterov:
-            d = torch.add(d, buf, alpha=self.momentum, out=new_p)
-            torch.add(p, d, alpha=-self.lr, out=new_p)
-        else:
-            torch.add(p, buf, alpha=-self.lr, out=new_p)
+    def __call__(self, p: torch.Tensor) -> torch.Tensor:
+        s = self._of.get(id(p))
+        if s is None or s.shape != p.shape:
+            s = self._of[id(p)] = _torch().empty_like(p)
+        return s
 
 
-class Adam:
-    """Adam as torch.optim.Adam computes it (no amsgrad); exp_avg and
-    exp_avg_sq live in the segment, the step is DataParallel's.  For
-    DataParallel."""
+def _adam_class() -> Any:
+    torch = _torch()
 
-    state_names = ("exp_avg", "exp_avg_sq")
+    class Adam(torch.optim.Optimizer):
+        """torch.optim.Adam's arithmetic (no amsgrad) and state ("step",
+        "exp_avg", "exp_avg_sq": a state_dict loads into either), with no
+        allocation per step: torch 1.13's Adam allocates two tensors of the
+        parameter's size per parameter and step; an update through
+        DataParallel with this one took 1/1.2 to 1/1.9 of the time
+        (bench/python/optim_update.py).  Adam(params, lr=1e-3,
+        betas=(0.9, 0.999), eps=1e-8, weight_decay=0)."""
 
-    def __init__(self, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0) -> None:
-        if not lr > 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1) or eps < 0:
-            raise ValueError("lr must be > 0, betas in [0, 1), eps >= 0")
-        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
+        def __init__(self, params: Any, lr: float = 1e-3,
+                     betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                     weight_decay: float = 0.0) -> None:
+            if not lr > 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1) or eps < 0:
+                raise ValueError("lr must be > 0, betas in [0, 1), eps >= 0")
+            super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                          weight_decay=weight_decay))
+            self._scratch = _Scratch()
 
-    def update(self, p: torch.Tensor, g: torch.Tensor, state: Sequence[torch.Tensor], t: int,
-               out: Sequence[torch.Tensor]) -> None:
-        """As SGD.update."""
-        torch = _torch()
-        b1, b2 = self.betas
-        new_p, m, v = out
-        if self.weight_decay:
-            g = torch.add(g, p, alpha=self.weight_decay, out=new_p)
-        torch.mul(state[0], b1, out=m).add_(g, alpha=1 - b1)
-        torch.mul(state[1], b2, out=v).addcmul_(g, g, value=1 - b2)
-        bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
-        denom = torch.sqrt(v, out=new_p).div_(bc2 ** 0.5).add_(self.eps)
-        torch.div(m, denom, out=new_p)
-        torch.add(p, new_p, alpha=-(self.lr / bc1), out=new_p)
+        @torch.no_grad()
+        def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+            loss = None
+            if closure is not None:
+                with torch.enable_grad():
+                    loss = closure()
+            for group in self.param_groups:
+                (b1, b2), wd = group["betas"], group["weight_decay"]
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    state = self.state[p]
+                    if "exp_avg" not in state:
+                        state["step"] = 0
+                        state["exp_avg"] = torch.zeros_like(p)
+                        state["exp_avg_sq"] = torch.zeros_like(p)
+                    t = state["step"] = int(state["step"]) + 1
+                    m, v, scratch = state["exp_avg"], state["exp_avg_sq"], self._scratch(p)
+                    g = p.grad
+                    if wd:
+                        g = torch.add(g, p, alpha=wd, out=scratch)
+                    m.mul_(b1).add_(g, alpha=1 - b1)
+                    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                    denom = torch.sqrt(v, out=scratch).div_((1 - b2 ** t) ** 0.5)
+                    p.addcdiv_(m, denom.add_(group["eps"]), value=-group["lr"] / (1 - b1 ** t))
+            return loss
+
+    return Adam
+
+
+def __getattr__(name: str) -> Any:
+    """Adam: made when first asked for (it derives from torch.optim.Optimizer,
+    and importing this module must not import torch)."""
+    if name == "Adam":
+        cls = _adam_class()
+        cls.__module__, cls.__qualname__ = __name__, name
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class DataParallel:
     """One trainer's side of data-parallel training over `group` (see the
-    module's docstring): shares module's parameters through scope, keeps the
-    optimizer's state there, and makes each parameter's .grad a view of this
-    rank's gradient variable.  timeout (seconds, None: no limit) bounds every
-    reduction and barrier."""
+    module's docstring): shares module's parameters through scope, builds the
+    optimizer over this rank's slice of them and keeps its state there, and
+    makes each parameter's .grad a view of this rank's gradient variable.
+
+    optimizer: a torch.optim.Optimizer class, or any factory, called as
+    optimizer(params, **optimizer_kwargs); it must return an Optimizer over
+    exactly `params`: one 1-D tensor per module parameter (named_parameters()
+    order), this rank's slice of it (empty when the parameter has fewer
+    elements than the group has ranks).  It is called twice, first over
+    stand-ins: a bad optimizer or setting raises (TypeError, ValueError)
+    before the module or the scope is changed.  scheduler: None, or a factory called
+    as scheduler(optimizer) returning an LR scheduler: step() steps it after
+    every applied step and keeps its state in the segment.  timeout (seconds,
+    None: no limit) bounds every reduction and barrier.  Attributes:
+    .optimizer, .scheduler, .steps_done."""
 
     def __init__(self, module: torch.nn.Module, scope: Scope, group: Group,
-                 optimizer: SGD | Adam, timeout: Optional[float] = 60.0) -> None:
+                 optimizer: Callable[..., torch.optim.Optimizer],
+                 timeout: Optional[float] = 60.0,
+                 scheduler: Optional[Callable[[torch.optim.Optimizer], Any]] = None,
+                 **optimizer_kwargs: Any) -> None:
         torch = _torch()
-        self.module, self.scope, self.group = module, scope, group
-        self.optimizer, self.timeout = optimizer, timeout
+        if not callable(optimizer):
+            raise TypeError("optimizer must be a torch.optim.Optimizer class or a factory "
+                            f"taking the parameters, not a {type(optimizer).__name__}")
+        self.module, self.scope, self.group, self.timeout = module, scope, group, timeout
         rank, size = group.rank, group.size
         used = scope.find_local_var("progress")
         if used is not None and used.shape is not None and tuple(used.shape) != (size, 3):
             raise ValueError(f"scope {scope.path!r} was used by a group of {used.shape[0]}")
-        self.params = share_parameters(module, scope)
-        tensors = [p for p in _unique_params(module)]
-        dtypes = {p.dtype for p in tensors}
-        if len(dtypes) != 1 or not tensors:
+        dtypes = {p.dtype for p in _unique_params(module)}
+        if len(dtypes) != 1 or not next(iter(dtypes)).is_floating_point:
             raise ValueError(f"DataParallel wants parameters of one floating dtype, not {dtypes}")
         dtype = next(iter(dtypes))
-        np_dtype = str(dtype).replace("torch.", "")
-        total = sum(p.numel() for p in tensors)
+        sizes = [p.numel() for p in _unique_params(module)]
+        spans = [(n * rank // size, n * (rank + 1) // size) for n in sizes]
+        # a trial over stand-ins, so that a bad optimizer (or its settings)
+        # raises before the module and the scope are touched
+        stand_ins = [torch.empty(hi - lo, dtype=dtype) for lo, hi in spans]
+        self._check_optimizer(optimizer(list(stand_ins), **optimizer_kwargs), stand_ins,
+                              scheduler)
+        self.params = share_parameters(module, scope)
+        tensors = _unique_params(module)
+        self._np_dtype = str(tensors[0].dtype).replace("torch.", "")
 
         progress = scope.var("progress")
         _init_var(progress, lambda: _np.zeros((size, 3), _np.int64), "optimizer")
-        if tuple(progress.shape) != (size, 3):
-            raise ValueError(f"scope {scope.path!r} was used by a group of {progress.shape[0]}")
         self._progress_var = progress
         self._progress = progress.numpy()
 
-        self._grad_var = self._own_var(f"gradient.{rank}", np_dtype, total, "gradient")
+        self._grad_var = self._own_var(f"gradient.{rank}", sum(p.numel() for p in tensors),
+                                       "gradient")
         self._grad = torch.from_dlpack(self._grad_var)
         self._grad.zero_()
+        # per parameter: (name, shape, lo, hi), this rank's slice [lo, hi) of it,
+        # and views of that slice of its value and of the mean gradient
+        self._slices: List[Tuple[str, Tuple[int, ...], int, int]] = []
+        homes, self._grads = [], []
         off = 0
-        tensors_of = []  # per tensor: (param flat, grad flat, [state flat], lo, hi)
         for (name, _), p in zip(self.params, tensors):
             n = p.numel()
             p.grad = self._grad[off:off + n].view_as(p)
-            states = []
-            for s in optimizer.state_names:
-                var = scope.var(f"{name}.{s}")
-                _init_var(var, lambda: _np.zeros(tuple(p.shape), np_dtype), "optimizer")
-                states.append(torch.from_dlpack(var).view(-1))
-            lo, hi = n * rank // size, n * (rank + 1) // size
-            tensors_of.append((p.detach().view(-1), self._grad[off:off + n], states, lo, hi))
+            lo, hi = spans[len(self._slices)]
+            self._slices.append((name, tuple(p.shape), lo, hi))
+            homes.append(p.detach().view(-1)[lo:hi])
+            self._grads.append(self._grad[off + lo:off + hi])
             off += n
-        shard = sum((hi - lo) * (1 + len(st)) for _, _, st, lo, hi in tensors_of)
-        self._stage_var = self._own_var(f"staged.{rank}", np_dtype, shard, "optimizer")
-        self._stage = torch.from_dlpack(self._stage_var)
-        # this rank's slices, as views made once: (param, grad, [state], [staged
-        # param and states]) for the update, (destination, staged) for the commit
-        self._shards, self._commits = [], []
-        off = 0
-        for p, g, states, lo, hi in tensors_of:
-            if hi == lo:
-                continue
-            staged = []
-            for dst in [p] + states:
-                staged.append(self._stage[off:off + hi - lo])
-                self._commits.append((dst[lo:hi], staged[-1]))
-                off += hi - lo
-            self._shards.append((p[lo:hi], g[lo:hi], [st[lo:hi] for st in states], staged))
+        # the working copy: the optimizer's parameters, its state, the rest pickled
+        stage_var = self._own_var(f"staged.{rank}", sum(hi - lo for *_, lo, hi in self._slices),
+                                  "optimizer")
+        stage = torch.from_dlpack(stage_var)
+        self._work, off = [], 0
+        for *_, lo, hi in self._slices:
+            self._work.append(stage[off:off + hi - lo])
+            off += hi - lo
+        self._param_commits = list(zip(homes, self._work))
+        self._state_var = self._labelled(f"staged.{rank}.state")
+        self._meta_var = self._labelled(f"staged.{rank}.meta")
+        self._home_meta = self._labelled(f"optimizer.{rank}")
+        self._layout: List[Tuple[int, str]] = []  # the state beside the slices: (parameter, key)
+        self._counts: List[int] = []  # the number of state entries of each parameter
+        self._state_views: List[torch.Tensor] = []
+        self._commits = list(self._param_commits)  # (in place, working copy)
+
+        self.optimizer = optimizer(list(self._work), **optimizer_kwargs)
+        self._check_optimizer(self.optimizer, self._work, None)
+        self.scheduler = scheduler(self.optimizer) if scheduler is not None else None
 
         holders = int(self._progress[rank, HOLDERS])
         self._progress[rank, HOLDERS] = holders + 1
+        # a step staged and not committed stays in the working copy for _take_over
+        pending = int(self._progress[rank, STAGED]) > self.steps_done
+        if pending:
+            self._set_layout(self._read_meta(self._meta_var)["layout"])
+        else:
+            self._load()
         if holders:  # this process took the rank over from a dead one
-            self._take_over()
+            self._take_over(pending)
 
-    def _own_var(self, name: str, np_dtype: str, n: int, label: str) -> Var:
+    @staticmethod
+    def _check_optimizer(opt: Any, given: List[torch.Tensor],
+                         scheduler: Optional[Callable[[Any], Any]]) -> None:
+        """TypeError unless opt is a torch.optim.Optimizer, ValueError unless
+        over exactly the tensors `given` to its factory; then builds the
+        scheduler over it, if any, for its errors."""
+        torch = _torch()
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise TypeError(f"the optimizer factory returned a {type(opt).__name__}, "
+                            "not a torch.optim.Optimizer")
+        got = [p for g in opt.param_groups for p in g["params"]]
+        if sorted(map(id, got)) != sorted(map(id, given)):
+            raise ValueError("the optimizer must be built over exactly the parameters "
+                             "DataParallel gives its factory, each once")
+        if scheduler is not None:
+            scheduler(opt)
+
+    def _own_var(self, name: str, n: int, label: str) -> Var:
         var = self.scope.var(name)
-        if var.dtype != np_dtype or tuple(var.shape) != (n,):
-            var.resize(np_dtype, (n,))
+        if var.dtype != self._np_dtype or tuple(var.shape) != (n,):
+            var.resize(self._np_dtype, (n,))
         var.label = label
+        return var
+
+    def _labelled(self, name: str) -> Var:
+        var = self.scope.var(name)
+        var.label = "optimizer"
         return var
 
     @property
@@ -311,46 +410,173 @@ class DataParallel:
             self._wait_for_replacement()
         return True
 
+    # ---- a step: run in the working copy, staged, then committed -----------
     def _apply(self, t: int) -> None:
-        """Computes this rank's shard of step t from the mean gradient into the
-        staging variable, then writes it into the parameters and the state."""
-        for p, g, states, staged in self._shards:
-            self.optimizer.update(p, g, states, t, staged)
+        """Steps the optimizer (and the scheduler) in the working copy with the
+        mean gradient, moves new state there, pickles the rest beside it, marks
+        step t staged and commits it.  Nothing in place is written before."""
+        for p, g in zip(self._work, self._grads):
+            p.grad = g
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self._adopt_state()
+        self._meta_var.assign(_np.frombuffer(_dumps(self._meta()), _np.uint8))
         self._progress[self.group.rank, STAGED] = t
         self._commit(t)
 
     def _commit(self, t: int) -> None:
-        """Copies the staged shard into place (repeatable) and records step t."""
+        """Copies the staged step into place (repeatable) and records step t."""
         for dst, staged in self._commits:
             dst.copy_(staged)
+        self._home_meta.assign(self._meta_var.numpy())
         self._progress[self.group.rank, DONE] = t
 
+    def _beside(self, i: int, key: Any, value: Any) -> bool:
+        """Whether state[key] of parameter i is kept beside the slice (a tensor
+        of the slice's shape and dtype, under a name); the rest is pickled."""
+        torch = _torch()
+        p = self._work[i]
+        return (isinstance(key, str) and key.isidentifier() and torch.is_tensor(value)
+                and value.shape == p.shape and value.dtype == p.dtype)
+
+    def _adopt_state(self) -> None:
+        """Moves the optimizer's state tensors of the slices' shape into the
+        working copy, leaving views of it in optimizer.state (the optimizer
+        then updates the segment in place): new state (a first step), new
+        tensors (a load_state_dict, an optimizer that replaces its state)."""
+        state = self.optimizer.state
+        counts = [len(state[p]) if p in state else -1 for p in self._work]
+        if counts == self._counts and all(state[self._work[i]].get(k) is view for (i, k), view
+                                          in zip(self._layout, self._state_views)):
+            return  # the state is where it was
+        layout = [(i, k) for i, p in enumerate(self._work) if p in state
+                  for k, v in state[p].items() if self._beside(i, k, v)]
+        self._counts = counts
+        if layout != self._layout:
+            values = [state[self._work[i]][k].detach().clone() for i, k in layout]
+            self._set_layout(layout)
+            for view, v in zip(self._state_views, values):
+                view.copy_(v)
+        for (i, k), view in zip(self._layout, self._state_views):
+            st = state[self._work[i]]
+            if st[k] is not view:
+                view.copy_(st[k])
+                st[k] = view
+
+    def _set_layout(self, layout: List[Tuple[int, str]]) -> None:
+        """Sizes the working copy of the state for `layout`, with views of it
+        and their places: <parameter>.<key> (made as zeros if new)."""
+        torch = _torch()
+        for i, k in layout:
+            name, shape, _, _ = self._slices[i]
+            home = self.scope.var(f"{name}.{k}")
+            _init_var(home, lambda: _np.zeros(shape, self._np_dtype), "optimizer")
+            if home.dtype != self._np_dtype or tuple(home.shape) != shape:
+                raise ValueError(f"variable {name}.{k} holds {home.dtype}{list(home.shape)}, "
+                                 f"not {self._np_dtype}{list(shape)}")
+        sizes = [self._work[i].numel() for i, _ in layout]
+        self._state_views = []  # dropped before a resize: they pin the old bytes
+        if self._state_var.dtype != self._np_dtype or self._state_var.shape != (sum(sizes),):
+            self._state_var.resize(self._np_dtype, (sum(sizes),))
+        flat = torch.from_dlpack(self._state_var)
+        self._commits = list(self._param_commits)
+        off = 0
+        for (i, k), n in zip(layout, sizes):
+            name, _, lo, hi = self._slices[i]
+            self._state_views.append(flat[off:off + n])
+            home = torch.from_dlpack(self.scope.var(f"{name}.{k}")).view(-1)[lo:hi]
+            self._commits.append((home, self._state_views[-1]))
+            off += n
+        self._layout = layout
+
+    def _meta(self) -> Dict[str, Any]:
+        """What the working copy's tensors do not hold: the layout, the other
+        state, the param_groups' settings, the scheduler's state."""
+        beside = set(self._layout)
+        state = self.optimizer.state
+        other = {i: {k: v for k, v in state[p].items() if (i, k) not in beside}
+                 for i, p in enumerate(self._work) if p in state}
+        return {"layout": self._layout, "state": other,
+                "groups": [{k: v for k, v in g.items() if k != "params"}
+                           for g in self.optimizer.param_groups],
+                "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None}
+
+    @staticmethod
+    def _read_meta(var: Var) -> Dict[str, Any]:
+        meta = pickle.loads(var.numpy().tobytes())
+        meta["layout"] = [tuple(e) for e in meta["layout"]]
+        return meta
+
+    def _load(self) -> None:
+        """Makes the working copy and the optimizer (and scheduler) those of
+        the last committed step: from the values in place and optimizer.<r>."""
+        for dst, staged in self._param_commits:
+            staged.copy_(dst)
+        if self.steps_done == 0 or self._home_meta.dtype is None:
+            return  # the optimizer's own initial state (Adagrad makes it at once)
+        meta = self._read_meta(self._home_meta)
+        self.optimizer.state.clear()
+        self._set_layout(meta["layout"])
+        for (i, k), (dst, staged) in zip(self._layout, self._commits[len(self._param_commits):]):
+            staged.copy_(dst)
+            self.optimizer.state[self._work[i]][k] = staged
+        for i, kv in meta["state"].items():
+            self.optimizer.state[self._work[i]].update(kv)
+        for g, saved in zip(self.optimizer.param_groups, meta["groups"]):
+            g.update(saved)
+        if self.scheduler is not None and meta["scheduler"] is not None:
+            self.scheduler.load_state_dict(meta["scheduler"])
+
+    # ---- deaths --------------------------------------------------------------
     def _wait_for_replacement(self) -> None:
         """A survivor's side of a repair: one barrier once the replacement has
         joined, one once it has finished the dead member's shard."""
         self.group.barrier(timeout=self.timeout)
         self.group.barrier(timeout=self.timeout)
 
-    def _take_over(self) -> None:
+    def _take_over(self, pending: bool) -> None:
         """A replacement's side: after the first barrier the survivors wait;
-        when they applied a step this rank had not, finish this rank's shard
-        of it (from the staged values if it got that far, else from a
-        survivor's mean gradient), then the second barrier."""
+        finish this rank's step if it was staged (it was computed from a
+        completed reduction, and the values in place may be half written:
+        so even when no peer applied it, as when the group is this rank
+        alone), else when the peers applied a step this rank had not, run
+        this rank's shard of it from a survivor's mean gradient; then the
+        second barrier."""
         rank, size = self.group.rank, self.group.size
         self.group.barrier(timeout=self.timeout)
-        mine = int(self._progress[rank, DONE])
-        peers = [q for q in range(size) if q != rank]
-        ahead = [q for q in peers if int(self._progress[q, DONE]) == mine + 1]
-        if ahead:
-            t = mine + 1
-            if int(self._progress[rank, STAGED]) == t:
-                self._commit(t)
-            else:
-                torch = _torch()
-                peer_grad = torch.from_dlpack(self.scope.var(f"gradient.{ahead[0]}"))
-                self._grad.copy_(peer_grad)
-                self._apply(t)
+        mine = self.steps_done
+        ahead = [q for q in range(size) if q != rank and int(self._progress[q, DONE]) == mine + 1]
+        if pending:
+            self._commit(mine + 1)
+            self._load()
+        elif ahead:
+            peer_grad = _torch().from_dlpack(self.scope.var(f"gradient.{ahead[0]}"))
+            self._grad.copy_(peer_grad)
+            self._apply(mine + 1)
         self.group.barrier(timeout=self.timeout)
+
+
+def _tensor(array: _np.ndarray) -> torch.Tensor:
+    return _torch().from_numpy(array)
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles a tensor numpy can hold as that array (torch's own pickling of
+    a tensor costs some 30 us: a step count is pickled at every step)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        torch = _torch()
+        if (type(obj) is torch.Tensor and not obj.requires_grad
+                and obj.dtype not in (torch.bfloat16,) and not obj.is_complex()):
+            return _tensor, (obj.detach().numpy().copy(),)
+        return NotImplemented
+
+
+def _dumps(obj: Any) -> bytes:
+    out = io.BytesIO()
+    _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return out.getvalue()
 
 
 def _unique_params(module: torch.nn.Module) -> List[torch.nn.Parameter]:

@@ -5,6 +5,37 @@ Every backward pass runs in a child: once a process has made a subinterpreter
 autograd engine refuses to run in it."""
 import pdshm
 
+# What each kind trains with: (optimizer, its keyword arguments, a scheduler
+# factory or None); "accum" and "autocast" also say how a rank computes its
+# gradient (see gradients()).
+KINDS = ["sgd", "plain-sgd", "nesterov", "adam", "pdshm-adam", "adamw", "rmsprop", "adagrad",
+         "adam-steplr", "accum", "autocast"]
+
+
+def step_lr(opt):
+    import torch
+    return torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+
+
+def optimizer_of(kind):
+    import torch
+    import pdshm.torch as pt
+    o = torch.optim
+    return {
+        "sgd": (o.SGD, dict(lr=0.1, momentum=0.9, weight_decay=0.01), None),
+        "plain-sgd": (o.SGD, dict(lr=0.1), None),
+        "nesterov": (o.SGD, dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.02), None),
+        "adam": (o.Adam, dict(lr=0.01, weight_decay=0.01), None),
+        "pdshm-adam": (pt.Adam, dict(lr=0.01, weight_decay=0.01), None),
+        "adamw": (o.AdamW, dict(lr=0.01, weight_decay=0.1), None),
+        "rmsprop": (o.RMSprop, dict(lr=0.01, momentum=0.5, centered=True), None),
+        "adagrad": (o.Adagrad, dict(lr=0.1, lr_decay=0.01, initial_accumulator_value=0.1),
+                    None),
+        "adam-steplr": (o.Adam, dict(lr=0.02), step_lr),
+        "accum": (o.SGD, dict(lr=0.1, momentum=0.9), None),
+        "autocast": (o.Adam, dict(lr=0.01), None),
+    }[kind]
+
 
 def linear_model(torch):
     torch.manual_seed(0)
@@ -18,67 +49,97 @@ def problem(torch):
     return x, (x.sum(1, keepdim=True) * 0.5).sin()
 
 
-def reference(conn, kind, steps):
-    """One process, full batch, torch.optim: the parameters after `steps`, as lists."""
-    import torch
-    torch.set_num_threads(1)
-    model = linear_model(torch)
-    if kind == "sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
-    elif kind == "plain-sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    elif kind == "nesterov":
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.8, nesterov=True,
-                              weight_decay=0.02)
+def gradients(torch, model, kind, x, y, parts):
+    """Accumulates into model's .grad the gradient of the mean loss over x, y:
+    in one pass; for "accum" over 3 micro-batches (each loss's share); for
+    "autocast" under bfloat16 autocast in `parts` micro-batches, their
+    gradients summed and divided by parts (so that one process rounds as
+    `parts` ranks do, whose mean gradient the group takes)."""
+    mse = torch.nn.functional.mse_loss
+    if kind == "accum":
+        for xs, ys in zip(x.chunk(3), y.chunk(3)):
+            (mse(model(xs), ys, reduction="sum") / len(x)).backward()
+    elif kind == "autocast":
+        for xs, ys in zip(x.chunk(parts), y.chunk(parts)):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = model(xs)
+            assert out.dtype == torch.bfloat16
+            mse(out.float(), ys).backward()
+        for p in model.parameters():
+            p.grad.div_(parts)
     else:
-        opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.01)
+        mse(model(x), y).backward()
+
+
+def reference(conn, kinds, steps, size):
+    """One process, full batch, the same torch.optim optimizer: for each kind
+    the parameters after `steps`, as lists."""
+    import torch
+    torch.set_num_threads(1)
     x, y = problem(torch)
-    for _ in range(steps):
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-    return [p.detach().numpy().tolist() for p in model.parameters()]
+    out = {}
+    for kind in kinds:
+        model = linear_model(torch)
+        cls, kw, sched = optimizer_of(kind)
+        opt = cls(model.parameters(), **kw)
+        scheduler = sched(opt) if sched else None
+        for _ in range(steps):
+            opt.zero_grad()
+            gradients(torch, model, kind, x, y, size)
+            opt.step()
+            if scheduler:
+                scheduler.step()
+        out[kind] = [p.detach().numpy().tolist() for p in model.parameters()]
+    return out
 
 
-def make_optimizer(kind):
-    import pdshm.torch as pt
-    if kind == "sgd":
-        return pt.SGD(lr=0.1, momentum=0.9, weight_decay=0.01)
-    if kind == "plain-sgd":
-        return pt.SGD(lr=0.1)
-    if kind == "nesterov":
-        return pt.SGD(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.02)
-    return pt.Adam(lr=0.01, weight_decay=0.01)
+def build(pt, model, scope, group, kind, cls=None):
+    opt, kw, sched = optimizer_of(kind)
+    return (cls or pt.DataParallel)(model, scope, group, opt, timeout=30.0, scheduler=sched,
+                                    **kw)
 
 
-def dp_trainer(conn, seg_name, scope_path, size, rank, steps, kind):
-    """Trains linear_model on rank's equal share of problem() for `steps` steps
-    through pdshm.torch.DataParallel; returns the steps it redid."""
+def train(torch, dp, model, kind, size, rank, steps):
+    """Trains on rank's equal share of problem() until steps are done;
+    returns the steps it redid."""
+    x, y = problem(torch)
+    n = x.shape[0] // size
+    xs, ys = x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n]
+    redone = 0
+    while dp.steps_done < steps:
+        dp.zero_grad()
+        gradients(torch, model, kind, xs, ys, 1)
+        if not dp.step():
+            redone += 1
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    return redone
+
+
+def dp_trainer(conn, seg_name, scope_prefix, size, rank, steps, kinds):
+    """For each kind, trains linear_model through pdshm.torch.DataParallel in
+    the scope <scope_prefix>-<kind>; returns the steps it redid, per kind."""
     import torch
     import pdshm.torch as pt
     torch.set_num_threads(1)
+    redone = []
     with pdshm.attach(seg_name) as seg:
         with pt.join_group(seg, "dp", size, rank) as group:
-            model = linear_model(torch)
-            dp = pt.DataParallel(model, seg.open(scope_path), group, make_optimizer(kind),
-                                 timeout=30.0)
-            conn.send(("joined", dp.steps_done))
-            x, y = problem(torch)
-            n = x.shape[0] // size
-            xs, ys = x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n]
-            redone = 0
-            while dp.steps_done < steps:
-                dp.zero_grad()
-                torch.nn.functional.mse_loss(model(xs), ys).backward()
-                if not dp.step():
-                    redone += 1
-            return redone
+            for i, kind in enumerate(kinds):
+                model = linear_model(torch)
+                dp = build(pt, model, seg.open(f"{scope_prefix}-{kind}"), group, kind)
+                if i == 0:
+                    conn.send(("joined", dp.steps_done))
+                redone.append(train(torch, dp, model, kind, size, rank, steps))
+                del dp, model
+    return redone
 
 
-def dying_trainer(conn, seg_name, scope_path, size, rank, steps, kind, die_step, phase):
+def dying_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, die_step, phase):
     """As dp_trainer, but SIGKILLs itself in step die_step: "reduce" before the
-    gradients are reduced, "update" after, "commit" half-way through writing
-    its shard into place, "barrier" after writing it, before the barrier."""
+    gradients are reduced, "update" after the optimizer (and scheduler) ran
+    in the working copy, before it is staged, "commit" half-way through
+    writing the staged step into place, "barrier" after writing it, before
+    the barrier."""
     import os
     import signal
     import torch
@@ -93,10 +154,10 @@ def dying_trainer(conn, seg_name, scope_path, size, rank, steps, kind, die_step,
                 die()
             return super().step()
 
-        def _apply(self, t):
-            if phase == "update" and t == die_step:
+        def _meta(self):
+            if phase == "update" and self.steps_done + 1 == die_step:
                 die()
-            super()._apply(t)
+            return super()._meta()
 
         def _commit(self, t):
             if phase == "commit" and t == die_step:
@@ -111,11 +172,5 @@ def dying_trainer(conn, seg_name, scope_path, size, rank, steps, kind, die_step,
     with pdshm.attach(seg_name) as seg:
         with pt.join_group(seg, "dp", size, rank) as group:
             model = linear_model(torch)
-            dp = Dying(model, seg.open(scope_path), group, make_optimizer(kind), timeout=30.0)
-            x, y = problem(torch)
-            n = x.shape[0] // size
-            xs, ys = x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n]
-            while dp.steps_done < steps:
-                dp.zero_grad()
-                torch.nn.functional.mse_loss(model(xs), ys).backward()
-                dp.step()
+            dp = build(pt, model, seg.open(f"{scope_prefix}-{kind}"), group, kind, Dying)
+            train(torch, dp, model, kind, size, rank, steps)

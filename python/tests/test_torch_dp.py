@@ -20,81 +20,206 @@ EXAMPLES = os.path.join(ROOT, "examples")
 STEPS = 8
 
 
-def reference(children, kind, steps=STEPS):
-    """One process, full batch, torch.optim (in a child: see dp_workers)."""
-    return [np.array(p, np.float32)
-            for p in children("spawn", dp_workers.reference, kind, steps).result(timeout=60)]
+_references = {}
 
 
-def run_group(seg, children, size, kind, scope="run"):
-    seg.root.new_scope(scope)
-    kids = [children("spawn", dp_workers.dp_trainer, seg.name, scope, size, r, STEPS, kind)
-            for r in range(size)]
-    return kids
+def reference(children, kinds, size, steps=STEPS):
+    """One process, full batch, torch.optim (in a child: see dp_workers); the
+    same arguments, the same result: computed once."""
+    key = (tuple(kinds), size, steps)
+    if key not in _references:
+        out = children("spawn", dp_workers.reference, kinds, steps, size).result(timeout=60)
+        _references[key] = {kind: [np.array(p, np.float32) for p in ps]
+                            for kind, ps in out.items()}
+    return _references[key]
 
 
-def params_of(seg, scope="run"):
+def params_of(seg, scope):
     model = dp_workers.linear_model(torch)
     return [seg.open(scope)[name].numpy().copy() for name, _ in model.named_parameters()]
 
 
-@pytest.mark.parametrize("size, kind", [(1, "sgd"), (2, "sgd"), (3, "sgd"), (1, "adam"),
-                                        (2, "adam"), (3, "adam"), (2, "plain-sgd"),
-                                        (3, "nesterov")])
-def test_data_parallel_equals_one_process_full_batch(seg, children, size, kind):
-    kids = run_group(seg, children, size, kind)
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_data_parallel_equals_one_process_full_batch_for_any_optimizer(seg, children, size):
+    """SGD (momentum, nesterov), Adam (torch's and pdshm's), AdamW, RMSprop,
+    Adagrad, Adam with a StepLR schedule, gradient accumulation, bfloat16
+    autocast: one group runs them all, one scope each."""
+    kinds = dp_workers.KINDS
+    for kind in kinds:
+        seg.root.new_scope(f"run-{kind}")
+    kids = [children("spawn", dp_workers.dp_trainer, seg.name, "run", size, r, STEPS, kinds)
+            for r in range(size)]
     for k in kids:
         assert k.recv()[0] == "joined"
-    assert [k.result(timeout=60) for k in kids] == [0] * size
-    for got, want in zip(params_of(seg), reference(children, kind)):
-        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    assert [k.result(timeout=120) for k in kids] == [[0] * len(kinds)] * size
+    want = reference(children, kinds, size)
+    for kind in kinds:
+        for got, w in zip(params_of(seg, f"run-{kind}"), want[kind]):
+            np.testing.assert_allclose(got, w, rtol=2e-5, atol=2e-6, err_msg=kind)
+    assert seg.check() == []
 
 
-@pytest.mark.parametrize("phase, redone", [("reduce", 1), ("update", 0), ("commit", 0),
-                                           ("barrier", 0)])
+@pytest.mark.parametrize("phase, die_step, redone", [
+    ("reduce", 4, 1), ("update", 4, 0), ("commit", 4, 0), ("barrier", 4, 0),
+    ("commit", 1, 0)])
 def test_a_trainer_killed_in_any_phase_is_replaced_and_the_result_is_unchanged(
-        seg, children, phase, redone):
-    size, victim, die_step = 3, 2, 4
-    seg.root.new_scope("run")
-    survivors = [children("spawn", dp_workers.dp_trainer, seg.name, "run", size, r, STEPS, "adam")
+        seg, children, phase, die_step, redone):
+    """torch.optim.Adam under a StepLR schedule: the replacement takes the
+    dead rank's slice of the moments, its step count and the schedule from
+    the segment."""
+    size, victim, kind = 3, 2, "adam-steplr"
+    seg.root.new_scope(f"run-{kind}")
+    survivors = [children("spawn", dp_workers.dp_trainer, seg.name, "run", size, r, STEPS, [kind])
                  for r in range(size - 1)]
     dying = children("spawn", dp_workers.dying_trainer, seg.name, "run", size, victim, STEPS,
-                     "adam", die_step, phase)
+                     kind, die_step, phase)
     dying.proc.join(60)
     assert dying.proc.exitcode == -9, "the trainer did not kill itself"
     replacement = children("spawn", dp_workers.dp_trainer, seg.name, "run", size, victim,
-                           STEPS, "adam")
+                           STEPS, [kind])
     assert replacement.recv()[0] == "joined"
-    assert replacement.result(timeout=60) == 0
+    assert replacement.result(timeout=60) == [0]
     for k in survivors:
         assert k.recv()[0] == "joined"
-        assert k.result(timeout=60) == redone
-    progress = seg.open("run")["progress"].numpy()
+        assert k.result(timeout=60) == [redone]
+    progress = seg.open(f"run-{kind}")["progress"].numpy()
     assert progress[:, 0].tolist() == [STEPS] * size
     assert progress[victim, 2] == 2  # held by two processes
-    for got, want in zip(params_of(seg), reference(children, "adam")):
+    for got, want in zip(params_of(seg, f"run-{kind}"), reference(children, [kind], size)[kind]):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    assert seg.check() == []
+
+
+@pytest.mark.parametrize("phase", ["update", "commit"])
+def test_the_only_trainer_killed_mid_step_is_replaced_and_the_result_is_unchanged(
+        seg, children, phase):
+    """With no peer to have applied the step, a step staged before the death
+    is still finished (the values in place may be half written), and one
+    not staged is redone from the values in place."""
+    kind = "adam-steplr"
+    seg.root.new_scope(f"run-{kind}")
+    dying = children("spawn", dp_workers.dying_trainer, seg.name, "run", 1, 0, STEPS, kind, 4,
+                     phase)
+    dying.proc.join(60)
+    assert dying.proc.exitcode == -9, "the trainer did not kill itself"
+    replacement = children("spawn", dp_workers.dp_trainer, seg.name, "run", 1, 0, STEPS, [kind])
+    assert replacement.recv() == ("joined", 4 if phase == "commit" else 3)
+    assert replacement.result(timeout=60) == [0]
+    for got, want in zip(params_of(seg, f"run-{kind}"), reference(children, [kind], 1)[kind]):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    assert seg.check() == []
+
+
+def fake_gradients(model, seed):
+    """Gradients without a backward pass (see dp_workers)."""
+    g = torch.Generator().manual_seed(seed)
+    for p in model.parameters():
+        p.grad.copy_(torch.randn(p.shape, generator=g))
 
 
 def test_parameters_and_state_are_labelled_once_in_the_scope(seg):
     scope = seg.root.new_scope("one")
     model = dp_workers.linear_model(torch)
     with seg.group("solo", 1) as g:
-        dp = pt.DataParallel(model, scope, g, pt.Adam())
-        labels = {v.name: v.label for v in scope.vars()}
+        dp = pt.DataParallel(model, scope, g, torch.optim.Adam, lr=0.01)
         names = [n for n, _ in model.named_parameters()]
         assert sorted(v.name for v in scope.vars("parameter")) == sorted(names)
         assert [v.name for v in scope.vars("gradient")] == ["gradient.0"]
-        assert labels["0.weight.exp_avg"] == labels["0.weight.exp_avg_sq"] == "optimizer"
         w = model[0].weight
         assert w.data_ptr() == torch.from_dlpack(scope["0.weight"]).data_ptr()
         assert w.grad.data_ptr() == torch.from_dlpack(scope["gradient.0"]).data_ptr()
+        assert "0.weight.exp_avg" not in scope  # Adam makes its state at its first step
         dp.zero_grad()
-        for p in model.parameters():  # no backward here: see dp_workers
-            p.grad.normal_()
+        fake_gradients(model, 0)
         before = scope["0.weight"].numpy().copy()
         assert dp.step() is True and dp.steps_done == 1
         assert not np.array_equal(scope["0.weight"].numpy(), before)
+        labels = {v.name: v.label for v in scope.vars()}
+        assert labels["0.weight.exp_avg"] == labels["0.weight.exp_avg_sq"] == "optimizer"
+        # the optimizer's state tensors are views of the segment, where the
+        # optimizer goes on updating them; the committed copy is in place
+        work = torch.from_dlpack(scope["staged.0.state"])
+        state = dp.optimizer.state[dp.optimizer.param_groups[0]["params"][0]]
+        lo, hi = work.data_ptr(), work.data_ptr() + work.numel() * work.element_size()
+        assert lo <= state["exp_avg"].data_ptr() < hi
+        np.testing.assert_array_equal(scope["0.weight.exp_avg"].numpy().ravel(),
+                                      state["exp_avg"].numpy())
+        assert float(state["step"]) == 1
+        fake_gradients(model, 1)
+        dp.step()
+        np.testing.assert_array_equal(scope["0.weight.exp_avg_sq"].numpy().ravel(),
+                                      state["exp_avg_sq"].numpy())
+        assert float(state["step"]) == 2
+        del dp, state, work
+
+
+def test_a_new_trainer_of_the_rank_resumes_the_optimizer_and_schedule_from_the_segment(seg):
+    """What a replacement does, in one process: a second DataParallel over the
+    same scope and rank takes the state, the step count, the settings and
+    the schedule from the segment, and goes on as the first would have."""
+    scope = seg.root.new_scope("resume")
+    sched = dp_workers.step_lr
+    with seg.group("solo", 1) as g:
+        first = dp_workers.linear_model(torch)
+        dp = pt.DataParallel(first, scope, g, torch.optim.AdamW, lr=0.02, scheduler=sched)
+        for i in range(4):
+            fake_gradients(first, i)
+            dp.step()
+        saved = dp.optimizer.state_dict()
+        assert dp.optimizer.param_groups[0]["lr"] == pytest.approx(0.01)  # halved after 3
+        twin = dp_workers.linear_model(torch)  # the same run, out of the segment
+        again = torch.optim.AdamW(twin.parameters(), lr=0.02)
+        again_sched = sched(again)
+        for i in range(4):
+            for p, q in zip(twin.parameters(), first.parameters()):
+                p.grad = torch.zeros_like(p)
+            fake_gradients(twin, i)
+            again.step()
+            again_sched.step()
+        del dp
+
+        second = dp_workers.linear_model(torch)
+        dp2 = pt.DataParallel(second, scope, g, torch.optim.AdamW, lr=0.02, scheduler=sched)
+        assert dp2.steps_done == 4
+        got = dp2.optimizer.state_dict()
+        assert got["param_groups"][0]["lr"] == saved["param_groups"][0]["lr"]
+        assert dp2.scheduler.last_epoch == 4
+        for i, st in saved["state"].items():
+            assert float(got["state"][i]["step"]) == float(st["step"]) == 4
+            for k in ("exp_avg", "exp_avg_sq"):
+                assert torch.equal(got["state"][i][k], st[k])
+        for i in range(4, 8):
+            fake_gradients(second, i)
+            dp2.step()
+            fake_gradients(twin, i)
+            again.step()
+            again_sched.step()
+        for p, q in zip(second.parameters(), twin.parameters()):
+            torch.testing.assert_close(p.detach(), q.detach(), rtol=2e-6, atol=1e-7)
+        del dp2
+
+
+def test_load_state_dict_goes_into_the_segment_with_the_next_step(seg):
+    scope = seg.root.new_scope("loaded")
+    with seg.group("solo", 1) as g:
+        model = dp_workers.linear_model(torch)
+        dp = pt.DataParallel(model, scope, g, torch.optim.SGD, lr=0.1, momentum=0.9)
+        fake_gradients(model, 0)
+        dp.step()
+        sd = dp.optimizer.state_dict()
+        sd = {"state": {i: {"momentum_buffer": torch.full_like(st["momentum_buffer"], 2.0)}
+                        for i, st in sd["state"].items()},
+              "param_groups": [dict(sd["param_groups"][0], lr=0.5)]}
+        dp.optimizer.load_state_dict(sd)
+        assert dp.optimizer.param_groups[0]["lr"] == 0.5
+        before = scope["0.bias"].numpy().copy()
+        dp.zero_grad()
+        dp.step()  # a zero gradient: the buffer decays by momentum, lr 0.5 applies it
+        np.testing.assert_allclose(scope["0.bias.momentum_buffer"].numpy(), 1.8, rtol=1e-6)
+        np.testing.assert_allclose(scope["0.bias"].numpy(), before - 0.5 * 1.8, rtol=1e-6)
+        buf = dp.optimizer.state[dp.optimizer.param_groups[0]["params"][1]]["momentum_buffer"]
+        assert buf.data_ptr() != 0 and torch.equal(buf, torch.full_like(buf, 1.8))
+        del dp, buf
 
 
 def test_a_second_trainer_takes_the_parameters_from_the_segment(seg):
@@ -137,20 +262,47 @@ def test_a_parameter_shared_by_two_modules_is_one_variable(seg):
 def test_group_of_another_size_on_the_same_scope_is_value_error(seg):
     scope = seg.root.new_scope("sized")
     with seg.group("a", 1) as g:
-        pt.DataParallel(dp_workers.linear_model(torch), scope, g, pt.SGD(lr=0.1))
+        pt.DataParallel(dp_workers.linear_model(torch), scope, g, torch.optim.SGD, lr=0.1)
     with seg.group("b", 2, rank=0) as g:
         model = dp_workers.linear_model(torch)
         w = model[0].weight
         with pytest.raises(ValueError, match="group of 1"):
-            pt.DataParallel(model, scope, g, pt.SGD(lr=0.1))
+            pt.DataParallel(model, scope, g, torch.optim.SGD, lr=0.1)
         assert model[0].weight is w  # the module was left alone
 
 
-@pytest.mark.parametrize("bad", [dict(lr=0), dict(lr=0.1, momentum=-1),
-                                 dict(lr=0.1, nesterov=True)])
-def test_bad_sgd_settings_are_value_error(bad):
-    with pytest.raises(ValueError):
-        pt.SGD(**bad)
+@pytest.mark.parametrize("optimizer, kwargs, error", [
+    (torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1), {}, TypeError),
+    (lambda params: "not an optimizer", {}, TypeError),
+    (lambda params: torch.optim.SGD(params[:1], lr=0.1), {}, ValueError),
+    (torch.optim.SGD, dict(lr=-1), ValueError),
+    (torch.optim.SGD, dict(lr=0.1, no_such_setting=1), TypeError),
+    (pt.Adam, dict(lr=0.1, betas=(1.5, 0.9)), ValueError)])
+def test_a_bad_optimizer_raises_and_changes_nothing(seg, optimizer, kwargs, error):
+    scope = seg.root.new_scope("bad")
+    model = dp_workers.linear_model(torch)
+    w = model[0].weight
+    with seg.group("solo", 1) as g:
+        with pytest.raises(error):
+            pt.DataParallel(model, scope, g, optimizer, **kwargs)
+    assert model[0].weight is w
+    assert list(scope.vars()) == []
+
+
+def test_pdshm_adam_computes_what_torch_adam_does():
+    a, b = dp_workers.linear_model(torch), dp_workers.linear_model(torch)
+    mine = pt.Adam(a.parameters(), lr=0.01, weight_decay=0.01)
+    theirs = torch.optim.Adam(b.parameters(), lr=0.01, weight_decay=0.01)
+    for i in range(5):
+        for model, opt in ((a, mine), (b, theirs)):
+            for p in model.parameters():
+                p.grad = torch.zeros_like(p)
+            fake_gradients(model, i)
+            opt.step()
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+    assert isinstance(mine, torch.optim.Optimizer) and pt.Adam.__qualname__ == "Adam"
+    theirs.load_state_dict(mine.state_dict())  # the same state, by the same names
 
 
 def run_example(name, *args, timeout=240):
