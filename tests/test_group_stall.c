@@ -19,7 +19,7 @@
 #include "testutil.h"
 
 #define SEC 1000000000ull
-#define FLOATS (1 << 21) /* 8 MiB a tensor: writing is most of a round */
+#define FLOATS (1 << 20) /* 4 MiB a tensor: writing is most of a round */
 #define BOUND (5 * SEC)  /* what a call may take while the member is stopped */
 #define WINDOWS 4096     /* a reaper's windows recorded */
 
@@ -35,7 +35,7 @@ static uint64_t used(void) {
 
 static void setup(void) {
   snprintf(seg_name, sizeof seg_name, "%s", tu_name("stall"));
-  seg = tu_create_as(seg_name, 64u << 20, 16);
+  seg = tu_create_as(seg_name, 24u << 20, 16); /* fits CI's 64 MiB /dev/shm beside others */
   base_used = used();
 }
 

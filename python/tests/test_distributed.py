@@ -37,7 +37,7 @@ def run_job(scenario, n, extra_env=None, port=None):
         env = child_env()
         env.update(RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank),
                    LOCAL_WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   PDSHM_TORCH_SEGMENT_SIZE="64M", OMP_NUM_THREADS="1")
+                   PDSHM_TORCH_SEGMENT_SIZE="16M", OMP_NUM_THREADS="1")
         env.update(extra_env or {})
         procs.append(subprocess.Popen([sys.executable, os.path.join(TESTS_DIR, "dist_workers.py"),
                                        scenario], env=env, stdout=subprocess.PIPE,
@@ -155,7 +155,7 @@ def test_torchrun_starts_ranks_that_train_with_ddp(tmp_path):
     # Debian's torch 1.13 under Python 3.11 cannot parse --redirects 0 or
     # --tee 0 (the defaults): Std.from_str("0") is None there; 1 and 2 parse.
     env = child_env()
-    env.update(PDSHM_TORCH_SEGMENT_SIZE="64M")
+    env.update(PDSHM_TORCH_SEGMENT_SIZE="16M")
     for var in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
     done = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", "--redirects", "1",
