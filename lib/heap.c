@@ -12,6 +12,13 @@
  *      carved from one is re-reserved (fallocate) before it is handed out,
  *      so first touch never raises SIGBUS on a full /dev/shm.
  *
+ *  H2. The bins' links are hints read from the segment: every one is checked
+ *      to be a FREE block of its bin that fits the arena before it is
+ *      followed or written through (bin_link), and one that is not ends its
+ *      list (damage, by another process or a bug: the blocks behind it are
+ *      binned again by the next rebuild, and pdshm_check reports them).  A
+ *      free merges only with neighbours that the chain confirms.
+ *
  * Crash windows:
  *  - a cache pop or push is two stores (the block's word, the lane's head):
  *    dead lanes' lists are never read again; the reaper's sweep goes by the
@@ -127,12 +134,28 @@ static void fix_next_prev(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
 
 /* ---- bins (heap lock) ---------------------------------------------------------- */
 
+/* The size of the FREE block at off when it lies inside the arena, else 0. */
+static uint64_t free_block_size(const pdshm_seg *seg, pdshm_off_t off) {
+  const struct pdshm_hdr *hd = seg->hdr;
+  if (off % PDSHM_ALIGN || off < hd->arena_off || off > hd->arena_end - PDSHM_BLK_MIN) return 0;
+  uint64_t w = word(heap_blk(seg, off)), size = pdshm__blk_size(w);
+  if (pdshm__blk_state(w) != PDSHM_BLK_FREE || size < PDSHM_BLK_MIN || size > hd->arena_end - off)
+    return 0;
+  return size;
+}
+
+/* Invariant H2: link o of bin b, or 0 when it names no FREE block of b. */
+static pdshm_off_t bin_link(const pdshm_seg *seg, pdshm_off_t o, unsigned b) {
+  uint64_t size = o ? free_block_size(seg, o) : 0;
+  return size && pdshm__bin_of(size) == b ? o : 0;
+}
+
 static void bin_insert(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
   struct pdshm_heap *h = heap(seg);
   unsigned b = pdshm__bin_of(size);
   struct pdshm_free_links *l = links(seg, off);
   l->prev = 0;
-  l->next = h->bins[b];
+  l->next = bin_link(seg, h->bins[b], b);
   if (l->next) links(seg, l->next)->prev = off;
   h->bins[b] = off;
   h->nonempty[b / 64] |= 1ull << (b % 64);
@@ -142,9 +165,10 @@ static void bin_remove(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
   struct pdshm_heap *h = heap(seg);
   unsigned b = pdshm__bin_of(size);
   struct pdshm_free_links *l = links(seg, off);
-  if (l->prev) links(seg, l->prev)->next = l->next;
-  else h->bins[b] = l->next;
-  if (l->next) links(seg, l->next)->prev = l->prev;
+  pdshm_off_t prev = bin_link(seg, l->prev, b), next = bin_link(seg, l->next, b);
+  if (prev) links(seg, prev)->next = next;
+  if (h->bins[b] == off || !bin_link(seg, h->bins[b], b)) h->bins[b] = next;
+  if (next) links(seg, next)->prev = prev;
   if (!h->bins[b]) h->nonempty[b / 64] &= ~(1ull << (b % 64));
 }
 
@@ -162,11 +186,18 @@ static unsigned bin_next(const struct pdshm_heap *h, unsigned b) {
 static pdshm_off_t bin_search(pdshm_seg *seg, uint64_t n) {
   struct pdshm_heap *h = heap(seg);
   unsigned b = pdshm__bin_of(n), k = 0;
-  for (pdshm_off_t o = h->bins[b]; o && k < SCAN_LIMIT; o = links(seg, o)->next, k++)
+  for (pdshm_off_t o = bin_link(seg, h->bins[b], b); o && k < SCAN_LIMIT;
+       o = bin_link(seg, links(seg, o)->next, b), k++)
     if (pdshm__blk_size(word(heap_blk(seg, o))) >= n) return o;
-  unsigned nb = bin_next(h, bin_floor(b) >= n && b < EXACT_BINS ? b : b + 1);
-  if (nb < PDSHM_NBINS) return h->bins[nb];
-  for (pdshm_off_t o = h->bins[b]; o; o = links(seg, o)->next) /* the rest of n's bin */
+  for (unsigned nb = bin_next(h, bin_floor(b) >= n && b < EXACT_BINS ? b : b + 1);
+       nb < PDSHM_NBINS; nb = bin_next(h, nb + 1)) {
+    pdshm_off_t o = bin_link(seg, h->bins[nb], nb);
+    if (o) return o;
+    h->bins[nb] = 0; /* H2: a damaged head empties its bin */
+    h->nonempty[nb / 64] &= ~(1ull << (nb % 64));
+  }
+  for (pdshm_off_t o = bin_link(seg, h->bins[b], b); o; /* the rest of n's bin */
+       o = bin_link(seg, links(seg, o)->next, b))
     if (pdshm__blk_size(word(heap_blk(seg, o))) >= n) return o;
   return 0;
 }
@@ -228,7 +259,8 @@ static uint64_t heap_trim(pdshm_seg *seg, uint64_t want) {
   struct pdshm_heap *h = heap(seg);
   uint64_t done = 0, was = h->punched;
   for (unsigned b = PDSHM_NBINS; b-- > pdshm__bin_of(PUNCH_MIN) && done < want;) {
-    for (pdshm_off_t o = h->bins[b]; o && done < want; o = links(seg, o)->next) {
+    for (pdshm_off_t o = bin_link(seg, h->bins[b], b); o && done < want;
+         o = bin_link(seg, links(seg, o)->next, b)) {
       struct pdshm_blk *blk = heap_blk(seg, o);
       uint64_t w = word(blk);
       if (w & PDSHM_BLK_HOLEY) continue;
@@ -309,23 +341,26 @@ static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
   const pdshm_off_t freed_at = off;
   const uint64_t freed = pdshm__blk_size(word(b));
   uint64_t size = freed, holey = 0;
+  if (freed < PDSHM_BLK_MIN || freed > seg->hdr->arena_end - off)
+    return; /* a size that is not the chain's: left for pdshm_check to report */
   set_word(b, size | PDSHM_BLK_FREE);
   pdshm__blk_set_type(b, PDSHM_T_NONE);
   pdshm__blk_set_owner(b, 0);
   PDSHM_CRASHPOINT("heap.release.free");
   pdshm_off_t next = off + size;
-  uint64_t nw = next < seg->hdr->arena_end ? word(heap_blk(seg, next)) : 0;
-  if (nw && pdshm__blk_state(nw) == PDSHM_BLK_FREE && size + pdshm__blk_size(nw) < PDSHM_BLK_MAX) {
-    bin_remove(seg, next, pdshm__blk_size(nw));
+  uint64_t nsize = next < seg->hdr->arena_end ? free_block_size(seg, next) : 0;
+  if (nsize && size + nsize < PDSHM_BLK_MAX) {
+    uint64_t nw = word(heap_blk(seg, next));
+    bin_remove(seg, next, nsize);
     holey |= nw & PDSHM_BLK_HOLEY;
-    size += pdshm__blk_size(nw);
+    size += nsize;
     set_word(b, size | PDSHM_BLK_FREE | holey);
     PDSHM_CRASHPOINT("heap.release.merge_next");
   }
-  if (off > seg->hdr->arena_off && b->prev16) {
-    pdshm_off_t prev = off - (uint64_t)b->prev16 * 16;
+  if (off - seg->hdr->arena_off >= (uint64_t)b->prev16 * 16 && b->prev16) {
+    pdshm_off_t prev = off - (uint64_t)b->prev16 * 16; /* a hint: H2 */
     uint64_t pw = word(heap_blk(seg, prev));
-    if (pdshm__blk_state(pw) == PDSHM_BLK_FREE && size + pdshm__blk_size(pw) < PDSHM_BLK_MAX) {
+    if (free_block_size(seg, prev) == off - prev && size + pdshm__blk_size(pw) < PDSHM_BLK_MAX) {
       bin_remove(seg, prev, pdshm__blk_size(pw));
       holey |= pw & PDSHM_BLK_HOLEY;
       size += pdshm__blk_size(pw);
