@@ -281,6 +281,10 @@ void pdshm__lock_on_repair(unsigned kind, unsigned step, pdshm_lock_repair_fn fn
 /* Takes lock i, counting contention.  When its holder died, runs the repairs
  * registered for its kind first (lock.c, invariant 2); 0 or ENOTRECOVERABLE
  * (the segment is then poisoned and the lock released). */
+/* No entry of the lock table: what a damaged index becomes
+ * (pdshm__scope_lock), and what pdshm__lock and pdshm__trylock answer
+ * EBADSEG for, as for any index beyond the table. */
+#define PDSHM_LOCK_NONE UINT32_MAX
 int pdshm__lock(pdshm_seg *seg, uint32_t i);
 int pdshm__trylock(pdshm_seg *seg, uint32_t i); /* 0, EBUSY, ENOTRECOVERABLE */
 void pdshm__unlock(pdshm_seg *seg, uint32_t i);

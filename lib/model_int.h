@@ -63,6 +63,17 @@ static inline struct pdshm_var_rec *pdshm__var_rec(const pdshm_var *v) {
 static inline pdshm_var *pdshm__var_handle(struct pdshm_var_rec *r) {
   return (pdshm_var *)(void *)r;
 }
+/* The lock of scope record x as its record names it, when that is a lent
+ * entry of the table (never a fixed one: a scope taking the heap's lock
+ * would deadlock at its next allocation) that guards x; else, the record
+ * being damaged, PDSHM_LOCK_NONE, which pdshm__lock refuses with EBADSEG. */
+static inline uint32_t pdshm__scope_lock(const pdshm_seg *seg, const struct pdshm_scope_rec *x) {
+  uint32_t i = x->lock;
+  if (i < PDSHM_LOCK_FIXED || i >= seg->hdr->max_locks ||
+      pdshm__lockent(seg, i)->guards != pdshm__off(seg, x))
+    return PDSHM_LOCK_NONE;
+  return i;
+}
 /* The offset of a field of a record in the segment, for journal stores. */
 #define PDSHM_FOFF(seg, rec, field) pdshm__off((seg), &(rec)->field)
 

@@ -142,11 +142,11 @@ static int scope_handle_new(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off
                             bool locked, pdshm_scope **out) {
   pdshm_scope *h = scope_priv_new(seg);
   int rc = h ? 0 : pdshm__fail(PDSHM_ENOMEM, "out of private memory");
-  if (!rc && locked) pdshm__j_begin_locked(seg, ln, scope_rec(seg, x)->lock, PDSHM_OP_HANDLE);
-  else if (!rc) rc = pdshm__j_begin(seg, ln, scope_rec(seg, x)->lock, PDSHM_OP_HANDLE);
+  if (!rc && locked) pdshm__j_begin_locked(seg, ln, pdshm__scope_lock(seg, scope_rec(seg, x)), PDSHM_OP_HANDLE);
+  else if (!rc) rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, scope_rec(seg, x)), PDSHM_OP_HANDLE);
   if (rc) {
     pdshm__xfree(h);
-    if (locked) pdshm__unlock(seg, scope_rec(seg, x)->lock);
+    if (locked) pdshm__unlock(seg, pdshm__scope_lock(seg, scope_rec(seg, x)));
     return rc;
   }
   rc = scope_handle_add(seg, ln, x, &h->handle);
@@ -174,7 +174,7 @@ int pdshm__handle_drop(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h)
   if (!handle_ok(seg, h, ln->tag)) return pdshm__fail(PDSHM_EINVAL, "not a handle record");
   pdshm_off_t x = PDSHM_AT(seg->base, h, struct pdshm_handle_rec)->scope;
   if (!x) return 0; /* never committed: no reference to drop; the sweep frees it */
-  int rc = pdshm__j_begin(seg, ln, scope_rec(seg, x)->lock, PDSHM_OP_UNHANDLE);
+  int rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, scope_rec(seg, x)), PDSHM_OP_UNHANDLE);
   if (rc) return rc;
   pdshm__j_retire_kept(seg, ln, h);
   scope_unref(seg, ln, x);
@@ -296,7 +296,7 @@ PDSHM_API int pdshm_scope_new(pdshm_scope *parent, const char *name, pdshm_scope
   if ((rc = pdshm__lock_claim(seg, PDSHM_LK_SCOPE, 0, &lk))) goto fail;
   PDSHM_CRASHPOINT("scope.new.claimed");
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  rc = pdshm__j_begin(seg, ln, scope_rec(seg, parent->rec)->lock, PDSHM_OP_SCOPE_NEW);
+  rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, scope_rec(seg, parent->rec)), PDSHM_OP_SCOPE_NEW);
   if (!rc) {
     rc = scope_create_locked(seg, ln, parent->rec, name, len, lk, h);
     if (rc) pdshm__j_abort(seg, ln);
@@ -394,7 +394,7 @@ static int path_check(const char *path) {
 /* Hand over hand from the root; returns with the found scope's lock held. */
 static int scope_walk(pdshm_seg *seg, const char *path, pdshm_off_t *found) {
   pdshm_off_t cur = seg->hdr->root;
-  int rc = pdshm__lock(seg, scope_rec(seg, cur)->lock);
+  int rc = pdshm__lock(seg, pdshm__scope_lock(seg, scope_rec(seg, cur)));
   while (!rc && *path) {
     const char *comp = NULL;
     size_t len = 0;
@@ -402,8 +402,8 @@ static int scope_walk(pdshm_seg *seg, const char *path, pdshm_off_t *found) {
     rc = path_next(&path, &comp, &len);
     if (!rc && !(k = kid_find(seg, scope_rec(seg, cur), comp, len)))
       rc = pdshm__fail(PDSHM_ENOENT, "no scope \"%.*s\"", (int)len, comp);
-    if (!rc) rc = pdshm__lock(seg, scope_rec(seg, k)->lock);
-    pdshm__unlock(seg, scope_rec(seg, cur)->lock);
+    if (!rc) rc = pdshm__lock(seg, pdshm__scope_lock(seg, scope_rec(seg, k)));
+    pdshm__unlock(seg, pdshm__scope_lock(seg, scope_rec(seg, cur)));
     if (!rc) cur = k;
     else return rc;
   }
@@ -437,7 +437,7 @@ PDSHM_API int pdshm_scope_unlink(pdshm_scope *parent, const char *name) {
   pdshm_seg *seg = parent->seg;
   struct pdshm_scope_rec *p = scope_rec(seg, parent->rec);
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  rc = pdshm__j_begin(seg, ln, p->lock, PDSHM_OP_UNLINK);
+  rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, p), PDSHM_OP_UNLINK);
   if (!rc) {
     pdshm_off_t k = kid_find(seg, p, name, len);
     if (!k) {
@@ -457,7 +457,7 @@ PDSHM_API int pdshm_scope_unlink(pdshm_scope *parent, const char *name) {
 
 /* One kid off x's list (onto the chain when named); 1 when x had none. */
 static int drop_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x) {
-  int rc = pdshm__j_begin(seg, ln, x->lock, PDSHM_OP_UNLINK);
+  int rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, x), PDSHM_OP_UNLINK);
   if (rc) return rc;
   pdshm_off_t k = x->first_kid;
   if (!k) {
@@ -489,7 +489,7 @@ static int chain_step(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
   pdshm_off_t h = t->chain;
   struct pdshm_scope_rec *hr = scope_rec(seg, h);
-  int rc = pdshm__j_begin(seg, ln, hr->lock, PDSHM_OP_UNLINK);
+  int rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, hr), PDSHM_OP_UNLINK);
   if (rc) return rc;
   pdshm_off_t k = hr->first_kid;
   uint64_t n = 0;
@@ -515,7 +515,7 @@ static int chain_step(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
 static int destroy_unhook(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
   struct pdshm_scope_rec *r = scope_rec(seg, x), *p = scope_rec(seg, r->parent);
-  int rc = pdshm__j_begin(seg, ln, p->lock, PDSHM_OP_DESTROY);
+  int rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, p), PDSHM_OP_DESTROY);
   if (rc) return rc;
   if (r->inlist) kid_delist(seg, ln, p, x);
   scope_unref(seg, ln, r->parent);
@@ -534,7 +534,7 @@ static int destroy_unhook(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t
 static int destroy_vars(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
   struct pdshm_scope_rec *r = scope_rec(seg, x);
   if (r->table) {
-    const uint32_t lk = r->lock;
+    const uint32_t lk = pdshm__scope_lock(seg, r);
     int rc = pdshm__lock(seg, lk);
     if (rc) return rc;
     struct pdshm_table *tb = PDSHM_AT(seg->base, r->table, struct pdshm_table);
@@ -553,7 +553,7 @@ static int destroy_vars(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x
 static int destroy_record(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
   struct pdshm_scope_rec *r = scope_rec(seg, x);
-  const uint32_t lk = r->lock;
+  const uint32_t lk = pdshm__scope_lock(seg, r);
   int rc = pdshm__j_begin(seg, ln, lk, PDSHM_OP_DESTROY);
   if (rc) return rc;
   if (r->table) pdshm__j_retire(seg, ln, r->table);

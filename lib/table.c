@@ -139,8 +139,8 @@ PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdsh
     if (s1 & 1) {
       if (!tab_wait(tries)) continue;
       if (seg->flags & PDSHM_RDONLY) return 0;
-      if (pdshm__lock(seg, x->lock)) return 0;
-      pdshm__unlock(seg, x->lock);
+      if (pdshm__lock(seg, pdshm__scope_lock(seg, x))) return 0;
+      pdshm__unlock(seg, pdshm__scope_lock(seg, x));
       tries = 0;
       continue;
     }

@@ -64,7 +64,7 @@ static int var_make(pdshm_scope *s, const char *name, enum var_mode mode, pdshm_
     return 0;
   }
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  if ((rc = pdshm__j_begin(seg, ln, x->lock, PDSHM_OP_VAR_NEW))) goto out;
+  if ((rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, x), PDSHM_OP_VAR_NEW))) goto out;
   /* The miss still holds when no writer touched the table since (seq even
    * and unchanged): no second probe. */
   bool unchanged = mode == VAR_GET && atomic_load_explicit(&x->seq, memory_order_relaxed) == missed_at;
@@ -194,7 +194,7 @@ static int var_edit_begin(pdshm_scope *s, struct pdshm_lane_ctx **ln, unsigned o
   int rc = s ? pdshm__seg_writable(s->seg) : pdshm__fail(PDSHM_EINVAL, "NULL scope handle");
   if (rc) return rc;
   *ln = pdshm__lane_get(s->seg);
-  rc = pdshm__j_begin(s->seg, *ln, pdshm__scope_at(s->seg, s->rec)->lock, op);
+  rc = pdshm__j_begin(s->seg, *ln, pdshm__scope_lock(s->seg, pdshm__scope_at(s->seg, s->rec)), op);
   if (rc) pdshm__lane_put(*ln);
   return rc;
 }
