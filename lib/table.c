@@ -47,6 +47,10 @@ PDSHM_SEQLOCK_READ static const struct pdshm_table *tab_at(const pdshm_seg *seg,
   return t;
 }
 
+struct pdshm_table *pdshm__table_at(const pdshm_seg *seg, pdshm_off_t off, uint64_t *cap) {
+  return (struct pdshm_table *)(uintptr_t)tab_at(seg, off, cap);
+}
+
 /* Word-wise compare of a NAME payload with (name, len): atomic loads only,
  * since the block may be reused under a lock-free reader (invariant 3).  The
  * last word may run past the NUL but stays inside the 16-byte-rounded block. */
@@ -139,8 +143,8 @@ PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdsh
     if (s1 & 1) {
       if (!tab_wait(tries)) continue;
       if (seg->flags & PDSHM_RDONLY) return 0;
-      if (pdshm__lock(seg, pdshm__scope_lock(seg, x))) return 0;
-      pdshm__unlock(seg, pdshm__scope_lock(seg, x));
+      if (pdshm__lock(seg, pdshm__scope_lock(seg, pdshm__off(seg, x)))) return 0;
+      pdshm__unlock(seg, pdshm__scope_lock(seg, pdshm__off(seg, x)));
       tries = 0;
       continue;
     }

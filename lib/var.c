@@ -64,7 +64,7 @@ static int var_make(pdshm_scope *s, const char *name, enum var_mode mode, pdshm_
     return 0;
   }
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  if ((rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, x), PDSHM_OP_VAR_NEW))) goto out;
+  if ((rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, pdshm__off(seg, x)), PDSHM_OP_VAR_NEW))) goto out;
   /* The miss still holds when no writer touched the table since (seq even
    * and unchanged): no second probe. */
   bool unchanged = mode == VAR_GET && atomic_load_explicit(&x->seq, memory_order_relaxed) == missed_at;
@@ -124,6 +124,7 @@ static pdshm_var *var_find(pdshm_scope *s, const char *name, bool up) {
     if (v) return pdshm__var_handle(pdshm__var_at(seg, v));
     if (!up) break;
     x = r->parent;
+    if (x && !pdshm__scope_rec_ok(seg, x)) break; /* damaged: no farther */
   }
   return NULL;
 }
@@ -156,6 +157,7 @@ PDSHM_API int pdshm_scope_foreach_var(pdshm_scope *s, const char *label,
 /* ---- erase and rename --------------------------------------------------------------- */
 
 unsigned pdshm__var_blocks(pdshm_seg *seg, pdshm_off_t v, pdshm_off_t out[8]) {
+  if (!pdshm__var_parts_ok(seg, v)) return 0;
   const struct pdshm_var_rec *r = pdshm__var_at(seg, v);
   unsigned n = 0;
   out[n++] = v; /* then the parts it has, without a copy of all of them first */
@@ -194,7 +196,7 @@ static int var_edit_begin(pdshm_scope *s, struct pdshm_lane_ctx **ln, unsigned o
   int rc = s ? pdshm__seg_writable(s->seg) : pdshm__fail(PDSHM_EINVAL, "NULL scope handle");
   if (rc) return rc;
   *ln = pdshm__lane_get(s->seg);
-  rc = pdshm__j_begin(s->seg, *ln, pdshm__scope_lock(s->seg, pdshm__scope_at(s->seg, s->rec)), op);
+  rc = pdshm__j_begin(s->seg, *ln, pdshm__scope_lock(s->seg, s->rec), op);
   if (rc) pdshm__lane_put(*ln);
   return rc;
 }
