@@ -18,7 +18,11 @@
  * each robust mutex's type is the one create gave it, and a held mutex's
  * word carries the FUTEX_OWNER_DIED bit the kernel sets when its holder
  * dies (every holder in the image is dead).  A word without it names a live
- * holder, which a taker rightly waits for.
+ * holder, which a taker rightly waits for.  And the debug builds' check of
+ * the order of locks (lockorder.c) trusts the ranks recorded in the lock
+ * table, as it must to find the library's own mistakes, and stops the
+ * process on a conflict: the harness ranks the fixed entries as create does
+ * and leaves the lent ones unranked (release builds never read a rank).
  *
  * Variable locks are taken only when their word is clear: the word is the
  * lock, and a word that names holders the slots' records do not show is
@@ -46,7 +50,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n);
 
-/* ---- the image's mutexes as dead holders leave them ------------------------ */
+/* ---- the image's mutexes as dead holders leave them, and the ranks ---------- */
 
 static int rw_mutex_kind(void) {
   static int kind = -1;
@@ -71,6 +75,10 @@ static uint64_t rw_fix_mutexes(uint8_t *img, uint64_t size) {
     return 0; /* attach refuses such a header */
   for (uint64_t i = 0; i < count; i++) {
     pthread_mutex_t *m = &((struct pdshm_lock *)(img + at))[i].mutex;
+    struct pdshm_lock *l = &((struct pdshm_lock *)(img + at))[i];
+    l->rank = i == PDSHM_LOCK_HEAP     ? pdshm__lock_rank(PDSHM_LK_HEAP, 0)
+              : i == PDSHM_LOCK_GROUPS ? pdshm__lock_rank(PDSHM_LK_GROUPS, 0)
+                                       : 0;
     m->__data.__kind = rw_mutex_kind();
     unsigned w = (unsigned)m->__data.__lock;
     if (w && !(w & RW_FUTEX_OWNER_DIED))
