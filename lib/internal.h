@@ -410,6 +410,10 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
 void pdshm__cache_flush(pdshm_seg *seg, struct pdshm_lane_ctx *ln);
 /* Usable payload bytes of a USED block. */
 size_t pdshm__alloc_usable(const pdshm_seg *seg, pdshm_off_t payload);
+/* True when payload is that of a USED block inside the arena with at least
+ * `bytes` of payload (owned by anyone): what an offset read from the
+ * segment must be before a block is freed, retired or read through it. */
+bool pdshm__payload_used(const pdshm_seg *seg, pdshm_off_t payload, size_t bytes);
 /* Heap lock held, its previous holder dead: recount the pins from the PIN
  * records (pin_heap.c), then rebuild the bins from the chain.  0, or EBADSEG
  * when the chain itself is broken. */

@@ -30,32 +30,20 @@
 
 #include "model_int.h"
 
-/* A USED block inside the arena with at least `bytes` of payload, owned by
- * anyone. */
-static bool block_used(const pdshm_seg *seg, pdshm_off_t payload, size_t bytes) {
-  const struct pdshm_hdr *h = seg->hdr;
-  if (payload % PDSHM_ALIGN || payload < h->arena_off + PDSHM_BLK_HDR ||
-      payload > h->arena_end || h->arena_end - payload < bytes)
-    return false;
-  const struct pdshm_blk *b = pdshm__blk(seg, payload);
-  uint64_t w = atomic_load_explicit(&((struct pdshm_blk *)b)->word, memory_order_acquire);
-  return pdshm__blk_state(w) == PDSHM_BLK_USED;
-}
-
 static bool block_is(const pdshm_seg *seg, pdshm_off_t payload, unsigned type, size_t bytes) {
-  if (!block_used(seg, payload, bytes)) return false;
+  if (!pdshm__payload_used(seg, payload, bytes)) return false;
   const struct pdshm_blk *b = pdshm__blk(seg, payload);
   return pdshm__blk_type(b) == type && pdshm__blk_owner(b) == 0;
 }
 
 bool pdshm__var_parts_ok(const pdshm_seg *seg, pdshm_off_t v) {
-  if (!block_used(seg, v, sizeof(struct pdshm_var_rec)) ||
+  if (!pdshm__payload_used(seg, v, sizeof(struct pdshm_var_rec)) ||
       pdshm__blk_type(pdshm__blk(seg, v)) != PDSHM_T_VAR)
     return false;
   const struct pdshm_var_rec *r = pdshm__var_at(seg, v);
   const pdshm_off_t parts[] = {r->name, r->label, r->readers, r->writers, r->buf};
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-    if (parts[i] && !block_used(seg, parts[i], 0)) return false;
+    if (parts[i] && !pdshm__payload_used(seg, parts[i], 0)) return false;
   return r->magic == PDSHM_VAR_MAGIC && r->self == v;
 }
 
