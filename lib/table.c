@@ -12,12 +12,16 @@
  *     At most half of a table's entries are used (live or tombstone), 5/8
  *     for big tables (pdshm__table_fill_eighths), so every probe sequence
  *     reaches an empty entry.
- *  3. Readers never store to shared memory.  They read seq, probe, read seq
+ *  3. Readers never store to shared memory but under the lock (invariant
+ *     4's repair of a damaged seq).  They read seq, probe, read seq
  *     again, and retry when it moved; every offset they follow is
  *     bounds-checked first, so racing a writer (or reading memory freed and
  *     reused meanwhile) yields a retry, never a wild read or a wrong answer.
  *  4. A reader that keeps seeing an odd seq takes the scope's lock once
  *     (waiting out the writer, or repairing after its death) and retries.
+ *     Under the lock the seq is even (writers and repairs leave it so): one
+ *     still odd there was damaged, and the reader, holding the lock, makes
+ *     it even as a repair would.
  */
 #include "config.h"
 
@@ -143,8 +147,11 @@ PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdsh
     if (s1 & 1) {
       if (!tab_wait(tries)) continue;
       if (seg->flags & PDSHM_RDONLY) return 0;
-      if (pdshm__lock(seg, pdshm__scope_lock(seg, pdshm__off(seg, x)))) return 0;
-      pdshm__unlock(seg, pdshm__scope_lock(seg, pdshm__off(seg, x)));
+      uint32_t lk = pdshm__scope_lock(seg, pdshm__off(seg, x));
+      if (pdshm__lock(seg, lk)) return 0;
+      uint64_t s2 = atomic_load_explicit(&x->seq, memory_order_relaxed);
+      if (s2 & 1) atomic_store_explicit(&x->seq, s2 + 1, memory_order_release);
+      pdshm__unlock(seg, lk);
       tries = 0;
       continue;
     }
@@ -200,17 +207,25 @@ struct pdshm_table_ent *pdshm__table_ent(pdshm_seg *seg, struct pdshm_scope_rec 
   return &PDSHM_AT(seg->base, x->table, struct pdshm_table)->ent[i];
 }
 
+/* The first entry free for hash; cap when there is none (a table whose
+ * `used` count lies: damaged), which a fresh table never is (invariant 2). */
 static uint64_t tab_slot_for(const struct pdshm_table *t, uint64_t cap, uint64_t hash) {
   uint64_t i = hash & (cap - 1);
-  while (t->ent[i].var > PDSHM_TOMBSTONE) i = (i + 1) & (cap - 1);
-  return i;
+  for (uint64_t n = 0; n < cap; n++, i = (i + 1) & (cap - 1))
+    if (t->ent[i].var <= PDSHM_TOMBSTONE) return i;
+  return cap;
 }
 
-/* Invariant 2: a fresh table holding x's live entries but v, then (v, hash);
- * nlive live entries in all.  An eighth below its bound, so that cap/8
- * insertions at least come before the next rebuild. */
+/* Invariant 2: a fresh table holding x's live entries but v, then (v, hash).
+ * An eighth below its bound, so that cap/8 insertions at least come before
+ * the next rebuild.  Its size comes from the entries counted, not from the
+ * scope's count of them: a damaged count must not size it. */
 static int tab_rebuild(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
-                       const struct pdshm_table_ent *add, uint64_t nlive) {
+                       const struct pdshm_table_ent *add) {
+  uint64_t ocap = 0, nlive = 1;
+  const struct pdshm_table *ot = tab_at(seg, x->table, &ocap);
+  for (uint64_t i = 0; ot && i < ocap; i++)
+    nlive += ot->ent[i].var > PDSHM_TOMBSTONE && ot->ent[i].var != add->var;
   uint64_t cap = TABLE_MIN_CAP;
   while (cap * (pdshm__table_fill_eighths(cap) - 1) < nlive * 8) cap <<= 1;
   pdshm_off_t off;
@@ -221,8 +236,6 @@ static int tab_rebuild(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_s
   memset(nt->ent, 0, cap * sizeof nt->ent[0]);
   nt->cap = cap;
   nt->used = nlive;
-  uint64_t ocap = 0;
-  const struct pdshm_table *ot = tab_at(seg, x->table, &ocap);
   for (uint64_t i = 0; ot && i < ocap; i++)
     if (ot->ent[i].var > PDSHM_TOMBSTONE && ot->ent[i].var != add->var)
       nt->ent[tab_slot_for(nt, cap, ot->ent[i].hash)] = ot->ent[i];
@@ -232,17 +245,23 @@ static int tab_rebuild(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_s
   return 0;
 }
 
-/* Puts entry `add` where a probe for its hash will find it; nlive is the
- * number of live entries once the journal is applied. */
+static int tab_damaged(pdshm_seg *seg, const struct pdshm_scope_rec *x) {
+  return pdshm__fail(PDSHM_EBADSEG, "scope %#llx's table at %#llx is damaged",
+                     (unsigned long long)pdshm__off(seg, x), (unsigned long long)x->table);
+}
+
+/* Puts entry `add` where a probe for its hash will find it. */
 static int tab_put(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
-                   const struct pdshm_table_ent *add, uint64_t nlive) {
+                   const struct pdshm_table_ent *add) {
   pdshm__j_seq(seg, ln, PDSHM_FOFF(seg, x, seq));
   uint64_t cap = 0;
-  struct pdshm_table *t = x->table ? PDSHM_AT(seg->base, x->table, struct pdshm_table) : NULL;
-  if (t) cap = t->cap;
+  struct pdshm_table *t = pdshm__table_at(seg, x->table, &cap);
+  if (x->table && !t) return tab_damaged(seg, x);
   if (!t || (t->used + 1) * 8 > cap * pdshm__table_fill_eighths(cap))
-    return tab_rebuild(seg, ln, x, add, nlive);
-  struct pdshm_table_ent *e = &t->ent[tab_slot_for(t, cap, add->hash)];
+    return tab_rebuild(seg, ln, x, add);
+  uint64_t at = tab_slot_for(t, cap, add->hash);
+  if (at == cap) return tab_damaged(seg, x);
+  struct pdshm_table_ent *e = &t->ent[at];
   /* The entry is empty or a tombstone, which every probe passes without
    * reading its hash or key: those are stored in place now, and only var,
    * which makes the entry live, goes through the journal (a death or an
@@ -266,7 +285,7 @@ int pdshm__table_insert(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_
                         pdshm_off_t v, const char *name, size_t len, uint64_t hash) {
   struct pdshm_table_ent add = tab_entry(v, name, len, hash);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, x, nvars), x->nvars + 1);
-  return tab_put(seg, ln, x, &add, x->nvars + 1);
+  return tab_put(seg, ln, x, &add);
 }
 
 int pdshm__table_move(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
@@ -274,7 +293,7 @@ int pdshm__table_move(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_sc
   struct pdshm_table_ent *e = pdshm__table_ent(seg, x, i);
   struct pdshm_table_ent add = tab_entry(e->var, name, len, hash);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, var), PDSHM_TOMBSTONE);
-  return tab_put(seg, ln, x, &add, x->nvars);
+  return tab_put(seg, ln, x, &add);
 }
 
 void pdshm__table_remove(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
