@@ -141,6 +141,9 @@ void pdshm__scope_free_handles(pdshm_seg *seg);
 /* v is a variable's record (owned by anyone: marked for freeing too) and
  * every part it names a USED block inside the arena (var_live.c). */
 bool pdshm__var_parts_ok(const pdshm_seg *seg, pdshm_off_t v);
+/* v is a published variable record (var_live.c, invariant 1): what a
+ * table's entry must name before a reader hands it out. */
+bool pdshm__var_rec_ok(const pdshm_seg *seg, pdshm_off_t v);
 /* v's blocks, record first, into out; none when v is damaged (a record or
  * a part that pdshm__var_parts_ok refuses: left to pdshm_check). */
 unsigned pdshm__var_blocks(pdshm_seg *seg, pdshm_off_t v, pdshm_off_t out[8]);
@@ -182,6 +185,10 @@ bool pdshm__scope_rec_ok(const pdshm_seg *seg, pdshm_off_t x);
  * x; else, the segment being damaged, PDSHM_LOCK_NONE, which pdshm__lock
  * refuses with EBADSEG. */
 uint32_t pdshm__scope_lock(const pdshm_seg *seg, pdshm_off_t x);
+/* Tensor record r's bytes, [data, data + nbytes), lie in its buffer, a
+ * TENSOR block inside the arena (its scope's lock held: a resize moves
+ * them). */
+bool pdshm__tensor_span_ok(const pdshm_seg *seg, const struct pdshm_var_rec *r);
 /* With lk held: r is still a live variable of the scope lk guards. */
 bool pdshm__var_live_locked(const pdshm_seg *seg, const struct pdshm_var_rec *r, uint32_t lk);
 /* pdshm__j_begin under r's scope lock, refusing (ESTALE, nothing written, the

@@ -132,6 +132,31 @@ static bool tab_wait(unsigned tries) {
   return tries >= TABLE_SPINS + TABLE_YIELDS;
 }
 
+/* Invariant 4, after an odd seq: 0 to look again, else why the reader
+ * gives up (a read-only attachment, which cannot lock, after its wait; a
+ * lock that failed).  *tries counts the looks. */
+static int tab_settle(pdshm_seg *seg, struct pdshm_scope_rec *x, unsigned *tries) {
+  if (!tab_wait((*tries)++)) return 0;
+  if (seg->flags & PDSHM_RDONLY)
+    return pdshm__fail(PDSHM_EBUSY, "a scope's table stays in the middle of a change");
+  uint32_t lk = pdshm__scope_lock(seg, pdshm__off(seg, x));
+  int rc = pdshm__lock(seg, lk);
+  if (rc) return rc;
+  uint64_t s2 = atomic_load_explicit(&x->seq, memory_order_relaxed);
+  if (s2 & 1) atomic_store_explicit(&x->seq, s2 + 1, memory_order_release);
+  pdshm__unlock(seg, lk);
+  *tries = 0;
+  return 0;
+}
+
+/* A live entry's variable, as the table holds it: 0 when the offset names
+ * no variable record (damaged; a reader racing an erase sees the seq move
+ * and looks again). */
+PDSHM_SEQLOCK_READ static pdshm_off_t tab_var(const pdshm_seg *seg, const struct pdshm_table_ent *e) {
+  pdshm_off_t v = ld(&e->var);
+  return v > PDSHM_TOMBSTONE && pdshm__var_rec_ok(seg, v) ? v : 0;
+}
+
 PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
                               size_t len, uint64_t hash) {
   uint64_t seq;
@@ -142,24 +167,17 @@ PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdsh
                                                      const char *name, size_t len, uint64_t hash,
                                                      uint64_t *seq) {
   *seq = 1; /* odd: no answer held at any seq (a give-up below) */
-  for (unsigned tries = 0;; tries++) {
+  for (unsigned tries = 0;;) {
     uint64_t s1 = atomic_load_explicit(&x->seq, memory_order_acquire);
     if (s1 & 1) {
-      if (!tab_wait(tries)) continue;
-      if (seg->flags & PDSHM_RDONLY) return 0;
-      uint32_t lk = pdshm__scope_lock(seg, pdshm__off(seg, x));
-      if (pdshm__lock(seg, lk)) return 0;
-      uint64_t s2 = atomic_load_explicit(&x->seq, memory_order_relaxed);
-      if (s2 & 1) atomic_store_explicit(&x->seq, s2 + 1, memory_order_release);
-      pdshm__unlock(seg, lk);
-      tries = 0;
+      if (tab_settle(seg, x, &tries)) return 0;
       continue;
     }
     uint64_t cap;
     pdshm_off_t v = 0;
     const struct pdshm_table *t = tab_at(seg, ld(&x->table), &cap);
     int64_t i = t ? tab_probe(seg, t, cap, name, len, hash) : -1;
-    if (i >= 0) v = ld(&t->ent[i].var);
+    if (i >= 0) v = tab_var(seg, &t->ent[i]);
     atomic_thread_fence(memory_order_acquire);
     if (atomic_load_explicit(&x->seq, memory_order_relaxed) == s1) {
       *seq = s1;
@@ -170,10 +188,11 @@ PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdsh
 
 PDSHM_SEQLOCK_READ int pdshm__table_snapshot(pdshm_seg *seg, struct pdshm_scope_rec *x, pdshm_off_t **vars,
                           size_t *n) {
-  for (;;) {
+  for (unsigned tries = 0;;) {
     uint64_t s1 = atomic_load_explicit(&x->seq, memory_order_acquire), cap = 0;
     if (s1 & 1) {
-      sched_yield();
+      int rc = tab_settle(seg, x, &tries);
+      if (rc) return rc;
       continue;
     }
     const struct pdshm_table *t = tab_at(seg, ld(&x->table), &cap);
@@ -181,8 +200,8 @@ PDSHM_SEQLOCK_READ int pdshm__table_snapshot(pdshm_seg *seg, struct pdshm_scope_
     if (!out) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
     size_t k = 0;
     for (uint64_t i = 0; t && i < cap; i++) {
-      pdshm_off_t v = ld(&t->ent[i].var);
-      if (v > PDSHM_TOMBSTONE) out[k++] = v;
+      pdshm_off_t v = tab_var(seg, &t->ent[i]);
+      if (v) out[k++] = v;
     }
     atomic_thread_fence(memory_order_acquire);
     if (atomic_load_explicit(&x->seq, memory_order_relaxed) == s1) {

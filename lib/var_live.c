@@ -36,6 +36,11 @@ static bool block_is(const pdshm_seg *seg, pdshm_off_t payload, unsigned type, s
   return pdshm__blk_type(b) == type && pdshm__blk_owner(b) == 0;
 }
 
+bool pdshm__var_rec_ok(const pdshm_seg *seg, pdshm_off_t v) {
+  return block_is(seg, v, PDSHM_T_VAR, sizeof(struct pdshm_var_rec)) &&
+         pdshm__var_at(seg, v)->magic == PDSHM_VAR_MAGIC && pdshm__var_at(seg, v)->self == v;
+}
+
 bool pdshm__var_parts_ok(const pdshm_seg *seg, pdshm_off_t v) {
   if (!pdshm__payload_used(seg, v, sizeof(struct pdshm_var_rec)) ||
       pdshm__blk_type(pdshm__blk(seg, v)) != PDSHM_T_VAR)
@@ -61,6 +66,16 @@ static uint32_t scope_lock_of(const pdshm_seg *seg, pdshm_off_t x) {
   if (lk < PDSHM_LOCK_FIXED || lk >= seg->hdr->max_locks || pdshm__lockent(seg, lk)->guards != x)
     return 0;
   return lk;
+}
+
+bool pdshm__tensor_span_ok(const pdshm_seg *seg, const struct pdshm_var_rec *r) {
+  pdshm_off_t buf = r->buf;
+  if (!pdshm__payload_used(seg, buf, sizeof(struct pdshm_tensor_buf)) ||
+      pdshm__blk_type(pdshm__blk(seg, buf)) != PDSHM_T_TENSOR)
+    return false;
+  uint64_t end = buf + pdshm__alloc_usable(seg, buf);
+  return r->data >= buf + sizeof(struct pdshm_tensor_buf) && r->data <= end &&
+         r->nbytes <= end - r->data;
 }
 
 uint32_t pdshm__scope_lock(const pdshm_seg *seg, pdshm_off_t x) {

@@ -147,6 +147,7 @@ static void rw_pin(struct rw *w, unsigned a) {
   pdshm_tensor_view view;
   if (w->pins[k] || !w->vars[(a >> 2) % RW_KEEP]) return;
   if (pdshm_tensor_pin(w->vars[(a >> 2) % RW_KEEP], &w->pins[k], &view)) w->pins[k] = NULL;
+  else memset(view.data, 0x5a, view.nbytes); /* as its holder may */
 }
 
 static void rw_unpin(struct rw *w, unsigned a) {
