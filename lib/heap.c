@@ -18,6 +18,10 @@
  *      list (damage, by another process or a bug: the blocks behind it are
  *      binned again by the next rebuild, and pdshm_check reports them).  A
  *      free merges only with neighbours that the chain confirms.
+ *  H3. A lane cache's links are checked the same way before use: a CACHED
+ *      block of the cache's class, owned by the lane's slot (cache_link);
+ *      one that is not empties the cache (its blocks stay the slot's, and
+ *      the sweep at its detach or reap frees them).
  *
  * Crash windows:
  *  - a cache pop or push is two stores (the block's word, the lane's head):
@@ -400,10 +404,31 @@ static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t o
   cb->count++;
 }
 
-static pdshm_off_t cache_pop(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned type) {
+/* Invariant H3: cb's head when it is a CACHED block of `size` owned by
+ * `tag`; else 0, and cb is emptied. */
+static pdshm_off_t cache_link(pdshm_seg *seg, struct pdshm_cache_bin *cb, uint64_t size,
+                              uint16_t tag) {
+  const struct pdshm_hdr *hd = seg->hdr;
   pdshm_off_t off = cb->head;
+  if (off % PDSHM_ALIGN == 0 && off >= hd->arena_off && off < hd->arena_end &&
+      size <= hd->arena_end - off) {
+    const struct pdshm_blk *b = heap_blk(seg, off);
+    uint64_t w = word(b);
+    if (pdshm__blk_state(w) == PDSHM_BLK_CACHED && pdshm__blk_size(w) == size &&
+        pdshm__blk_owner(b) == tag)
+      return off;
+  }
+  cb->head = 0;
+  cb->count = 0;
+  return 0;
+}
+
+/* A block of cb's class `size` for `type`, or 0 when cb is empty. */
+static pdshm_off_t cache_pop(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned type,
+                             uint64_t size, uint16_t tag) {
+  pdshm_off_t off = cache_link(seg, cb, size, tag);
+  if (!off) return 0;
   struct pdshm_blk *b = heap_blk(seg, off);
-  uint64_t size = pdshm__blk_size(word(b));
   cb->head = *next_of(seg, off);
   cb->count--;
   PDSHM_CRASHPOINT("heap.cache.pop");
@@ -414,9 +439,11 @@ static pdshm_off_t cache_pop(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigne
 }
 
 /* Hands `n` cached blocks of cb back to the heap (lock held). */
-static void cache_drain(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned n) {
+static void cache_drain(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned n, uint64_t size,
+                        uint16_t tag) {
   while (n-- && cb->head) {
-    pdshm_off_t off = cb->head;
+    pdshm_off_t off = cache_link(seg, cb, size, tag);
+    if (!off) return;
     cb->head = *next_of(seg, off);
     cb->count--;
     PDSHM_CRASHPOINT("heap.cache.drain");
@@ -494,7 +521,8 @@ static int alloc_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint64_t n, u
 /* Gives every cached block of the lane back (lock taken here). */
 void pdshm__cache_flush(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   if (pdshm__lock(seg, PDSHM_LOCK_HEAP)) return;
-  for (unsigned c = 0; c < PDSHM_NCLASSES; c++) cache_drain(seg, &ln->rec->cache[c], ~0u);
+  for (unsigned c = 0; c < PDSHM_NCLASSES; c++)
+    cache_drain(seg, &ln->rec->cache[c], ~0u, pdshm__class_size(c), ln->tag);
   pdshm__unlock(seg, PDSHM_LOCK_HEAP);
 }
 
@@ -513,9 +541,8 @@ int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsign
   unsigned c = class_of_fast(n);
   struct pdshm_cache_bin *cb = c < PDSHM_NCLASSES ? &ln->rec->cache[c] : NULL;
   pdshm_off_t blk = 0;
-  if (cb && cb->head) {
-    blk = cache_pop(seg, cb, type); /* the fast path: no shared lock */
-  } else {
+  if (cb && cb->head) blk = cache_pop(seg, cb, type, pdshm__class_size(c), ln->tag); /* no lock */
+  if (!blk) {
     int rc = alloc_locked(seg, ln, n, c, type, &blk);
     if (rc == PDSHM_ENOMEM) { /* our own caches, then what the reclaim gives back */
       pdshm__cache_flush(seg, ln);
@@ -559,7 +586,7 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
     cache_push(seg, cb, off, ln->tag);
     if (cache_within(seg, c, cb->count)) return;
     if (pdshm__lock(seg, PDSHM_LOCK_HEAP)) return;
-    cache_drain(seg, cb, cb->count / 2);
+    cache_drain(seg, cb, cb->count / 2, size, ln->tag);
     pdshm__unlock(seg, PDSHM_LOCK_HEAP);
     return;
   }
