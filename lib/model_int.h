@@ -107,7 +107,8 @@ pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_scope_rec *x, const c
  * knows the table did not change since (table.c, invariant 1). */
 pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
                                   size_t len, uint64_t hash, uint64_t *seq);
-/* With x's lock held: the entry index of that name, or -1. */
+/* With x's lock held: the entry index of that name, or -1 (also when the
+ * entry names no variable record: damaged). */
 int64_t pdshm__table_find_locked(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
                                  size_t len, uint64_t hash);
 /* Journaled insert of variable v (x's lock held; the name is not there). */

@@ -219,7 +219,8 @@ int64_t pdshm__table_find_locked(pdshm_seg *seg, struct pdshm_scope_rec *x, cons
                                  size_t len, uint64_t hash) {
   uint64_t cap;
   const struct pdshm_table *t = tab_at(seg, x->table, &cap);
-  return t ? tab_probe(seg, t, cap, name, len, hash) : -1;
+  int64_t i = t ? tab_probe(seg, t, cap, name, len, hash) : -1;
+  return i >= 0 && !tab_var(seg, &t->ent[i]) ? -1 : i; /* damaged: no variable */
 }
 
 struct pdshm_table_ent *pdshm__table_ent(pdshm_seg *seg, struct pdshm_scope_rec *x, int64_t i) {
