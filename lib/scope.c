@@ -211,13 +211,20 @@ static int kid_find(pdshm_seg *seg, struct pdshm_scope_rec *p, const char *name,
 }
 
 /* Journaled: k off p's kid list; EBADSEG (nothing journaled) when its
- * neighbours are no scopes. */
+ * neighbours are no scopes or do not link back to it, or k is p's first kid
+ * and has a previous one or the other way round: so every delist shortens
+ * the list, and a cycle is found rather than walked forever. */
 static int kid_delist(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *p,
                       pdshm_off_t k) {
   struct pdshm_scope_rec *kr = scope_rec(seg, k);
   int rc = kid_link(seg, kr->prev_sib);
   if (!rc) rc = kid_link(seg, kr->next_sib);
   if (rc) return rc;
+  if ((p->first_kid == k) != !kr->prev_sib ||
+      (kr->prev_sib && scope_rec(seg, kr->prev_sib)->next_sib != k) ||
+      (kr->next_sib && scope_rec(seg, kr->next_sib)->prev_sib != k))
+    return pdshm__fail(PDSHM_EBADSEG, "scope %#llx's kid list does not link back (damaged)",
+                       (unsigned long long)pdshm__off(seg, p));
   if (kr->prev_sib)
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, scope_rec(seg, kr->prev_sib), next_sib), kr->next_sib);
   else
