@@ -698,9 +698,10 @@ static int sweep_block(void *arg, pdshm_off_t at, const struct pdshm_blk *cb, ui
   unsigned st = pdshm__blk_state(w);
   if (pdshm__blk_owner(cb) != sw->tag || st == PDSHM_BLK_FREE) return 0;
   if (sw->cached_only && st != PDSHM_BLK_CACHED) return 0;
-  if (st == PDSHM_BLK_USED && (sw->keep_mask >> pdshm__blk_type(cb) & 1))
+  unsigned type = pdshm__blk_type(cb); /* from the segment: any number */
+  if (st == PDSHM_BLK_USED && type < 32 && (sw->keep_mask >> type & 1))
     return sweep_keep(sw, at + PDSHM_BLK_HDR);
-  if (st == PDSHM_BLK_USED && pdshm__blk_type(cb) == PDSHM_T_TENSOR &&
+  if (st == PDSHM_BLK_USED && type == PDSHM_T_TENSOR &&
       pdshm__tensor_pinned(sw->seg, at + PDSHM_BLK_HDR)) {
     pdshm__pin_orphan_locked(sw->seg, at + PDSHM_BLK_HDR);
     return 0;
