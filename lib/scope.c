@@ -26,7 +26,6 @@
 
 #include "model_int.h"
 
-#define SCOPE_KIDS_MAX (1ull << 32) /* bound on any kid-list walk */
 
 static struct pdshm_scope_rec *scope_rec(const pdshm_seg *seg, pdshm_off_t off) {
   return pdshm__scope_at(seg, off);
@@ -192,13 +191,21 @@ static int kid_link(const pdshm_seg *seg, pdshm_off_t k) {
                      (unsigned long long)k);
 }
 
+/* Bound on a kid-list walk: more kids than the arena holds scope records
+ * is a cycle (a damaged list), walked no farther. */
+static uint64_t kids_max(const pdshm_seg *seg) {
+  return (seg->hdr->arena_end - seg->hdr->arena_off) /
+             (PDSHM_BLK_HDR + sizeof(struct pdshm_scope_rec)) + 1;
+}
+
 /* p's kid named name into *out (0 when none); EBADSEG. */
 static int kid_find(pdshm_seg *seg, struct pdshm_scope_rec *p, const char *name, size_t len,
                     pdshm_off_t *out) {
-  uint64_t n = 0;
+  uint64_t n = 0, max = kids_max(seg);
   *out = 0;
-  for (pdshm_off_t k = p->first_kid; k && n < SCOPE_KIDS_MAX;
-       k = scope_rec(seg, k)->next_sib, n++) {
+  for (pdshm_off_t k = p->first_kid; k; k = scope_rec(seg, k)->next_sib) {
+    if (n++ == max)
+      return pdshm__fail(PDSHM_EBADSEG, "a scope's kid list has a cycle (damaged)");
     int rc = kid_link(seg, k);
     if (rc) return rc;
     const struct pdshm_name *nm = pdshm__name_at(seg, scope_rec(seg, k)->name);
@@ -524,7 +531,7 @@ static int chain_step(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   pdshm_off_t k = hr->first_kid;
   uint64_t n = 0;
   while (!(rc = kid_link(seg, k)) && k && !(scope_rec(seg, k)->flags & PDSHM_SF_NAMED) &&
-         n++ < SCOPE_KIDS_MAX)
+         n++ < kids_max(seg))
     k = scope_rec(seg, k)->next_sib;
   if (!rc && k && !(rc = kid_delist(seg, ln, hr, k))) {
     kid_chain(seg, ln, k);
