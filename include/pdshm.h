@@ -114,6 +114,11 @@ PDSHM_API const char *pdshm_err_name(int err);
  * ENOSPC how big /dev/shm is and how much is free, or for EBADSEG which check
  * failed; "" when it said nothing.  Valid until this thread's next call. */
 PDSHM_API const char *pdshm_last_error(void);
+/* A damaged segment (bytes another process, or a bug, wrote where they do
+ * not belong): a call that finds an offset or an index of the segment naming
+ * nothing it may name answers EBADSEG and rolls back what it began, or, when
+ * a repair fails, poisons the segment (ENOTRECOVERABLE from then on).
+ * pdshm_check says what is wrong. */
 
 /* ---- Segments ----------------------------------------------------------- */
 typedef struct pdshm_seg pdshm_seg; /* this process's attachment */
@@ -459,8 +464,8 @@ typedef enum { PDSHM_BOOL, PDSHM_U8, PDSHM_I8, PDSHM_I16, PDSHM_I32, PDSHM_I64,
 
 /* Makes v a tensor of that dtype and shape (ndim 0..PDSHM_NDIM_MAX, each dim
  * >= 0; a zero dim gives 0 bytes); data contents are unspecified afterwards.
- * EINVAL, EOVERFLOW, ENOMEM, ESTALE (v was erased); a failure changes
- * nothing. */
+ * EINVAL, EOVERFLOW, ENOMEM, ESTALE (v was erased), EBADSEG (its buffer is
+ * damaged); a failure changes nothing. */
 PDSHM_API int pdshm_tensor_resize(pdshm_var *v, pdshm_dtype dt, int ndim, const int64_t *dims);
 PDSHM_API void *pdshm_tensor_data(const pdshm_var *v);     /* NULL unless a tensor */
 PDSHM_API int pdshm_tensor_dtype(const pdshm_var *v);      /* or PDSHM_ETYPE */
@@ -495,7 +500,8 @@ typedef struct pdshm_tensor_view {
  * tensor has a buffer, a 0-byte one too.  ETYPE when v holds no tensor;
  * ENOMEM when no block is left for the pin's record; EROFS on a read-only
  * attachment; EFORKED; EINVAL for a NULL v or out; ESTALE when v was seen
- * erased (using an erased pdshm_var * is the caller's race, as everywhere).
+ * erased (using an erased pdshm_var * is the caller's race, as everywhere);
+ * EBADSEG when the tensor's description lies outside its buffer (damaged).
  * A failure changes nothing. */
 PDSHM_API int pdshm_tensor_pin(pdshm_var *v, pdshm_pin **out, pdshm_tensor_view *view);
 /* The buffer the pin holds, as described when it was taken. */

@@ -12,6 +12,17 @@
  *      carved from one is re-reserved (fallocate) before it is handed out,
  *      so first touch never raises SIGBUS on a full /dev/shm.
  *
+ *  H2. The bins' links are hints read from the segment: every one is checked
+ *      to be a FREE block of its bin that fits the arena before it is
+ *      followed or written through (bin_link), and one that is not ends its
+ *      list (damage, by another process or a bug: the blocks behind it are
+ *      binned again by the next rebuild, and pdshm_check reports them).  A
+ *      free merges only with neighbours that the chain confirms.
+ *  H3. A lane cache's links are checked the same way before use: a CACHED
+ *      block of the cache's class, owned by the lane's slot (cache_link);
+ *      one that is not empties the cache (its blocks stay the slot's, and
+ *      the sweep at its detach or reap frees them).
+ *
  * Crash windows:
  *  - a cache pop or push is two stores (the block's word, the lane's head):
  *    dead lanes' lists are never read again; the reaper's sweep goes by the
@@ -127,12 +138,28 @@ static void fix_next_prev(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
 
 /* ---- bins (heap lock) ---------------------------------------------------------- */
 
+/* The size of the FREE block at off when it lies inside the arena, else 0. */
+static uint64_t free_block_size(const pdshm_seg *seg, pdshm_off_t off) {
+  const struct pdshm_hdr *hd = seg->hdr;
+  if (off % PDSHM_ALIGN || off < hd->arena_off || off > hd->arena_end - PDSHM_BLK_MIN) return 0;
+  uint64_t w = word(heap_blk(seg, off)), size = pdshm__blk_size(w);
+  if (pdshm__blk_state(w) != PDSHM_BLK_FREE || size < PDSHM_BLK_MIN || size > hd->arena_end - off)
+    return 0;
+  return size;
+}
+
+/* Invariant H2: link o of bin b, or 0 when it names no FREE block of b. */
+static pdshm_off_t bin_link(const pdshm_seg *seg, pdshm_off_t o, unsigned b) {
+  uint64_t size = o ? free_block_size(seg, o) : 0;
+  return size && pdshm__bin_of(size) == b ? o : 0;
+}
+
 static void bin_insert(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
   struct pdshm_heap *h = heap(seg);
   unsigned b = pdshm__bin_of(size);
   struct pdshm_free_links *l = links(seg, off);
   l->prev = 0;
-  l->next = h->bins[b];
+  l->next = bin_link(seg, h->bins[b], b);
   if (l->next) links(seg, l->next)->prev = off;
   h->bins[b] = off;
   h->nonempty[b / 64] |= 1ull << (b % 64);
@@ -142,9 +169,10 @@ static void bin_remove(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
   struct pdshm_heap *h = heap(seg);
   unsigned b = pdshm__bin_of(size);
   struct pdshm_free_links *l = links(seg, off);
-  if (l->prev) links(seg, l->prev)->next = l->next;
-  else h->bins[b] = l->next;
-  if (l->next) links(seg, l->next)->prev = l->prev;
+  pdshm_off_t prev = bin_link(seg, l->prev, b), next = bin_link(seg, l->next, b);
+  if (prev) links(seg, prev)->next = next;
+  if (h->bins[b] == off || !bin_link(seg, h->bins[b], b)) h->bins[b] = next;
+  if (next) links(seg, next)->prev = prev;
   if (!h->bins[b]) h->nonempty[b / 64] &= ~(1ull << (b % 64));
 }
 
@@ -162,11 +190,18 @@ static unsigned bin_next(const struct pdshm_heap *h, unsigned b) {
 static pdshm_off_t bin_search(pdshm_seg *seg, uint64_t n) {
   struct pdshm_heap *h = heap(seg);
   unsigned b = pdshm__bin_of(n), k = 0;
-  for (pdshm_off_t o = h->bins[b]; o && k < SCAN_LIMIT; o = links(seg, o)->next, k++)
+  for (pdshm_off_t o = bin_link(seg, h->bins[b], b); o && k < SCAN_LIMIT;
+       o = bin_link(seg, links(seg, o)->next, b), k++)
     if (pdshm__blk_size(word(heap_blk(seg, o))) >= n) return o;
-  unsigned nb = bin_next(h, bin_floor(b) >= n && b < EXACT_BINS ? b : b + 1);
-  if (nb < PDSHM_NBINS) return h->bins[nb];
-  for (pdshm_off_t o = h->bins[b]; o; o = links(seg, o)->next) /* the rest of n's bin */
+  for (unsigned nb = bin_next(h, bin_floor(b) >= n && b < EXACT_BINS ? b : b + 1);
+       nb < PDSHM_NBINS; nb = bin_next(h, nb + 1)) {
+    pdshm_off_t o = bin_link(seg, h->bins[nb], nb);
+    if (o) return o;
+    h->bins[nb] = 0; /* H2: a damaged head empties its bin */
+    h->nonempty[nb / 64] &= ~(1ull << (nb % 64));
+  }
+  for (pdshm_off_t o = bin_link(seg, h->bins[b], b); o; /* the rest of n's bin */
+       o = bin_link(seg, links(seg, o)->next, b))
     if (pdshm__blk_size(word(heap_blk(seg, o))) >= n) return o;
   return 0;
 }
@@ -228,7 +263,8 @@ static uint64_t heap_trim(pdshm_seg *seg, uint64_t want) {
   struct pdshm_heap *h = heap(seg);
   uint64_t done = 0, was = h->punched;
   for (unsigned b = PDSHM_NBINS; b-- > pdshm__bin_of(PUNCH_MIN) && done < want;) {
-    for (pdshm_off_t o = h->bins[b]; o && done < want; o = links(seg, o)->next) {
+    for (pdshm_off_t o = bin_link(seg, h->bins[b], b); o && done < want;
+         o = bin_link(seg, links(seg, o)->next, b)) {
       struct pdshm_blk *blk = heap_blk(seg, o);
       uint64_t w = word(blk);
       if (w & PDSHM_BLK_HOLEY) continue;
@@ -309,23 +345,26 @@ static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
   const pdshm_off_t freed_at = off;
   const uint64_t freed = pdshm__blk_size(word(b));
   uint64_t size = freed, holey = 0;
+  if (freed < PDSHM_BLK_MIN || freed > seg->hdr->arena_end - off)
+    return; /* a size that is not the chain's: left for pdshm_check to report */
   set_word(b, size | PDSHM_BLK_FREE);
   pdshm__blk_set_type(b, PDSHM_T_NONE);
   pdshm__blk_set_owner(b, 0);
   PDSHM_CRASHPOINT("heap.release.free");
   pdshm_off_t next = off + size;
-  uint64_t nw = next < seg->hdr->arena_end ? word(heap_blk(seg, next)) : 0;
-  if (nw && pdshm__blk_state(nw) == PDSHM_BLK_FREE && size + pdshm__blk_size(nw) < PDSHM_BLK_MAX) {
-    bin_remove(seg, next, pdshm__blk_size(nw));
+  uint64_t nsize = next < seg->hdr->arena_end ? free_block_size(seg, next) : 0;
+  if (nsize && size + nsize < PDSHM_BLK_MAX) {
+    uint64_t nw = word(heap_blk(seg, next));
+    bin_remove(seg, next, nsize);
     holey |= nw & PDSHM_BLK_HOLEY;
-    size += pdshm__blk_size(nw);
+    size += nsize;
     set_word(b, size | PDSHM_BLK_FREE | holey);
     PDSHM_CRASHPOINT("heap.release.merge_next");
   }
-  if (off > seg->hdr->arena_off && b->prev16) {
-    pdshm_off_t prev = off - (uint64_t)b->prev16 * 16;
+  if (off - seg->hdr->arena_off >= (uint64_t)b->prev16 * 16 && b->prev16) {
+    pdshm_off_t prev = off - (uint64_t)b->prev16 * 16; /* a hint: H2 */
     uint64_t pw = word(heap_blk(seg, prev));
-    if (pdshm__blk_state(pw) == PDSHM_BLK_FREE && size + pdshm__blk_size(pw) < PDSHM_BLK_MAX) {
+    if (free_block_size(seg, prev) == off - prev && size + pdshm__blk_size(pw) < PDSHM_BLK_MAX) {
       bin_remove(seg, prev, pdshm__blk_size(pw));
       holey |= pw & PDSHM_BLK_HOLEY;
       size += pdshm__blk_size(pw);
@@ -365,10 +404,31 @@ static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t o
   cb->count++;
 }
 
-static pdshm_off_t cache_pop(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned type) {
+/* Invariant H3: cb's head when it is a CACHED block of `size` owned by
+ * `tag`; else 0, and cb is emptied. */
+static pdshm_off_t cache_link(pdshm_seg *seg, struct pdshm_cache_bin *cb, uint64_t size,
+                              uint16_t tag) {
+  const struct pdshm_hdr *hd = seg->hdr;
   pdshm_off_t off = cb->head;
+  if (off % PDSHM_ALIGN == 0 && off >= hd->arena_off && off < hd->arena_end &&
+      size <= hd->arena_end - off) {
+    const struct pdshm_blk *b = heap_blk(seg, off);
+    uint64_t w = word(b);
+    if (pdshm__blk_state(w) == PDSHM_BLK_CACHED && pdshm__blk_size(w) == size &&
+        pdshm__blk_owner(b) == tag)
+      return off;
+  }
+  cb->head = 0;
+  cb->count = 0;
+  return 0;
+}
+
+/* A block of cb's class `size` for `type`, or 0 when cb is empty. */
+static pdshm_off_t cache_pop(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned type,
+                             uint64_t size, uint16_t tag) {
+  pdshm_off_t off = cache_link(seg, cb, size, tag);
+  if (!off) return 0;
   struct pdshm_blk *b = heap_blk(seg, off);
-  uint64_t size = pdshm__blk_size(word(b));
   cb->head = *next_of(seg, off);
   cb->count--;
   PDSHM_CRASHPOINT("heap.cache.pop");
@@ -379,9 +439,11 @@ static pdshm_off_t cache_pop(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigne
 }
 
 /* Hands `n` cached blocks of cb back to the heap (lock held). */
-static void cache_drain(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned n) {
+static void cache_drain(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned n, uint64_t size,
+                        uint16_t tag) {
   while (n-- && cb->head) {
-    pdshm_off_t off = cb->head;
+    pdshm_off_t off = cache_link(seg, cb, size, tag);
+    if (!off) return;
     cb->head = *next_of(seg, off);
     cb->count--;
     PDSHM_CRASHPOINT("heap.cache.drain");
@@ -426,6 +488,14 @@ void pdshm__heap_init(pdshm_seg *seg) {
   }
 }
 
+bool pdshm__payload_used(const pdshm_seg *seg, pdshm_off_t payload, size_t bytes) {
+  const struct pdshm_hdr *h = seg->hdr;
+  if (payload % PDSHM_ALIGN || payload < h->arena_off + PDSHM_BLK_HDR ||
+      payload > h->arena_end || h->arena_end - payload < bytes)
+    return false;
+  return pdshm__blk_state(word(heap_blk(seg, payload - PDSHM_BLK_HDR))) == PDSHM_BLK_USED;
+}
+
 size_t pdshm__alloc_usable(const pdshm_seg *seg, pdshm_off_t payload) {
   return pdshm__blk_size(word(heap_blk(seg, payload - PDSHM_BLK_HDR))) - PDSHM_BLK_HDR;
 }
@@ -451,7 +521,8 @@ static int alloc_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint64_t n, u
 /* Gives every cached block of the lane back (lock taken here). */
 void pdshm__cache_flush(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   if (pdshm__lock(seg, PDSHM_LOCK_HEAP)) return;
-  for (unsigned c = 0; c < PDSHM_NCLASSES; c++) cache_drain(seg, &ln->rec->cache[c], ~0u);
+  for (unsigned c = 0; c < PDSHM_NCLASSES; c++)
+    cache_drain(seg, &ln->rec->cache[c], ~0u, pdshm__class_size(c), ln->tag);
   pdshm__unlock(seg, PDSHM_LOCK_HEAP);
 }
 
@@ -470,9 +541,8 @@ int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsign
   unsigned c = class_of_fast(n);
   struct pdshm_cache_bin *cb = c < PDSHM_NCLASSES ? &ln->rec->cache[c] : NULL;
   pdshm_off_t blk = 0;
-  if (cb && cb->head) {
-    blk = cache_pop(seg, cb, type); /* the fast path: no shared lock */
-  } else {
+  if (cb && cb->head) blk = cache_pop(seg, cb, type, pdshm__class_size(c), ln->tag); /* no lock */
+  if (!blk) {
     int rc = alloc_locked(seg, ln, n, c, type, &blk);
     if (rc == PDSHM_ENOMEM) { /* our own caches, then what the reclaim gives back */
       pdshm__cache_flush(seg, ln);
@@ -489,8 +559,7 @@ int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsign
 }
 
 void pdshm__heap_release_locked(pdshm_seg *seg, pdshm_off_t payload) {
-  if (pdshm__blk_state(word(heap_blk(seg, payload - PDSHM_BLK_HDR))) == PDSHM_BLK_USED)
-    heap_release(seg, payload - PDSHM_BLK_HDR);
+  if (pdshm__payload_used(seg, payload, 0)) heap_release(seg, payload - PDSHM_BLK_HDR);
 }
 
 /* A pinned buffer is orphaned, not freed (layout.h, invariant 6); its pins
@@ -503,9 +572,10 @@ static void free_pinned(pdshm_seg *seg, pdshm_off_t payload) {
 }
 
 void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload) {
+  /* Freed already (never twice), or, read from a damaged record, no block. */
+  if (!pdshm__payload_used(seg, payload, 0)) return;
   pdshm_off_t off = payload - PDSHM_BLK_HDR;
-  uint64_t w = word(heap_blk(seg, off)), size = pdshm__blk_size(w);
-  if (pdshm__blk_state(w) != PDSHM_BLK_USED) return; /* freed already: never twice */
+  uint64_t size = pdshm__blk_size(word(heap_blk(seg, off)));
   if (pdshm__blk_type(heap_blk(seg, off)) == PDSHM_T_TENSOR && pdshm__tensor_pinned(seg, payload)) {
     free_pinned(seg, payload);
     return;
@@ -516,7 +586,7 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
     cache_push(seg, cb, off, ln->tag);
     if (cache_within(seg, c, cb->count)) return;
     if (pdshm__lock(seg, PDSHM_LOCK_HEAP)) return;
-    cache_drain(seg, cb, cb->count / 2);
+    cache_drain(seg, cb, cb->count / 2, size, ln->tag);
     pdshm__unlock(seg, PDSHM_LOCK_HEAP);
     return;
   }
@@ -628,9 +698,10 @@ static int sweep_block(void *arg, pdshm_off_t at, const struct pdshm_blk *cb, ui
   unsigned st = pdshm__blk_state(w);
   if (pdshm__blk_owner(cb) != sw->tag || st == PDSHM_BLK_FREE) return 0;
   if (sw->cached_only && st != PDSHM_BLK_CACHED) return 0;
-  if (st == PDSHM_BLK_USED && (sw->keep_mask >> pdshm__blk_type(cb) & 1))
+  unsigned type = pdshm__blk_type(cb); /* from the segment: any number */
+  if (st == PDSHM_BLK_USED && type < 32 && (sw->keep_mask >> type & 1))
     return sweep_keep(sw, at + PDSHM_BLK_HDR);
-  if (st == PDSHM_BLK_USED && pdshm__blk_type(cb) == PDSHM_T_TENSOR &&
+  if (st == PDSHM_BLK_USED && type == PDSHM_T_TENSOR &&
       pdshm__tensor_pinned(sw->seg, at + PDSHM_BLK_HDR)) {
     pdshm__pin_orphan_locked(sw->seg, at + PDSHM_BLK_HDR);
     return 0;

@@ -298,6 +298,10 @@ void pdshm__lock_on_repair(unsigned kind, unsigned step, pdshm_lock_repair_fn fn
 /* Takes lock i, counting contention.  When its holder died, runs the repairs
  * registered for its kind first (lock.c, invariant 2); 0 or ENOTRECOVERABLE
  * (the segment is then poisoned and the lock released). */
+/* No entry of the lock table: what a damaged index becomes
+ * (pdshm__scope_lock), and what pdshm__lock and pdshm__trylock answer
+ * EBADSEG for, as for any index beyond the table. */
+#define PDSHM_LOCK_NONE UINT32_MAX
 int pdshm__lock(pdshm_seg *seg, uint32_t i);
 int pdshm__trylock(pdshm_seg *seg, uint32_t i); /* 0, EBUSY, ENOTRECOVERABLE */
 void pdshm__unlock(pdshm_seg *seg, uint32_t i);
@@ -435,6 +439,10 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
 void pdshm__cache_flush(pdshm_seg *seg, struct pdshm_lane_ctx *ln);
 /* Usable payload bytes of a USED block. */
 size_t pdshm__alloc_usable(const pdshm_seg *seg, pdshm_off_t payload);
+/* True when payload is that of a USED block inside the arena with at least
+ * `bytes` of payload (owned by anyone): what an offset read from the
+ * segment must be before a block is freed, retired or read through it. */
+bool pdshm__payload_used(const pdshm_seg *seg, pdshm_off_t payload, size_t bytes);
 /* Heap lock held, its previous holder dead: recount the pins from the PIN
  * records (pin_heap.c), then rebuild the bins from the chain.  0, or EBADSEG
  * when the chain itself is broken. */

@@ -135,6 +135,9 @@ void pdshm__j_bump(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at) {
 void pdshm__j_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload) {
   struct pdshm_journal *j = jrn(ln);
   assert(j->nold < PDSHM_J_BLOCKS);
+  /* An offset read from a damaged record may name no block: freeing it
+   * would write through it.  pdshm_check reports what is left. */
+  if (!pdshm__payload_used(seg, payload, 0)) return;
   /* A block we already own (a handle record) must stay ours on rollback:
    * the entry says so with JRN_KEEP; a published one goes back to owner 0. */
   pdshm_off_t keep = pdshm__blk_owner(pdshm__blk(seg, payload)) == ln->tag ? JRN_KEEP : 0;

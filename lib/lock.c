@@ -170,7 +170,15 @@ static int lock_gone(pdshm_seg *seg, const struct pdshm_lock *l) {
 
 /* Contention is a trylock that fails: an uncontended lock costs the one
  * atomic exchange it costs anyway, and only a waiter reads the clock. */
+/* An index read from the segment (a scope's, a journal's) is checked: a
+ * damaged one must not reach outside the table. */
+static int lock_bad_index(const pdshm_seg *seg, uint32_t i) {
+  return pdshm__fail(PDSHM_EBADSEG, "lock %u is no entry of the segment's %u (damaged)", i,
+                     seg->hdr->max_locks);
+}
+
 int pdshm__lock(pdshm_seg *seg, uint32_t i) {
+  if (i >= seg->hdr->max_locks) return lock_bad_index(seg, i);
   struct pdshm_lock *l = pdshm__lockent(seg, i);
   int rc = lock_gone(seg, l);
   if (rc) return rc;
@@ -187,6 +195,7 @@ int pdshm__lock(pdshm_seg *seg, uint32_t i) {
 }
 
 int pdshm__trylock(pdshm_seg *seg, uint32_t i) {
+  if (i >= seg->hdr->max_locks) return lock_bad_index(seg, i);
   struct pdshm_lock *l = pdshm__lockent(seg, i);
   int rc = lock_gone(seg, l);
   if (rc) return rc;
@@ -196,6 +205,7 @@ int pdshm__trylock(pdshm_seg *seg, uint32_t i) {
 }
 
 void pdshm__unlock(pdshm_seg *seg, uint32_t i) {
+  if (i >= seg->hdr->max_locks) return; /* never taken: lock_bad_index */
   pdshm__lockorder_released(seg, i);
   pthread_mutex_unlock(&pdshm__lockent(seg, i)->mutex);
 }

@@ -107,7 +107,8 @@ pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_scope_rec *x, const c
  * knows the table did not change since (table.c, invariant 1). */
 pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
                                   size_t len, uint64_t hash, uint64_t *seq);
-/* With x's lock held: the entry index of that name, or -1. */
+/* With x's lock held: the entry index of that name, or -1 (also when the
+ * entry names no variable record: damaged). */
 int64_t pdshm__table_find_locked(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
                                  size_t len, uint64_t hash);
 /* Journaled insert of variable v (x's lock held; the name is not there). */
@@ -119,6 +120,9 @@ int pdshm__table_move(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_sc
 /* Journaled removal of entry i. */
 void pdshm__table_remove(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
                          int64_t i);
+/* The table at off and its capacity, or NULL (*cap untouched) when off
+ * holds none: bounds and capacity as its readers check them. */
+struct pdshm_table *pdshm__table_at(const pdshm_seg *seg, pdshm_off_t off, uint64_t *cap);
 struct pdshm_table_ent *pdshm__table_ent(pdshm_seg *seg, struct pdshm_scope_rec *x, int64_t i);
 /* A consistent copy of x's variables (offsets), lock-free; *vars from
  * pdshm__zalloc.  0, ENOMEM. */
@@ -135,7 +139,14 @@ int pdshm__handle_drop(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h)
 void pdshm__scope_free_handles(pdshm_seg *seg);
 
 /* ---- var.c ---- */
-/* The blocks a variable owns (record first); returns how many. */
+/* v is a variable's record (owned by anyone: marked for freeing too) and
+ * every part it names a USED block inside the arena (var_live.c). */
+bool pdshm__var_parts_ok(const pdshm_seg *seg, pdshm_off_t v);
+/* v is a published variable record (var_live.c, invariant 1): what a
+ * table's entry must name before a reader hands it out. */
+bool pdshm__var_rec_ok(const pdshm_seg *seg, pdshm_off_t v);
+/* v's blocks, record first, into out; none when v is damaged (a record or
+ * a part that pdshm__var_parts_ok refuses: left to pdshm_check). */
 unsigned pdshm__var_blocks(pdshm_seg *seg, pdshm_off_t v, pdshm_off_t out[8]);
 /* Destruction phase 2: frees the variable of entry e of an unreachable scope. */
 void pdshm__var_free_unreachable(pdshm_seg *seg, struct pdshm_lane_ctx *ln,
@@ -165,6 +176,20 @@ static inline pdshm_seg *pdshm__var_seg(const pdshm_var *v, int *rc) {
 /* The lock of r's scope when r is a live variable of a live scope, else 0;
  * read without the lock: a hint. */
 uint32_t pdshm__var_scope_lock(const pdshm_seg *seg, const struct pdshm_var_rec *r);
+/* Offsets read from the segment that name a scope (the root, a parent, a
+ * kid, a todo's) are checked before they are followed: true when x is a
+ * published SCOPE block that holds a scope record. */
+bool pdshm__scope_rec_ok(const pdshm_seg *seg, pdshm_off_t x);
+/* The lock of the scope record at x, when x is one (pdshm__scope_rec_ok)
+ * and its lock is a lent entry of the table (never a fixed one: a scope
+ * taking the heap's lock would deadlock at its next allocation) that guards
+ * x; else, the segment being damaged, PDSHM_LOCK_NONE, which pdshm__lock
+ * refuses with EBADSEG. */
+uint32_t pdshm__scope_lock(const pdshm_seg *seg, pdshm_off_t x);
+/* Tensor record r's bytes, [data, data + nbytes), lie in its buffer, a
+ * TENSOR block inside the arena (its scope's lock held: a resize moves
+ * them). */
+bool pdshm__tensor_span_ok(const pdshm_seg *seg, const struct pdshm_var_rec *r);
 /* With lk held: r is still a live variable of the scope lk guards. */
 bool pdshm__var_live_locked(const pdshm_seg *seg, const struct pdshm_var_rec *r, uint32_t lk);
 /* pdshm__j_begin under r's scope lock, refusing (ESTALE, nothing written, the

@@ -118,6 +118,8 @@ static int pin_hooked(pdshm_seg *seg, struct pdshm_var_rec *r, pdshm_pin *p) {
   PDSHM_CRASHPOINT("pin.scope.locked");
   if (!pdshm__var_live_locked(seg, r, lk)) rc = pdshm__fail(PDSHM_ESTALE, "variable was erased");
   else if (r->vtype != PDSHM_V_TENSOR) rc = pdshm__fail(PDSHM_ETYPE, "not a tensor");
+  else if (!pdshm__tensor_span_ok(seg, r))
+    rc = pdshm__fail(PDSHM_EBADSEG, "the tensor's bytes lie outside its buffer (damaged)");
   else if (!(rc = pdshm__lock(seg, PDSHM_LOCK_HEAP))) {
     rc = pdshm__pin_take_locked(seg, p->rec, r->buf);
     pdshm__unlock(seg, PDSHM_LOCK_HEAP);

@@ -29,6 +29,11 @@
  *  3. The allocation's reclaim frees only dead slots' CACHED blocks: their
  *     other blocks wait for a full reap, which may need locks the failing
  *     allocator's caller holds.
+ *  4. A FREE slot holds nothing: its journals are IDLE, its todo queues and
+ *     caches empty, its variable-lock records IDLE (a reap and a detach
+ *     leave it so).  One that does not (a damaged segment) is reaped like
+ *     a dead one before it is taken, so that a new owner never starts from
+ *     what it cannot account for.
  */
 #include "config.h"
 
@@ -121,7 +126,24 @@ static int reap_claimed(pdshm_seg *seg, uint32_t i, uint64_t deadline) {
   return 0;
 }
 
-/* Claims slot i if its owner is gone; reaps it when it was not FREE.
+/* Invariant 4. */
+static bool reap_slot_clean(const pdshm_seg *seg, uint32_t i) {
+  const struct pdshm_slot *s = pdshm__slot(seg, i);
+  for (unsigned k = 0; k < PDSHM_LANES; k++) {
+    const struct pdshm_lane *l = &s->lane[k];
+    if (atomic_load_explicit(&l->j.state, memory_order_acquire) != PDSHM_J_IDLE ||
+        l->todo.destroy || l->todo.chain)
+      return false;
+    for (unsigned c = 0; c < PDSHM_NCLASSES; c++)
+      if (l->cache[c].head || l->cache[c].count) return false;
+  }
+  for (unsigned v = 0; v < PDSHM_VL_SLOT_HOLDS; v++)
+    if (atomic_load_explicit(&s->vl[v].state, memory_order_acquire) != PDSHM_VL_IDLE) return false;
+  return true;
+}
+
+/* Claims slot i if its owner is gone; reaps it when it was not FREE, or
+ * FREE but not clean (invariant 4).
  * 1: claimed (and clean), 0: somebody holds it, negative: error
  * (PDSHM_ETIMEDOUT: left to the next reaper). */
 static int reap_claim_clean(pdshm_seg *seg, uint32_t i, bool *was_dead, uint64_t deadline) {
@@ -129,7 +151,8 @@ static int reap_claim_clean(pdshm_seg *seg, uint32_t i, bool *was_dead, uint64_t
   if (got <= 0) return got;
   PDSHM_CRASHPOINT("slot.claimed");
   *was_dead = atomic_load_explicit(&pdshm__slot(seg, i)->state, memory_order_acquire) !=
-              PDSHM_SLOT_FREE;
+                  PDSHM_SLOT_FREE ||
+              !reap_slot_clean(seg, i);
   int rc = *was_dead ? reap_claimed(seg, i, deadline) : 0;
   if (rc) {
     pdshm__slot_unclaim(seg, i);

@@ -26,7 +26,6 @@
 
 #include "model_int.h"
 
-#define SCOPE_KIDS_MAX (1ull << 32) /* bound on any kid-list walk */
 
 static struct pdshm_scope_rec *scope_rec(const pdshm_seg *seg, pdshm_off_t off) {
   return pdshm__scope_at(seg, off);
@@ -142,11 +141,11 @@ static int scope_handle_new(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off
                             bool locked, pdshm_scope **out) {
   pdshm_scope *h = scope_priv_new(seg);
   int rc = h ? 0 : pdshm__fail(PDSHM_ENOMEM, "out of private memory");
-  if (!rc && locked) pdshm__j_begin_locked(seg, ln, scope_rec(seg, x)->lock, PDSHM_OP_HANDLE);
-  else if (!rc) rc = pdshm__j_begin(seg, ln, scope_rec(seg, x)->lock, PDSHM_OP_HANDLE);
+  if (!rc && locked) pdshm__j_begin_locked(seg, ln, pdshm__scope_lock(seg, x), PDSHM_OP_HANDLE);
+  else if (!rc) rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, x), PDSHM_OP_HANDLE);
   if (rc) {
     pdshm__xfree(h);
-    if (locked) pdshm__unlock(seg, scope_rec(seg, x)->lock);
+    if (locked) pdshm__unlock(seg, pdshm__scope_lock(seg, x));
     return rc;
   }
   rc = scope_handle_add(seg, ln, x, &h->handle);
@@ -174,7 +173,7 @@ int pdshm__handle_drop(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h)
   if (!handle_ok(seg, h, ln->tag)) return pdshm__fail(PDSHM_EINVAL, "not a handle record");
   pdshm_off_t x = PDSHM_AT(seg->base, h, struct pdshm_handle_rec)->scope;
   if (!x) return 0; /* never committed: no reference to drop; the sweep frees it */
-  int rc = pdshm__j_begin(seg, ln, scope_rec(seg, x)->lock, PDSHM_OP_UNHANDLE);
+  int rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, x), PDSHM_OP_UNHANDLE);
   if (rc) return rc;
   pdshm__j_retire_kept(seg, ln, h);
   scope_unref(seg, ln, x);
@@ -185,21 +184,54 @@ int pdshm__handle_drop(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h)
 
 /* ---- kid lists (the parent's lock held) ------------------------------------------------ */
 
-static pdshm_off_t kid_find(pdshm_seg *seg, struct pdshm_scope_rec *p, const char *name,
-                            size_t len) {
-  uint64_t n = 0;
-  for (pdshm_off_t k = p->first_kid; k && n < SCOPE_KIDS_MAX;
-       k = scope_rec(seg, k)->next_sib, n++) {
+/* A link of a kid list, read from the segment: 0, or a scope record. */
+static int kid_link(const pdshm_seg *seg, pdshm_off_t k) {
+  if (!k || pdshm__scope_rec_ok(seg, k)) return 0;
+  return pdshm__fail(PDSHM_EBADSEG, "a scope's kid list links to %#llx, no scope (damaged)",
+                     (unsigned long long)k);
+}
+
+/* Bound on a kid-list walk: more kids than the arena holds scope records
+ * is a cycle (a damaged list), walked no farther. */
+static uint64_t kids_max(const pdshm_seg *seg) {
+  return (seg->hdr->arena_end - seg->hdr->arena_off) /
+             (PDSHM_BLK_HDR + sizeof(struct pdshm_scope_rec)) + 1;
+}
+
+/* p's kid named name into *out (0 when none); EBADSEG. */
+static int kid_find(pdshm_seg *seg, struct pdshm_scope_rec *p, const char *name, size_t len,
+                    pdshm_off_t *out) {
+  uint64_t n = 0, max = kids_max(seg);
+  *out = 0;
+  for (pdshm_off_t k = p->first_kid; k; k = scope_rec(seg, k)->next_sib) {
+    if (n++ == max)
+      return pdshm__fail(PDSHM_EBADSEG, "a scope's kid list has a cycle (damaged)");
+    int rc = kid_link(seg, k);
+    if (rc) return rc;
     const struct pdshm_name *nm = pdshm__name_at(seg, scope_rec(seg, k)->name);
-    if (nm && nm->len == len && !memcmp(nm->s, name, len)) return k;
+    if (nm && nm->len == len && !memcmp(nm->s, name, len)) {
+      *out = k;
+      return 0;
+    }
   }
   return 0;
 }
 
-/* Journaled: k off p's kid list. */
-static void kid_delist(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *p,
-                       pdshm_off_t k) {
+/* Journaled: k off p's kid list; EBADSEG (nothing journaled) when its
+ * neighbours are no scopes or do not link back to it, or k is p's first kid
+ * and has a previous one or the other way round: so every delist shortens
+ * the list, and a cycle is found rather than walked forever. */
+static int kid_delist(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *p,
+                      pdshm_off_t k) {
   struct pdshm_scope_rec *kr = scope_rec(seg, k);
+  int rc = kid_link(seg, kr->prev_sib);
+  if (!rc) rc = kid_link(seg, kr->next_sib);
+  if (rc) return rc;
+  if ((p->first_kid == k) != !kr->prev_sib ||
+      (kr->prev_sib && scope_rec(seg, kr->prev_sib)->next_sib != k) ||
+      (kr->next_sib && scope_rec(seg, kr->next_sib)->prev_sib != k))
+    return pdshm__fail(PDSHM_EBADSEG, "scope %#llx's kid list does not link back (damaged)",
+                       (unsigned long long)pdshm__off(seg, p));
   if (kr->prev_sib)
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, scope_rec(seg, kr->prev_sib), next_sib), kr->next_sib);
   else
@@ -207,6 +239,7 @@ static void kid_delist(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_s
   if (kr->next_sib)
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, scope_rec(seg, kr->next_sib), prev_sib), kr->prev_sib);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, kr, inlist), 0);
+  return 0;
 }
 
 /* Journaled: a delisted named kid k goes on the lane's unlink chain. */
@@ -224,9 +257,11 @@ static int scope_check_parent(pdshm_seg *seg, struct pdshm_scope_rec *p, const c
   if (!(p->flags & (PDSHM_SF_ROOT | PDSHM_SF_NAMED)))
     return pdshm__fail(PDSHM_EINVAL, "a named scope needs a named parent (or the root)");
   if (!p->linked) return pdshm__fail(PDSHM_ESTALE, "the parent scope has been unlinked");
-  if (kid_find(seg, p, name, len))
+  pdshm_off_t k;
+  int rc = kid_find(seg, p, name, len, &k);
+  if (!rc && k)
     return pdshm__fail(PDSHM_EEXIST, "the parent already has a scope named \"%s\"", name);
-  return 0;
+  return rc;
 }
 
 /* Off to the side: the new scope's record, owned until the journal commits. */
@@ -264,6 +299,7 @@ static int scope_create_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_
   struct pdshm_scope_rec *pr = scope_rec(seg, p);
   pdshm_off_t k;
   int rc = scope_check_parent(seg, pr, name, len);
+  if (!rc) rc = kid_link(seg, pr->first_kid);
   if (!rc) rc = scope_build(seg, ln, p, name, len, lk, &k);
   PDSHM_CRASHPOINT("scope.new.built");
   if (!rc) rc = pdshm__j_alloc_keep(seg, ln, sizeof(struct pdshm_handle_rec), PDSHM_T_HANDLE,
@@ -296,7 +332,7 @@ PDSHM_API int pdshm_scope_new(pdshm_scope *parent, const char *name, pdshm_scope
   if ((rc = pdshm__lock_claim(seg, PDSHM_LK_SCOPE, 0, &lk))) goto fail;
   PDSHM_CRASHPOINT("scope.new.claimed");
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  rc = pdshm__j_begin(seg, ln, scope_rec(seg, parent->rec)->lock, PDSHM_OP_SCOPE_NEW);
+  rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, parent->rec), PDSHM_OP_SCOPE_NEW);
   if (!rc) {
     rc = scope_create_locked(seg, ln, parent->rec, name, len, lk, h);
     if (rc) pdshm__j_abort(seg, ln);
@@ -394,16 +430,16 @@ static int path_check(const char *path) {
 /* Hand over hand from the root; returns with the found scope's lock held. */
 static int scope_walk(pdshm_seg *seg, const char *path, pdshm_off_t *found) {
   pdshm_off_t cur = seg->hdr->root;
-  int rc = pdshm__lock(seg, scope_rec(seg, cur)->lock);
+  int rc = pdshm__lock(seg, pdshm__scope_lock(seg, cur));
   while (!rc && *path) {
     const char *comp = NULL;
     size_t len = 0;
     pdshm_off_t k = 0;
     rc = path_next(&path, &comp, &len);
-    if (!rc && !(k = kid_find(seg, scope_rec(seg, cur), comp, len)))
-      rc = pdshm__fail(PDSHM_ENOENT, "no scope \"%.*s\"", (int)len, comp);
-    if (!rc) rc = pdshm__lock(seg, scope_rec(seg, k)->lock);
-    pdshm__unlock(seg, scope_rec(seg, cur)->lock);
+    if (!rc) rc = kid_find(seg, scope_rec(seg, cur), comp, len, &k);
+    if (!rc && !k) rc = pdshm__fail(PDSHM_ENOENT, "no scope \"%.*s\"", (int)len, comp);
+    if (!rc) rc = pdshm__lock(seg, pdshm__scope_lock(seg, k));
+    pdshm__unlock(seg, pdshm__scope_lock(seg, cur));
     if (!rc) cur = k;
     else return rc;
   }
@@ -437,14 +473,15 @@ PDSHM_API int pdshm_scope_unlink(pdshm_scope *parent, const char *name) {
   pdshm_seg *seg = parent->seg;
   struct pdshm_scope_rec *p = scope_rec(seg, parent->rec);
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  rc = pdshm__j_begin(seg, ln, p->lock, PDSHM_OP_UNLINK);
+  rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, parent->rec), PDSHM_OP_UNLINK);
   if (!rc) {
-    pdshm_off_t k = kid_find(seg, p, name, len);
-    if (!k) {
-      rc = pdshm__fail(PDSHM_ENOENT, "no scope \"%s\" here", name);
+    pdshm_off_t k;
+    rc = kid_find(seg, p, name, len, &k);
+    if (!rc && !k) rc = pdshm__fail(PDSHM_ENOENT, "no scope \"%s\" here", name);
+    if (!rc) rc = kid_delist(seg, ln, p, k);
+    if (rc) {
       pdshm__j_abort(seg, ln);
     } else {
-      kid_delist(seg, ln, p, k);
       kid_chain(seg, ln, k);
       pdshm__j_commit(seg, ln);
       PDSHM_CRASHPOINT("scope.unlink.chained");
@@ -456,15 +493,15 @@ PDSHM_API int pdshm_scope_unlink(pdshm_scope *parent, const char *name) {
 }
 
 /* One kid off x's list (onto the chain when named); 1 when x had none. */
-static int drop_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x) {
-  int rc = pdshm__j_begin(seg, ln, x->lock, PDSHM_OP_UNLINK);
+static int drop_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t xo) {
+  struct pdshm_scope_rec *x = scope_rec(seg, xo);
+  int rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, xo), PDSHM_OP_UNLINK);
   if (rc) return rc;
   pdshm_off_t k = x->first_kid;
-  if (!k) {
+  if (!k || (rc = kid_link(seg, k)) || (rc = kid_delist(seg, ln, x, k))) {
     pdshm__j_abort(seg, ln);
-    return 1;
+    return k ? rc : 1;
   }
-  kid_delist(seg, ln, x, k);
   if (scope_rec(seg, k)->flags & PDSHM_SF_NAMED) kid_chain(seg, ln, k);
   pdshm__j_commit(seg, ln);
   PDSHM_CRASHPOINT("scope.drop_kids.one");
@@ -476,7 +513,7 @@ PDSHM_API int pdshm_scope_drop_kids(pdshm_scope *s) {
   int rc = scope_usable(s);
   if (rc) return rc;
   struct pdshm_lane_ctx *ln = pdshm__lane_get(s->seg);
-  while ((rc = drop_one(s->seg, ln, scope_rec(s->seg, s->rec))) == 0) continue;
+  while ((rc = drop_one(s->seg, ln, s->rec)) == 0) continue;
   pdshm__lane_put(ln);
   return rc == 1 ? 0 : rc;
 }
@@ -488,22 +525,26 @@ PDSHM_API int pdshm_scope_drop_kids(pdshm_scope *s) {
 static int chain_step(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
   pdshm_off_t h = t->chain;
-  struct pdshm_scope_rec *hr = scope_rec(seg, h);
-  int rc = pdshm__j_begin(seg, ln, hr->lock, PDSHM_OP_UNLINK);
+  int rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, h), PDSHM_OP_UNLINK);
   if (rc) return rc;
+  struct pdshm_scope_rec *hr = scope_rec(seg, h);
   pdshm_off_t k = hr->first_kid;
   uint64_t n = 0;
-  while (k && !(scope_rec(seg, k)->flags & PDSHM_SF_NAMED) && n++ < SCOPE_KIDS_MAX)
+  while (!(rc = kid_link(seg, k)) && k && !(scope_rec(seg, k)->flags & PDSHM_SF_NAMED) &&
+         n++ < kids_max(seg))
     k = scope_rec(seg, k)->next_sib;
-  if (k) {
-    kid_delist(seg, ln, hr, k);
+  if (!rc && k && !(rc = kid_delist(seg, ln, hr, k))) {
     kid_chain(seg, ln, k);
-  } else {
+  } else if (!rc) {
     pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, chain), hr->next_sib);
     if (hr->linked) {
       pdshm__j_set(seg, ln, PDSHM_FOFF(seg, hr, linked), 0);
       scope_unref(seg, ln, h);
     }
+  }
+  if (rc) {
+    pdshm__j_abort(seg, ln);
+    return rc;
   }
   pdshm__j_commit(seg, ln);
   PDSHM_CRASHPOINT("scope.chain.step");
@@ -514,10 +555,13 @@ static int chain_step(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
  * parent's ref. */
 static int destroy_unhook(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
-  struct pdshm_scope_rec *r = scope_rec(seg, x), *p = scope_rec(seg, r->parent);
-  int rc = pdshm__j_begin(seg, ln, p->lock, PDSHM_OP_DESTROY);
+  struct pdshm_scope_rec *r = scope_rec(seg, x);
+  int rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, r->parent), PDSHM_OP_DESTROY);
   if (rc) return rc;
-  if (r->inlist) kid_delist(seg, ln, p, x);
+  if (r->inlist && (rc = kid_delist(seg, ln, scope_rec(seg, r->parent), x))) {
+    pdshm__j_abort(seg, ln);
+    return rc;
+  }
   scope_unref(seg, ln, r->parent);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, t, phase), PDSHM_DESTROY_VARS);
   pdshm__j_commit(seg, ln);
@@ -534,13 +578,17 @@ static int destroy_unhook(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t
 static int destroy_vars(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
   struct pdshm_scope_rec *r = scope_rec(seg, x);
   if (r->table) {
-    const uint32_t lk = r->lock;
+    const uint32_t lk = pdshm__scope_lock(seg, x);
     int rc = pdshm__lock(seg, lk);
     if (rc) return rc;
-    struct pdshm_table *tb = PDSHM_AT(seg->base, r->table, struct pdshm_table);
-    for (uint64_t i = 0; i < tb->cap; i++)
+    uint64_t cap = 0;
+    struct pdshm_table *tb = pdshm__table_at(seg, r->table, &cap);
+    for (uint64_t i = 0; i < cap; i++)
       if (tb->ent[i].var > PDSHM_TOMBSTONE) pdshm__var_free_unreachable(seg, ln, &tb->ent[i]);
     pdshm__unlock(seg, lk);
+    if (!tb)
+      return pdshm__fail(PDSHM_EBADSEG, "scope %#llx's table, %#llx, is none (damaged)",
+                         (unsigned long long)x, (unsigned long long)r->table);
   }
   atomic_store_explicit((_Atomic uint64_t *)&ln->rec->todo.phase, PDSHM_DESTROY_RECORD,
                         memory_order_release);
@@ -553,7 +601,7 @@ static int destroy_vars(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x
 static int destroy_record(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t x) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
   struct pdshm_scope_rec *r = scope_rec(seg, x);
-  const uint32_t lk = r->lock;
+  const uint32_t lk = pdshm__scope_lock(seg, x);
   int rc = pdshm__j_begin(seg, ln, lk, PDSHM_OP_DESTROY);
   if (rc) return rc;
   if (r->table) pdshm__j_retire(seg, ln, r->table);
@@ -575,6 +623,9 @@ static int destroy_record(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t
 static int destroy_step(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_lane_todo *t = &ln->rec->todo;
   pdshm_off_t x = t->destroy;
+  if (!pdshm__scope_rec_ok(seg, x))
+    return pdshm__fail(PDSHM_EBADSEG, "the scope to destroy, %#llx, is none (damaged)",
+                       (unsigned long long)x);
   switch (t->phase) {
   case PDSHM_DESTROY_UNHOOK: return destroy_unhook(seg, ln, x);
   case PDSHM_DESTROY_VARS: return destroy_vars(seg, ln, x);

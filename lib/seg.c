@@ -326,6 +326,8 @@ static int seg_validate(const struct pdshm_hdr *h, uint64_t file_size) {
       seg_geometry(h->size, h->max_procs, h->max_locks, &g) || g.slots_off != h->slots_off ||
       g.locks_off != h->locks_off || g.arena_off != h->arena_off || h->arena_end != h->size)
     return pdshm__fail(PDSHM_EBADSEG, "header geometry is inconsistent");
+  if (h->page_size < 512 || h->page_size & (h->page_size - 1)) /* the heap divides by it */
+    return pdshm__fail(PDSHM_EBADSEG, "header says pages of %u bytes", h->page_size);
   return 0;
 }
 

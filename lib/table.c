@@ -12,12 +12,16 @@
  *     At most half of a table's entries are used (live or tombstone), 5/8
  *     for big tables (pdshm__table_fill_eighths), so every probe sequence
  *     reaches an empty entry.
- *  3. Readers never store to shared memory.  They read seq, probe, read seq
+ *  3. Readers never store to shared memory but under the lock (invariant
+ *     4's repair of a damaged seq).  They read seq, probe, read seq
  *     again, and retry when it moved; every offset they follow is
  *     bounds-checked first, so racing a writer (or reading memory freed and
  *     reused meanwhile) yields a retry, never a wild read or a wrong answer.
  *  4. A reader that keeps seeing an odd seq takes the scope's lock once
  *     (waiting out the writer, or repairing after its death) and retries.
+ *     Under the lock the seq is even (writers and repairs leave it so): one
+ *     still odd there was damaged, and the reader, holding the lock, makes
+ *     it even as a repair would.
  */
 #include "config.h"
 
@@ -45,6 +49,10 @@ PDSHM_SEQLOCK_READ static const struct pdshm_table *tab_at(const pdshm_seg *seg,
     return NULL;
   *cap = c;
   return t;
+}
+
+struct pdshm_table *pdshm__table_at(const pdshm_seg *seg, pdshm_off_t off, uint64_t *cap) {
+  return (struct pdshm_table *)(uintptr_t)tab_at(seg, off, cap);
 }
 
 /* Word-wise compare of a NAME payload with (name, len): atomic loads only,
@@ -124,6 +132,31 @@ static bool tab_wait(unsigned tries) {
   return tries >= TABLE_SPINS + TABLE_YIELDS;
 }
 
+/* Invariant 4, after an odd seq: 0 to look again, else why the reader
+ * gives up (a read-only attachment, which cannot lock, after its wait; a
+ * lock that failed).  *tries counts the looks. */
+static int tab_settle(pdshm_seg *seg, struct pdshm_scope_rec *x, unsigned *tries) {
+  if (!tab_wait((*tries)++)) return 0;
+  if (seg->flags & PDSHM_RDONLY)
+    return pdshm__fail(PDSHM_EBUSY, "a scope's table stays in the middle of a change");
+  uint32_t lk = pdshm__scope_lock(seg, pdshm__off(seg, x));
+  int rc = pdshm__lock(seg, lk);
+  if (rc) return rc;
+  uint64_t s2 = atomic_load_explicit(&x->seq, memory_order_relaxed);
+  if (s2 & 1) atomic_store_explicit(&x->seq, s2 + 1, memory_order_release);
+  pdshm__unlock(seg, lk);
+  *tries = 0;
+  return 0;
+}
+
+/* A live entry's variable, as the table holds it: 0 when the offset names
+ * no variable record (damaged; a reader racing an erase sees the seq move
+ * and looks again). */
+PDSHM_SEQLOCK_READ static pdshm_off_t tab_var(const pdshm_seg *seg, const struct pdshm_table_ent *e) {
+  pdshm_off_t v = ld(&e->var);
+  return v > PDSHM_TOMBSTONE && pdshm__var_rec_ok(seg, v) ? v : 0;
+}
+
 PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
                               size_t len, uint64_t hash) {
   uint64_t seq;
@@ -134,21 +167,17 @@ PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdsh
                                                      const char *name, size_t len, uint64_t hash,
                                                      uint64_t *seq) {
   *seq = 1; /* odd: no answer held at any seq (a give-up below) */
-  for (unsigned tries = 0;; tries++) {
+  for (unsigned tries = 0;;) {
     uint64_t s1 = atomic_load_explicit(&x->seq, memory_order_acquire);
     if (s1 & 1) {
-      if (!tab_wait(tries)) continue;
-      if (seg->flags & PDSHM_RDONLY) return 0;
-      if (pdshm__lock(seg, x->lock)) return 0;
-      pdshm__unlock(seg, x->lock);
-      tries = 0;
+      if (tab_settle(seg, x, &tries)) return 0;
       continue;
     }
     uint64_t cap;
     pdshm_off_t v = 0;
     const struct pdshm_table *t = tab_at(seg, ld(&x->table), &cap);
     int64_t i = t ? tab_probe(seg, t, cap, name, len, hash) : -1;
-    if (i >= 0) v = ld(&t->ent[i].var);
+    if (i >= 0) v = tab_var(seg, &t->ent[i]);
     atomic_thread_fence(memory_order_acquire);
     if (atomic_load_explicit(&x->seq, memory_order_relaxed) == s1) {
       *seq = s1;
@@ -159,10 +188,11 @@ PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdsh
 
 PDSHM_SEQLOCK_READ int pdshm__table_snapshot(pdshm_seg *seg, struct pdshm_scope_rec *x, pdshm_off_t **vars,
                           size_t *n) {
-  for (;;) {
+  for (unsigned tries = 0;;) {
     uint64_t s1 = atomic_load_explicit(&x->seq, memory_order_acquire), cap = 0;
     if (s1 & 1) {
-      sched_yield();
+      int rc = tab_settle(seg, x, &tries);
+      if (rc) return rc;
       continue;
     }
     const struct pdshm_table *t = tab_at(seg, ld(&x->table), &cap);
@@ -170,8 +200,8 @@ PDSHM_SEQLOCK_READ int pdshm__table_snapshot(pdshm_seg *seg, struct pdshm_scope_
     if (!out) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
     size_t k = 0;
     for (uint64_t i = 0; t && i < cap; i++) {
-      pdshm_off_t v = ld(&t->ent[i].var);
-      if (v > PDSHM_TOMBSTONE) out[k++] = v;
+      pdshm_off_t v = tab_var(seg, &t->ent[i]);
+      if (v) out[k++] = v;
     }
     atomic_thread_fence(memory_order_acquire);
     if (atomic_load_explicit(&x->seq, memory_order_relaxed) == s1) {
@@ -189,24 +219,33 @@ int64_t pdshm__table_find_locked(pdshm_seg *seg, struct pdshm_scope_rec *x, cons
                                  size_t len, uint64_t hash) {
   uint64_t cap;
   const struct pdshm_table *t = tab_at(seg, x->table, &cap);
-  return t ? tab_probe(seg, t, cap, name, len, hash) : -1;
+  int64_t i = t ? tab_probe(seg, t, cap, name, len, hash) : -1;
+  return i >= 0 && !tab_var(seg, &t->ent[i]) ? -1 : i; /* damaged: no variable */
 }
 
 struct pdshm_table_ent *pdshm__table_ent(pdshm_seg *seg, struct pdshm_scope_rec *x, int64_t i) {
   return &PDSHM_AT(seg->base, x->table, struct pdshm_table)->ent[i];
 }
 
+/* The first entry free for hash; cap when there is none (a table whose
+ * `used` count lies: damaged), which a fresh table never is (invariant 2). */
 static uint64_t tab_slot_for(const struct pdshm_table *t, uint64_t cap, uint64_t hash) {
   uint64_t i = hash & (cap - 1);
-  while (t->ent[i].var > PDSHM_TOMBSTONE) i = (i + 1) & (cap - 1);
-  return i;
+  for (uint64_t n = 0; n < cap; n++, i = (i + 1) & (cap - 1))
+    if (t->ent[i].var <= PDSHM_TOMBSTONE) return i;
+  return cap;
 }
 
-/* Invariant 2: a fresh table holding x's live entries but v, then (v, hash);
- * nlive live entries in all.  An eighth below its bound, so that cap/8
- * insertions at least come before the next rebuild. */
+/* Invariant 2: a fresh table holding x's live entries but v, then (v, hash).
+ * An eighth below its bound, so that cap/8 insertions at least come before
+ * the next rebuild.  Its size comes from the entries counted, not from the
+ * scope's count of them: a damaged count must not size it. */
 static int tab_rebuild(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
-                       const struct pdshm_table_ent *add, uint64_t nlive) {
+                       const struct pdshm_table_ent *add) {
+  uint64_t ocap = 0, nlive = 1;
+  const struct pdshm_table *ot = tab_at(seg, x->table, &ocap);
+  for (uint64_t i = 0; ot && i < ocap; i++)
+    nlive += ot->ent[i].var > PDSHM_TOMBSTONE && ot->ent[i].var != add->var;
   uint64_t cap = TABLE_MIN_CAP;
   while (cap * (pdshm__table_fill_eighths(cap) - 1) < nlive * 8) cap <<= 1;
   pdshm_off_t off;
@@ -217,8 +256,6 @@ static int tab_rebuild(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_s
   memset(nt->ent, 0, cap * sizeof nt->ent[0]);
   nt->cap = cap;
   nt->used = nlive;
-  uint64_t ocap = 0;
-  const struct pdshm_table *ot = tab_at(seg, x->table, &ocap);
   for (uint64_t i = 0; ot && i < ocap; i++)
     if (ot->ent[i].var > PDSHM_TOMBSTONE && ot->ent[i].var != add->var)
       nt->ent[tab_slot_for(nt, cap, ot->ent[i].hash)] = ot->ent[i];
@@ -228,17 +265,23 @@ static int tab_rebuild(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_s
   return 0;
 }
 
-/* Puts entry `add` where a probe for its hash will find it; nlive is the
- * number of live entries once the journal is applied. */
+static int tab_damaged(pdshm_seg *seg, const struct pdshm_scope_rec *x) {
+  return pdshm__fail(PDSHM_EBADSEG, "scope %#llx's table at %#llx is damaged",
+                     (unsigned long long)pdshm__off(seg, x), (unsigned long long)x->table);
+}
+
+/* Puts entry `add` where a probe for its hash will find it. */
 static int tab_put(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
-                   const struct pdshm_table_ent *add, uint64_t nlive) {
+                   const struct pdshm_table_ent *add) {
   pdshm__j_seq(seg, ln, PDSHM_FOFF(seg, x, seq));
   uint64_t cap = 0;
-  struct pdshm_table *t = x->table ? PDSHM_AT(seg->base, x->table, struct pdshm_table) : NULL;
-  if (t) cap = t->cap;
+  struct pdshm_table *t = pdshm__table_at(seg, x->table, &cap);
+  if (x->table && !t) return tab_damaged(seg, x);
   if (!t || (t->used + 1) * 8 > cap * pdshm__table_fill_eighths(cap))
-    return tab_rebuild(seg, ln, x, add, nlive);
-  struct pdshm_table_ent *e = &t->ent[tab_slot_for(t, cap, add->hash)];
+    return tab_rebuild(seg, ln, x, add);
+  uint64_t at = tab_slot_for(t, cap, add->hash);
+  if (at == cap) return tab_damaged(seg, x);
+  struct pdshm_table_ent *e = &t->ent[at];
   /* The entry is empty or a tombstone, which every probe passes without
    * reading its hash or key: those are stored in place now, and only var,
    * which makes the entry live, goes through the journal (a death or an
@@ -262,7 +305,7 @@ int pdshm__table_insert(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_
                         pdshm_off_t v, const char *name, size_t len, uint64_t hash) {
   struct pdshm_table_ent add = tab_entry(v, name, len, hash);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, x, nvars), x->nvars + 1);
-  return tab_put(seg, ln, x, &add, x->nvars + 1);
+  return tab_put(seg, ln, x, &add);
 }
 
 int pdshm__table_move(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,
@@ -270,7 +313,7 @@ int pdshm__table_move(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_sc
   struct pdshm_table_ent *e = pdshm__table_ent(seg, x, i);
   struct pdshm_table_ent add = tab_entry(e->var, name, len, hash);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, e, var), PDSHM_TOMBSTONE);
-  return tab_put(seg, ln, x, &add, x->nvars);
+  return tab_put(seg, ln, x, &add);
 }
 
 void pdshm__table_remove(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_scope_rec *x,

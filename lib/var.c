@@ -22,8 +22,6 @@
 
 #define VAR_GEN_PREFIX "@var-" /* names of pdshm_var_new */
 
-static const uint8_t *var_base(const struct pdshm_var_rec *r) { return (const uint8_t *)r - r->self; }
-
 /* ---- creation ------------------------------------------------------------------- */
 
 /* Under x's journal: a new variable named (name, len) in x. */
@@ -65,7 +63,7 @@ static int var_make(pdshm_scope *s, const char *name, enum var_mode mode, pdshm_
     return 0;
   }
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  if ((rc = pdshm__j_begin(seg, ln, x->lock, PDSHM_OP_VAR_NEW))) goto out;
+  if ((rc = pdshm__j_begin(seg, ln, pdshm__scope_lock(seg, pdshm__off(seg, x)), PDSHM_OP_VAR_NEW))) goto out;
   /* The miss still holds when no writer touched the table since (seq even
    * and unchanged): no second probe. */
   bool unchanged = mode == VAR_GET && atomic_load_explicit(&x->seq, memory_order_relaxed) == missed_at;
@@ -125,6 +123,7 @@ static pdshm_var *var_find(pdshm_scope *s, const char *name, bool up) {
     if (v) return pdshm__var_handle(pdshm__var_at(seg, v));
     if (!up) break;
     x = r->parent;
+    if (x && !pdshm__scope_rec_ok(seg, x)) break; /* damaged: no farther */
   }
   return NULL;
 }
@@ -157,6 +156,7 @@ PDSHM_API int pdshm_scope_foreach_var(pdshm_scope *s, const char *label,
 /* ---- erase and rename --------------------------------------------------------------- */
 
 unsigned pdshm__var_blocks(pdshm_seg *seg, pdshm_off_t v, pdshm_off_t out[8]) {
+  if (!pdshm__var_parts_ok(seg, v)) return 0;
   const struct pdshm_var_rec *r = pdshm__var_at(seg, v);
   unsigned n = 0;
   out[n++] = v; /* then the parts it has, without a copy of all of them first */
@@ -195,7 +195,7 @@ static int var_edit_begin(pdshm_scope *s, struct pdshm_lane_ctx **ln, unsigned o
   int rc = s ? pdshm__seg_writable(s->seg) : pdshm__fail(PDSHM_EINVAL, "NULL scope handle");
   if (rc) return rc;
   *ln = pdshm__lane_get(s->seg);
-  rc = pdshm__j_begin(s->seg, *ln, pdshm__scope_at(s->seg, s->rec)->lock, op);
+  rc = pdshm__j_begin(s->seg, *ln, pdshm__scope_lock(s->seg, s->rec), op);
   if (rc) pdshm__lane_put(*ln);
   return rc;
 }
@@ -250,18 +250,22 @@ PDSHM_API int pdshm_var_rename(pdshm_scope *s, const char *from, const char *to)
 
 /* ---- labels and operator lists -------------------------------------------------------- */
 
+/* The name at off (a variable's name or label), "" when off holds none. */
+static const char *var_string(const pdshm_seg *seg, pdshm_off_t off) {
+  const struct pdshm_name *nm = off ? pdshm__name_at(seg, off) : NULL;
+  return nm ? nm->s : "";
+}
+
 PDSHM_API const char *pdshm_var_name(const pdshm_var *v) {
   int rc;
-  if (!pdshm__var_attached(v, &rc)) return "";
-  const struct pdshm_var_rec *r = pdshm__var_rec(v);
-  return ((const struct pdshm_name *)(const void *)(var_base(r) + r->name))->s;
+  const pdshm_seg *seg = pdshm__var_attached(v, &rc);
+  return seg ? var_string(seg, pdshm__var_rec(v)->name) : "";
 }
 
 PDSHM_API const char *pdshm_var_label(const pdshm_var *v) {
   int rc;
-  if (!pdshm__var_attached(v, &rc) || !pdshm__var_rec(v)->label) return "";
-  const struct pdshm_var_rec *r = pdshm__var_rec(v);
-  return ((const struct pdshm_name *)(const void *)(var_base(r) + r->label))->s;
+  const pdshm_seg *seg = pdshm__var_attached(v, &rc);
+  return seg ? var_string(seg, pdshm__var_rec(v)->label) : "";
 }
 
 /* Runs one journaled edit of v under its scope's lock. */
@@ -303,8 +307,15 @@ PDSHM_API int pdshm_var_set_label(pdshm_var *v, const char *label) {
   return var_edit(v, PDSHM_OP_VAR_SET, label_edit, label);
 }
 
-static const struct pdshm_oplist *oplist_at(const struct pdshm_var_rec *r, pdshm_off_t off) {
-  return off ? (const struct pdshm_oplist *)(const void *)(var_base(r) + off) : NULL;
+/* The list at off, NULL when there is none or it is damaged: a block
+ * inside the arena holding `bytes` of strings, `count` of them whole. */
+static const struct pdshm_oplist *oplist_at(const pdshm_seg *seg, pdshm_off_t off) {
+  if (!off || !pdshm__payload_used(seg, off, sizeof(struct pdshm_oplist))) return NULL;
+  const struct pdshm_oplist *l = PDSHM_AT(seg->base, off, const struct pdshm_oplist);
+  uint64_t room = pdshm__alloc_usable(seg, off) - sizeof *l, ends = 0;
+  if (l->bytes > room || l->count > l->bytes) return NULL;
+  for (uint64_t i = 0; i < l->bytes; i++) ends += l->names[i] == '\0';
+  return ends >= l->count && (!l->bytes || l->names[l->bytes - 1] == '\0') ? l : NULL;
 }
 
 static bool oplist_has(const struct pdshm_oplist *l, const char *op) {
@@ -323,7 +334,7 @@ static int oplist_edit(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_v
                        const void *arg) {
   const struct op_add *a = arg;
   pdshm_off_t *field = a->writers ? &r->writers : &r->readers, nl;
-  const struct pdshm_oplist *old = oplist_at(r, *field);
+  const struct pdshm_oplist *old = oplist_at(seg, *field);
   if (oplist_has(old, a->op)) return 0;
   size_t len = strlen(a->op) + 1, had = old ? old->bytes : 0;
   int rc = pdshm__j_alloc(seg, ln, sizeof(struct pdshm_oplist) + had + len, PDSHM_T_OPLIST, &nl);
@@ -351,10 +362,11 @@ PDSHM_API int pdshm_var_add_writer(pdshm_var *v, const char *op) { return var_ad
 
 static int var_ops(const pdshm_var *v, const char **ops, int cap, bool writers) {
   int rc;
-  if (!pdshm__var_attached(v, &rc)) return rc;
+  const pdshm_seg *seg = pdshm__var_attached(v, &rc);
+  if (!seg) return rc;
   if (cap < 0 || (cap > 0 && !ops)) return pdshm__fail(PDSHM_EINVAL, "bad arguments");
   const struct pdshm_var_rec *r = pdshm__var_rec(v);
-  const struct pdshm_oplist *l = oplist_at(r, writers ? r->writers : r->readers);
+  const struct pdshm_oplist *l = oplist_at(seg, writers ? r->writers : r->readers);
   if (!l) return 0;
   const char *p = l->names;
   for (uint64_t i = 0; i < l->count; i++, p += strlen(p) + 1)

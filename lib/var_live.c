@@ -31,25 +31,56 @@
 #include "model_int.h"
 
 static bool block_is(const pdshm_seg *seg, pdshm_off_t payload, unsigned type, size_t bytes) {
-  const struct pdshm_hdr *h = seg->hdr;
-  if (payload % PDSHM_ALIGN || payload < h->arena_off + PDSHM_BLK_HDR ||
-      payload > h->arena_end || h->arena_end - payload < bytes)
-    return false;
+  if (!pdshm__payload_used(seg, payload, bytes)) return false;
   const struct pdshm_blk *b = pdshm__blk(seg, payload);
-  uint64_t w = atomic_load_explicit(&((struct pdshm_blk *)b)->word, memory_order_acquire);
-  return pdshm__blk_state(w) == PDSHM_BLK_USED && pdshm__blk_type(b) == type &&
-         pdshm__blk_owner(b) == 0;
+  return pdshm__blk_type(b) == type && pdshm__blk_owner(b) == 0;
 }
 
-/* The lock of x when x is a live scope record, else 0 (never a lendable
- * entry: entries below PDSHM_LOCK_FIXED are not scopes'). */
+bool pdshm__var_rec_ok(const pdshm_seg *seg, pdshm_off_t v) {
+  return block_is(seg, v, PDSHM_T_VAR, sizeof(struct pdshm_var_rec)) &&
+         pdshm__var_at(seg, v)->magic == PDSHM_VAR_MAGIC && pdshm__var_at(seg, v)->self == v;
+}
+
+bool pdshm__var_parts_ok(const pdshm_seg *seg, pdshm_off_t v) {
+  if (!pdshm__payload_used(seg, v, sizeof(struct pdshm_var_rec)) ||
+      pdshm__blk_type(pdshm__blk(seg, v)) != PDSHM_T_VAR)
+    return false;
+  const struct pdshm_var_rec *r = pdshm__var_at(seg, v);
+  const pdshm_off_t parts[] = {r->name, r->label, r->readers, r->writers, r->buf};
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+    if (parts[i] && !pdshm__payload_used(seg, parts[i], 0)) return false;
+  return r->magic == PDSHM_VAR_MAGIC && r->self == v;
+}
+
+bool pdshm__scope_rec_ok(const pdshm_seg *seg, pdshm_off_t x) {
+  return block_is(seg, x, PDSHM_T_SCOPE, sizeof(struct pdshm_scope_rec)) &&
+         pdshm__scope_at(seg, x)->magic == PDSHM_SCOPE_MAGIC;
+}
+
+/* The lock of x when x is a live scope record whose lock entry guards it,
+ * else 0 (never a lendable entry: entries below PDSHM_LOCK_FIXED are not
+ * scopes'). */
 static uint32_t scope_lock_of(const pdshm_seg *seg, pdshm_off_t x) {
-  if (!block_is(seg, x, PDSHM_T_SCOPE, sizeof(struct pdshm_scope_rec))) return 0;
-  const struct pdshm_scope_rec *s = pdshm__scope_at(seg, x);
-  uint32_t lk = s->lock;
-  if (s->magic != PDSHM_SCOPE_MAGIC || lk < PDSHM_LOCK_FIXED || lk >= seg->hdr->max_locks)
+  if (!pdshm__scope_rec_ok(seg, x)) return 0;
+  uint32_t lk = pdshm__scope_at(seg, x)->lock;
+  if (lk < PDSHM_LOCK_FIXED || lk >= seg->hdr->max_locks || pdshm__lockent(seg, lk)->guards != x)
     return 0;
   return lk;
+}
+
+bool pdshm__tensor_span_ok(const pdshm_seg *seg, const struct pdshm_var_rec *r) {
+  pdshm_off_t buf = r->buf;
+  if (!pdshm__payload_used(seg, buf, sizeof(struct pdshm_tensor_buf)) ||
+      pdshm__blk_type(pdshm__blk(seg, buf)) != PDSHM_T_TENSOR)
+    return false;
+  uint64_t end = buf + pdshm__alloc_usable(seg, buf);
+  return r->data >= buf + sizeof(struct pdshm_tensor_buf) && r->data <= end &&
+         r->nbytes <= end - r->data;
+}
+
+uint32_t pdshm__scope_lock(const pdshm_seg *seg, pdshm_off_t x) {
+  uint32_t lk = scope_lock_of(seg, x);
+  return lk ? lk : PDSHM_LOCK_NONE;
 }
 
 static bool var_rec_live(const pdshm_seg *seg, const struct pdshm_var_rec *r) {
