@@ -225,6 +225,37 @@ static bool vl_slot_abandoned(pdshm_seg *seg, uint32_t s) {
 
 /* ---- waiting ----------------------------------------------------------------------- */
 
+/* Invariant 2 read backwards, for a waiter whose wait no death explains:
+ * the holders word w names are not in any slot's records (an owner with no
+ * EXCL record of this variable, a recount by a slot nobody holds, more
+ * shares than every slot's records of it), and w is still the word.  The
+ * waiter's own record, mine, explains nothing.  Only damaged bytes make that
+ * so; the waiter then answers EBADSEG rather than wait for ever.  (Two
+ * waiters of one process on a word that names their slot as owner each see
+ * the other's EXCL record, which may be a holder's: they keep waiting.) */
+static bool vl_unexplained(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64_t w,
+                           const struct pdshm_vl_hold *mine) {
+  uint32_t procs = seg->hdr->max_procs, who = (uint32_t)(w & VL_OWNER);
+  if (who > procs) return atomic_load_explicit(&r->lk, memory_order_acquire) == w;
+  uint64_t shares = 0;
+  bool owner_recorded = false, owner_slot_used = false;
+  for (uint32_t s = 0; s < procs; s++) {
+    const struct pdshm_slot *sl = pdshm__slot(seg, s);
+    if (atomic_load_explicit(&sl->state, memory_order_acquire) == PDSHM_SLOT_FREE) continue;
+    owner_slot_used |= s + 1u == who;
+    for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++) {
+      const struct pdshm_vl_hold *e = &sl->vl[i];
+      uint32_t st = atomic_load_explicit(&((struct pdshm_vl_hold *)e)->state, memory_order_acquire);
+      if (st < PDSHM_VL_TAKING || e == mine || e->var != r->self || e->gen != gen) continue;
+      if (st == PDSHM_VL_EXCL) owner_recorded |= s + 1u == who;
+      else shares++;
+    }
+  }
+  bool bad = (w & VL_FROZEN) ? !who || !owner_slot_used
+                             : (who && !owner_recorded) || (w & VL_READERS) / VL_READER > shares;
+  return bad && atomic_load_explicit(&r->lk, memory_order_acquire) == w;
+}
+
 struct vl_waiter {
   unsigned round;
   uint32_t as;        /* VL_AS_WRITER or VL_AS_READER                              */
@@ -238,10 +269,11 @@ struct vl_waiter {
  * out it reaps when the word names an abandoned slot (an owner, or a
  * reaper's frozen recount), or, stopped by readers alone, every
  * VL_REAP_EVERY_NS (a dead reader's share).  ESTALE when the variable is
- * gone (w is another's word, or the record no longer the variable); 0 to
- * look at the word again. */
+ * gone (w is another's word, or the record no longer the variable),
+ * EBADSEG when no record explains w (vl_unexplained; mine is the caller's
+ * record); 0 to look at the word again. */
 static int vl_wait(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64_t w,
-                   struct vl_waiter *wt) {
+                   struct vl_waiter *wt, const struct pdshm_vl_hold *mine) {
   if (!vl_ours(w, pdshm__varlock_tag(gen)))
     return pdshm__fail(PDSHM_ESTALE, "variable was erased");
   if (wt->round++ < VL_SPIN) {
@@ -268,6 +300,9 @@ static int vl_wait(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64
     if (reap || !wt->next_reap) wt->next_reap = now + VL_REAP_EVERY_NS;
   }
   if (reap) return pdshm__slot_reap_dead(seg);
+  if (wt->slice == VL_SLICE_NS && vl_unexplained(seg, r, gen, w | bit, mine))
+    return pdshm__fail(PDSHM_EBADSEG, "the lock word of variable %#llx names holders that no "
+                       "process records", (unsigned long long)r->self);
   return 0;
 }
 
@@ -344,7 +379,7 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
       atomic_store_explicit(&r->lk_wwait, mark, memory_order_relaxed);
       PDSHM_CRASHPOINT("varlock.excl.waiting");
     }
-    int rc = vl_wait(seg, r, gen, w, &wt);
+    int rc = vl_wait(seg, r, gen, w, &wt, e);
     if (rc) {
       if (mark) atomic_compare_exchange_strong(&r->lk_wwait, &mark, 0);
       return rc;
@@ -431,7 +466,7 @@ static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
     if (atomic_load_explicit(&e->state, memory_order_relaxed) == PDSHM_VL_TAKING)
       vl_state(e, PDSHM_VL_CLAIMED); /* a recount must not wait for us */
     int rc = defer ? (vl_pause(round), vl_same(seg, r, gen) ? 0 : PDSHM_ESTALE)
-                   : vl_wait(seg, r, gen, w, &wt);
+                   : vl_wait(seg, r, gen, w, &wt, e);
     if (rc) return rc == PDSHM_ESTALE ? pdshm__fail(rc, "variable was erased") : rc;
     w = atomic_load_explicit(&r->lk, memory_order_relaxed);
   }
@@ -464,7 +499,7 @@ static int vl_unlock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t ge
       }
     }
     vl_state(e, PDSHM_VL_HELD);
-    int rc = vl_wait(seg, r, gen, w, &wt);
+    int rc = vl_wait(seg, r, gen, w, &wt, e);
     if (rc == PDSHM_ESTALE) return 0;
     if (rc) return rc;
   }

@@ -134,11 +134,42 @@ START_TEST(check_reads_lock_words) {
 }
 END_TEST
 
+/* A lock word that names holders no process records (damaged bytes) stops
+ * a taker with EBADSEG instead of a wait without end: a share nobody holds,
+ * an owner slot that is FREE, this slot as owner with no hold, a recount
+ * by a slot nobody holds. */
+START_TEST(unexplained_holders_are_ebadseg) {
+  pdshm_seg *seg = tu_create("vlu", 4u << 20, 8);
+  pdshm_scope *root;
+  pdshm_var *v;
+  ck_assert_int_eq(pdshm_root(seg, &root), 0);
+  ck_assert_int_eq(pdshm_var_get(root, "x", &v), 0);
+  struct pdshm_var_rec *r = pdshm__var_rec(v);
+  uint64_t good = atomic_load(&r->lk), free_slot = seg->slot == 7 ? 6 : 7;
+  const uint64_t damaged[] = {good + (1ull << 14), good | (free_slot + 1), good | (seg->slot + 1u),
+                              good | (1ull << 13) | (free_slot + 1)};
+  for (unsigned i = 0; i < sizeof damaged / sizeof damaged[0]; i++) {
+    atomic_store(&r->lk, damaged[i]);
+    uint64_t t0 = tu_now_ns();
+    ck_assert_int_eq(pdshm_var_lock(v, 1), PDSHM_EBADSEG);
+    ck_assert_msg(tu_now_ns() - t0 < 10000000000ull, "word %u: EBADSEG took over 10 s", i);
+    ck_assert_int_eq(pdshm_var_unlock(v), PDSHM_EPERM); /* a failure holds nothing */
+  }
+  atomic_store(&r->lk, good);
+  ck_assert_int_eq(pdshm_var_lock(v, 1), 0);
+  ck_assert_int_eq(pdshm_var_unlock(v), 0);
+  pdshm_scope_release(root);
+  ck_assert_int_eq(pdshm_detach(seg), 0);
+  tu_cleanup();
+}
+END_TEST
+
 static Suite *stale_suite(void) {
   Suite *s = suite_create("varlock_stale");
   TCase *tc = tu_tcase(s, "windows", 60, NULL, NULL);
   tcase_add_loop_test(tc, stale_call_in_window, 0, (int)(sizeof windows / sizeof windows[0]));
   tcase_add_test(tc, check_reads_lock_words);
+  tcase_add_test(tc, unexplained_holders_are_ebadseg);
   return s;
 }
 

@@ -24,9 +24,10 @@
  * process on a conflict: the harness ranks the fixed entries as create does
  * and leaves the lent ones unranked (release builds never read a rank).
  *
- * Variable locks are taken only when their word is clear: the word is the
- * lock, and a word that names holders the slots' records do not show is
- * waited out like a live holder's (see varlock.c).
+ * Variable locks are taken only when their word is clear: a word that names
+ * holders no slot's records show is answered with EBADSEG only after the
+ * taker waited some milliseconds for them (varlock.c, vl_unexplained), time
+ * each run that met one would spend; test_varlock_stale covers those words.
  *
  * Built by `make fuzz-rw` as a libFuzzer target, and as the plain replay
  * driver `tests/fuzz_replay_rw` that `make check` runs over the stored
