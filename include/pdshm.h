@@ -316,7 +316,9 @@ PDSHM_API int pdshm_var_writers(const pdshm_var *v, const char **ops, int cap);
  * process 256 (all its threads together), or the variable 65535 shared
  * holders; ESTALE when v was erased, before the call or while it waited
  * (unlock then lets go of what lock took, whatever v has become, and touches
- * the word of no variable made since).  A failure holds nothing.  Holds are
+ * the word of no variable made since); EBADSEG when the lock's word names
+ * holders that no process records (damaged bytes: found after a wait of
+ * some milliseconds).  A failure holds nothing.  Holds are
  * per thread: a thread that exits still holding variable locks lets go of
  * them as it exits (a share it cannot give back then, its word frozen by a
  * reaper's recount, goes at the detach); a detach lets go of every hold its
