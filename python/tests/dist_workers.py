@@ -281,7 +281,7 @@ def check_in_place_and_reuse(rank, n):
     # 64 MiB /dev/shm too) holds at once: the oldest kept staging variables
     # make room
     for k in range(4):
-        big = torch.full(((3 << 18) + k,), float(rank))  # 3 MiB each
+        big = torch.full(((1 << 19) + k,), float(rank))  # 2 MiB each
         dist.all_reduce(big)
         assert big[-1].item() == sum(range(n))
 
