@@ -11,6 +11,11 @@
 #                             CMA (process_vm_readv) is often forbidden by a
 #                             container's ptrace policy; copying through the
 #                             shared buffers works everywhere;
+#  OMPI_MCA_btl_vader_backing_directory=/tmp
+#                             the ranks' own shared-memory files go to /tmp, so
+#                             that /dev/shm holds only pdshm's segments (the
+#                             suite also runs in a 64 MiB /dev/shm, where six
+#                             ranks' files left no room for their segments);
 #  OMPI_MCA_plm_rsh_agent=    no ssh/rsh is needed (or present) to launch on
 #                             the local host;
 #  OMPI_MCA_rmaps_base_oversubscribe=1, and --bind-to none: no binding to cores
@@ -29,9 +34,11 @@ set -eu
 root=
 [ "$(id -u)" = 0 ] && root=--allow-run-as-root
 OMPI_MCA_btl_vader_single_copy_mechanism=none
+OMPI_MCA_btl_vader_backing_directory=/tmp
 OMPI_MCA_plm_rsh_agent=
 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl_vader_single_copy_mechanism OMPI_MCA_plm_rsh_agent OMPI_MCA_rmaps_base_oversubscribe
+export OMPI_MCA_btl_vader_single_copy_mechanism OMPI_MCA_btl_vader_backing_directory \
+  OMPI_MCA_plm_rsh_agent OMPI_MCA_rmaps_base_oversubscribe
 if [ -n "${ASAN_OPTIONS:-}" ]; then
   ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=0
   export ASAN_OPTIONS
