@@ -7,8 +7,15 @@
 # afterwards.
 set -eu
 . "${PDSHM_SRCDIR:-.}/tests/mpi_common.sh"
+# 2x3's six ranks with the suite's other tests beside them need more than the
+# 64 MiB /dev/shm of a container (CI runs the suite there too).
+shm_mib=$(df -Pm /dev/shm | awk 'NR == 2 {print $2}')
 for layout in 2x2 4x1 1x4 2x3; do
   hosts=${layout%x*} local=${layout#*x}
+  if [ "$layout" = 2x3 ] && [ "${shm_mib:-0}" -lt 128 ]; then
+    echo "# $hosts hosts x $local: skipped, /dev/shm is $shm_mib MiB (this layout wants 128)"
+    continue
+  fi
   echo "# $hosts hosts x $local"
   PDSHM_MPI_LOCAL_SIZE=$local PDSHM_MPIRUN_TIMEOUT=60 \
     "$src/tests/mpirun.sh" -np $((hosts * local)) -x PDSHM_MPI_LOCAL_SIZE \
