@@ -540,7 +540,7 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   }
   if (!vl_same(seg, r, gen)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
   uint32_t ent = 0;
-  struct pdshm_vl_hold *e;
+  struct pdshm_vl_hold *e = NULL; /* vl_claim sets it when it answers 0 */
   if ((rc = vl_held_free(hole, &held))) return rc;
   if ((rc = vl_claim(seg, r, gen, &ent, &e))) {
     vl_held_release(held);
