@@ -30,13 +30,17 @@
 
 #include "model_int.h"
 
-static bool block_is(const pdshm_seg *seg, pdshm_off_t payload, unsigned type, size_t bytes) {
+/* The two checks below also run on the optimistic side of a scope table's
+ * seqlock (table.c's lookups), over a record another thread may be writing:
+ * what they answer then is thrown away when the sequence moved. */
+PDSHM_SEQLOCK_READ static bool block_is(const pdshm_seg *seg, pdshm_off_t payload, unsigned type,
+                                        size_t bytes) {
   if (!pdshm__payload_used(seg, payload, bytes)) return false;
   const struct pdshm_blk *b = pdshm__blk(seg, payload);
   return pdshm__blk_type(b) == type && pdshm__blk_owner(b) == 0;
 }
 
-bool pdshm__var_rec_ok(const pdshm_seg *seg, pdshm_off_t v) {
+PDSHM_SEQLOCK_READ bool pdshm__var_rec_ok(const pdshm_seg *seg, pdshm_off_t v) {
   return block_is(seg, v, PDSHM_T_VAR, sizeof(struct pdshm_var_rec)) &&
          pdshm__var_at(seg, v)->magic == PDSHM_VAR_MAGIC && pdshm__var_at(seg, v)->self == v;
 }
