@@ -161,8 +161,13 @@ typedef struct pdshm_options {
  *   slot and its mapping, so views of its pins must be gone first; the handle
  *   is freed even when an error is returned.  On a handle inherited across
  *   fork() it only unmaps the inherited range and frees the handle, and
- *   answers EFORKED.
- * pdshm_unlink: removes the name; attached processes keep working.
+ *   answers EFORKED.  EINVAL for a NULL seg (nothing done); otherwise the
+ *   first error met while letting go (EBADSEG on damaged bytes,
+ *   ENOTRECOVERABLE when a lock's repair fails).  Not thread-safe against
+ *   other calls on the same handle: it frees the handle.
+ * pdshm_unlink: removes the name; attached processes keep working.  The
+ *   name's errors as for pdshm_create (EINVAL, ENAMETOOLONG); ENOENT when no
+ *   segment has the name; other failures of shm_unlink as their errno.
  */
 PDSHM_API int pdshm_create(const char *name, const pdshm_options *o, pdshm_seg **out);
 PDSHM_API int pdshm_attach(const char *name, const pdshm_options *o, pdshm_seg **out);
@@ -454,7 +459,9 @@ PDSHM_API int pdshm_group_reduce_scatter(pdshm_group *g, pdshm_var *v, pdshm_red
 PDSHM_API int pdshm_group_allgather(pdshm_group *g, pdshm_var *v, int64_t timeout_ns);
 /* Frees the rank and the handle (also on error); the group's memory goes
  * back when this was its last member.  pdshm_detach leaves every group of
- * the attachment. */
+ * the attachment.  EINVAL for a NULL g; EROFS, EFORKED, ENOTRECOVERABLE as
+ * every call that writes (the rank is not given up then); ENOTRECOVERABLE
+ * or EBADSEG when the group's records cannot be changed. */
 PDSHM_API int pdshm_group_leave(pdshm_group *g);
 
 /* ---- Tensors ------------------------------------------------------------ */
@@ -523,7 +530,9 @@ PDSHM_API int pdshm_tensor_unpin(pdshm_pin *p);
 PDSHM_API int pdshm_pin_inherit(pdshm_seg *seg, const pdshm_pin *inherited, pdshm_pin **out);
 
 /* "prefix-N", N unique across every process of the segment.  ERANGE when cap
- * is too small; ENAMETOOLONG for an over-long prefix. */
+ * is too small (buf then holds "", and N is not handed out again);
+ * ENAMETOOLONG for an over-long prefix; EINVAL for a NULL argument; EROFS,
+ * EFORKED, ENOTRECOVERABLE as every call that writes. */
 PDSHM_API int pdshm_unique_name(pdshm_seg *seg, const char *prefix, char *buf, size_t cap);
 
 /* ---- Statistics, reaping ---------------------------------------------- */
