@@ -24,7 +24,7 @@
  * stays instrumented. */
 #define PDSHM_SEQLOCK_READ __attribute__((no_sanitize("thread")))
 
-/* A lane as this process sees it: a process-local mutex over one shared lane. */
+/* A lane as this process sees it: a process-local busy flag over one shared lane. */
 struct pdshm_lane_ctx {
   _Atomic int busy;            /* one thread at a time uses the lane (lane.c)  */
   struct pdshm_lane *rec;      /* in the segment                               */

@@ -2,8 +2,8 @@
  * lane.c - which lane of our slot a thread mutates through.
  *
  * A slot has PDSHM_LANES lanes so that threads of one process build and
- * journal in parallel; each lane is guarded by a process-local mutex held for
- * one whole operation.  A thread keeps returning to the lane it last used
+ * journal in parallel; a thread takes a lane by a compare-and-swap of its
+ * process-local busy flag (lane.h) and holds it for one whole operation.  A thread keeps returning to the lane it last used
  * (its cache stays warm) and moves on when that lane is busy.  The try of
  * that lane is inline (lane.h); here is the rest.
  */

@@ -1,6 +1,7 @@
 /*
  * lock.c - robust process-shared locks with contention counters, and the
- * lock table's entries lent to objects.
+ * lock table's entries lent to scopes (a variable's lock is a word of its
+ * own record: varlock.c).
  *
  * Owns: struct pdshm_lock (layout.h), the EOWNERDEAD -> repair ->
  * pthread_mutex_consistent protocol, and the segment's poisoned flag.
@@ -31,10 +32,6 @@
  *     possibly much later: had it stored AVAILABLE itself, a re-application
  *     could take back an entry a new object had claimed since.  A reaper
  *     returns the slot+1 entries of a dead slot after settling its journals.
- *     One death is not journaled: a variable freed with its dying scope
- *     (PDSHM_DESTROY_VARS) gives its entry back by a CAS PUBLISHED ->
- *     AVAILABLE that first checks `guards`: its record is not freed yet, so
- *     no other object can guard an entry with that offset.
  */
 #include "config.h"
 
