@@ -20,7 +20,9 @@
  *  3. local rank i allreduces its shard of its own tensor over cross
  *     communicator i, in place in the segment (MEAN: SUM, then the shard is
  *     divided by H for floats, whose step 1 took the host's mean, or by H L
- *     for integers);
+ *     for integers).  It holds no pin: once step 1's call returned, no other
+ *     member reads or writes the caller's tensor (pdshm.h), which is the
+ *     caller's to keep alive, as for every write through pdshm_tensor_data;
  *  4. the host's group allgathers (pdshm_group_allgather): each local rank's
  *     shard is copied into the same shard of every other local tensor, which
  *     then all hold the job's result.
