@@ -106,13 +106,33 @@ END_TEST
 
 /* A lock word damaged to another generation's tag, and a shared count the
  * records do not show, are problems pdshm_check names. */
-START_TEST(check_reads_lock_words) {
-  pdshm_seg *seg = tu_create("vlc", 4u << 20, 0);
+/* A segment with one variable, root/x, whose lock word a test damages. */
+struct one_var {
+  pdshm_seg *seg;
   pdshm_scope *root;
   pdshm_var *v;
-  ck_assert_int_eq(pdshm_root(seg, &root), 0);
-  ck_assert_int_eq(pdshm_var_get(root, "x", &v), 0);
-  struct pdshm_var_rec *r = pdshm__var_rec(v);
+  struct pdshm_var_rec *r;
+};
+
+static struct one_var one_var_make(const char *name, unsigned max_procs) {
+  struct one_var o = {.seg = tu_create(name, 4u << 20, max_procs)};
+  ck_assert_int_eq(pdshm_root(o.seg, &o.root), 0);
+  ck_assert_int_eq(pdshm_var_get(o.root, "x", &o.v), 0);
+  o.r = pdshm__var_rec(o.v);
+  return o;
+}
+
+static void one_var_drop(struct one_var *o) {
+  pdshm_scope_release(o->root);
+  ck_assert_int_eq(pdshm_detach(o->seg), 0);
+  tu_cleanup();
+}
+
+START_TEST(check_reads_lock_words) {
+  struct one_var o = one_var_make("vlc", 0);
+  pdshm_seg *seg = o.seg;
+  pdshm_var *v = o.v;
+  struct pdshm_var_rec *r = o.r;
   ck_assert_int_eq(pdshm_check(seg, NULL), 0);
   uint64_t good = atomic_load(&r->lk);
   atomic_store(&r->lk, good ^ (1ull << 40)); /* another tag */
@@ -128,9 +148,7 @@ START_TEST(check_reads_lock_words) {
   ck_assert_int_eq(pdshm_var_lock(v, 1), 0);
   ck_assert_int_eq(pdshm_check(seg, NULL), 0);
   ck_assert_int_eq(pdshm_var_unlock(v), 0);
-  pdshm_scope_release(root);
-  ck_assert_int_eq(pdshm_detach(seg), 0);
-  tu_cleanup();
+  one_var_drop(&o);
 }
 END_TEST
 
@@ -139,12 +157,10 @@ END_TEST
  * an owner slot that is FREE, this slot as owner with no hold, a recount
  * by a slot nobody holds. */
 START_TEST(unexplained_holders_are_ebadseg) {
-  pdshm_seg *seg = tu_create("vlu", 4u << 20, 8);
-  pdshm_scope *root;
-  pdshm_var *v;
-  ck_assert_int_eq(pdshm_root(seg, &root), 0);
-  ck_assert_int_eq(pdshm_var_get(root, "x", &v), 0);
-  struct pdshm_var_rec *r = pdshm__var_rec(v);
+  struct one_var o = one_var_make("vlu", 8);
+  pdshm_seg *seg = o.seg;
+  pdshm_var *v = o.v;
+  struct pdshm_var_rec *r = o.r;
   uint64_t good = atomic_load(&r->lk), free_slot = seg->slot == 7 ? 6 : 7;
   const uint64_t damaged[] = {good + (1ull << 14), good | (free_slot + 1), good | (seg->slot + 1u),
                               good | (1ull << 13) | (free_slot + 1)};
@@ -158,9 +174,7 @@ START_TEST(unexplained_holders_are_ebadseg) {
   atomic_store(&r->lk, good);
   ck_assert_int_eq(pdshm_var_lock(v, 1), 0);
   ck_assert_int_eq(pdshm_var_unlock(v), 0);
-  pdshm_scope_release(root);
-  ck_assert_int_eq(pdshm_detach(seg), 0);
-  tu_cleanup();
+  one_var_drop(&o);
 }
 END_TEST
 
