@@ -102,7 +102,12 @@ struct pdshm_group_rank {
   uint64_t planned;          /* the member word this seat gets when the
                                 record's plan applies (meaningless while
                                 plan is 0); groups lock                       */
-  uint64_t pad[6];           /* to two cache lines: ranks do not share one    */
+  uint32_t planned_from;     /* the seat that word comes from; likewise      */
+  uint32_t from;             /* the seat its member held before the regroup
+                                `regrouped` moved it here (how each member
+                                finds its new rank: one process may hold two
+                                seats); groups lock                           */
+  uint64_t pad[5];           /* to two cache lines: ranks do not share one    */
 };
 
 struct pdshm_group_rec {
@@ -136,8 +141,10 @@ _Static_assert(sizeof(struct pdshm_group_rank) == 2 * PDSHM_CACHELINE, "a rank's
 struct pdshm_group {
   pdshm_seg *seg;
   pdshm_off_t rec;         /* the GROUP record                                 */
-  uint32_t rank, size;
+  uint32_t rank, size;     /* a candidate's: its seat, 0 (group_regroup.c)     */
   uint64_t member;         /* our member word                                  */
+  uint32_t regrouped;      /* a candidate's: the record's `regrouped` when it
+                              enlisted                                        */
   uint32_t round;          /* the round our next barrier or collective is in   */
   struct pdshm_group *next;/* the attachment's memberships (seg->groups)       */
 };

@@ -5,7 +5,7 @@
  * record before they look at its seats.
  *
  * Owns: a record's `plan`, `size` and `regrouped` words, and the seats'
- * `planned` words (group.h).
+ * `planned`, `planned_from` and `from` words (group.h).
  *
  * Invariants:
  *  1. A plan is decided under lock PDSHM_LOCK_GROUPS by one store of `plan`
@@ -43,6 +43,7 @@ void pdshm__group_settle(struct pdshm_group_rec *g) {
   for (uint32_t r = 0; r < g->cap; r++) {
     struct pdshm_group_rank *k = &g->rank[r];
     atomic_store(&k->member, r < size ? k->planned : 0);
+    k->from = r < size ? k->planned_from : UINT32_MAX;
     atomic_store(&k->reported, 0);
     atomic_store(&k->writing, 0);
     atomic_store(&k->arrived, r < size ? round : 0);

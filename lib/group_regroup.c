@@ -47,6 +47,11 @@ enum { GROUP_OP_ENLIST = 0x4547, GROUP_OP_UNLIST = 0x5547 };
 /* What a look at the seats of round R found (step 2). */
 enum { RG_WAIT, RG_PLANNED, RG_MIXED };
 
+static void rg_plan_seat(struct pdshm_group_rec *g, uint32_t to, uint32_t from, uint64_t m) {
+  g->rank[to].planned = m;
+  g->rank[to].planned_from = from;
+}
+
 /* Lock held, settled: step 2's look, and the plan when every live rank is
  * there (invariant 2). */
 static int rg_decide(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round) {
@@ -58,12 +63,12 @@ static int rg_decide(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round) 
     if (!pdshm__group_member_live(seg, m)) continue; /* dropped */
     if (atomic_load(&k->arrived) != round) missing = true;
     else if (k->ar[round & 1].kind != PDSHM_GK_REGROUP) return RG_MIXED;
-    g->rank[n++].planned = m; /* n <= r: seats not read again */
+    rg_plan_seat(g, n++, r, m); /* n <= r: seats not read again */
   }
   if (missing) return RG_WAIT;
   for (uint32_t r = size; r < g->cap; r++) {
     uint64_t m = atomic_load(&g->rank[r].member);
-    if (pdshm__group_member_live(seg, m)) g->rank[n++].planned = m;
+    if (pdshm__group_member_live(seg, m)) rg_plan_seat(g, n++, r, m);
   }
   atomic_store(&g->plan, pdshm__plan_word(round, n));
   PDSHM_CRASHPOINT("group.regroup.planned");
@@ -99,10 +104,12 @@ static int rg_wait(struct pdshm_group *gr, struct pdshm_group_rec *g, uint32_t r
   }
 }
 
-/* The seat of member word m among 0..end-1, or -1. */
-static int rg_seat(struct pdshm_group_rec *g, uint64_t m, uint32_t end) {
-  for (uint32_t r = 0; r < end; r++)
-    if (atomic_load(&g->rank[r].member) == m) return (int)r;
+/* Lock held, settled: the rank that seat `from`'s member m got from the
+ * last regroup, or -1. */
+static int rg_moved_to(struct pdshm_group_rec *g, uint64_t m, uint32_t from) {
+  uint32_t size = atomic_load(&g->size);
+  for (uint32_t r = 0; r < size; r++)
+    if (g->rank[r].from == from && atomic_load(&g->rank[r].member) == m) return (int)r;
   return -1;
 }
 
@@ -110,9 +117,11 @@ static int rg_seat(struct pdshm_group_rec *g, uint64_t m, uint32_t end) {
 static int rg_after(struct pdshm_group *gr, struct pdshm_group_rec *g, uint32_t round) {
   int rc = pdshm__group_lock(gr->seg, g);
   if (rc) return rc;
-  int seat = rg_seat(g, gr->member, atomic_load(&g->size));
   bool planned = atomic_load(&g->regrouped) == round;
   uint32_t size = atomic_load(&g->size);
+  int seat = planned ? rg_moved_to(g, gr->member, gr->rank)
+             : atomic_load(&g->rank[gr->rank].member) == gr->member ? (int)gr->rank
+                                                                     : -1;
   if (!planned && seat >= 0) /* no stale "regroup" (group_plan.c) */
     g->rank[seat].ar[round & 1] =
         (struct pdshm_group_desc){.dtype = UINT32_MAX, .op = UINT16_MAX, .kind = PDSHM_GK_NONE};
@@ -164,7 +173,8 @@ static int en_register(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const char *na
   for (uint32_t r = atomic_load(&g->size); r < g->cap; r++)
     if (!pdshm__group_member_live(seg, atomic_load(&g->rank[r].member))) {
       *gr = (struct pdshm_group){.seg = seg, .rec = off, .rank = r,
-                                 .member = pdshm__group_my_member(seg)};
+                                 .member = pdshm__group_my_member(seg),
+                                 .regrouped = atomic_load(&g->regrouped)};
       pdshm__j_set(seg, ln, PDSHM_FOFF(seg, g, rank[r].member), gr->member);
       return 0;
     }
@@ -172,16 +182,16 @@ static int en_register(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const char *na
 }
 
 /* Journaled: our candidate seat emptied (the record goes if it was the last
- * seat held).  0, or an error. */
-static int en_withdraw(pdshm_seg *seg, struct pdshm_group *gr, int *seat) {
+ * seat held), unless a regroup came first (*waiting false).  0, or an error. */
+static int en_withdraw(pdshm_seg *seg, struct pdshm_group *gr, bool *waiting) {
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
   int rc = pdshm__j_begin(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_UNLIST);
   if (!rc) {
     struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
     pdshm__group_settle(g);
-    *seat = rg_seat(g, gr->member, g->cap);
-    if (*seat >= 0 && (uint32_t)*seat >= atomic_load(&g->size)) {
-      rc = pdshm__group_set_member(seg, ln, gr->rec, (uint32_t)*seat, 0);
+    *waiting = atomic_load(&g->regrouped) == gr->regrouped;
+    if (*waiting && atomic_load(&g->rank[gr->rank].member) == gr->member) {
+      rc = pdshm__group_set_member(seg, ln, gr->rec, gr->rank, 0);
       if (rc < 0) pdshm__j_abort(seg, ln);
       else {
         PDSHM_CRASHPOINT("group.enlist.withdraw");
@@ -189,7 +199,7 @@ static int en_withdraw(pdshm_seg *seg, struct pdshm_group *gr, int *seat) {
         rc = 0;
       }
     } else {
-      pdshm__j_abort(seg, ln); /* admitted meanwhile (or dropped) */
+      pdshm__j_abort(seg, ln); /* admitted meanwhile */
     }
   }
   pdshm__lane_put(ln);
@@ -201,16 +211,16 @@ static int en_look(pdshm_seg *seg, struct pdshm_group *gr, bool *admitted) {
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
   int rc = pdshm__group_lock(seg, g);
   if (rc) return rc;
-  uint32_t size = atomic_load(&g->size);
-  int seat = rg_seat(g, gr->member, g->cap);
-  *admitted = seat >= 0 && (uint32_t)seat < size;
-  if (*admitted) {
+  *admitted = atomic_load(&g->regrouped) != gr->regrouped; /* invariant 4: every live one */
+  int seat = *admitted ? rg_moved_to(g, gr->member, gr->rank) : (int)gr->rank;
+  bool ours = seat >= 0 && atomic_load(&g->rank[seat].member) == gr->member;
+  if (*admitted && ours) {
     gr->rank = (uint32_t)seat;
-    gr->size = size;
+    gr->size = atomic_load(&g->size);
     gr->round = PDSHM_GS_ROUND(atomic_load(&g->state)); /* nothing completes without us */
   }
   pdshm__unlock(seg, PDSHM_LOCK_GROUPS);
-  if (seat < 0) return pdshm__fail(PDSHM_ESTALE, "the candidate's seat was taken from it");
+  if (!ours) return pdshm__fail(PDSHM_ESTALE, "the candidate's seat was taken from it");
   return 0;
 }
 
@@ -224,10 +234,10 @@ static int en_wait(pdshm_seg *seg, struct pdshm_group *gr, uint64_t deadline) {
     if (rc || admitted) return rc;
     uint64_t now = pdshm__now_ns(CLOCK_MONOTONIC);
     if (now >= deadline) {
-      int seat;
-      rc = en_withdraw(seg, gr, &seat);
-      if (rc || seat < 0) return rc ? rc : pdshm__fail(PDSHM_ESTALE, "the seat was taken");
-      if ((uint32_t)seat < atomic_load(&g->size)) continue; /* admitted after all */
+      bool waiting;
+      rc = en_withdraw(seg, gr, &waiting);
+      if (rc) return rc;
+      if (!waiting) continue; /* admitted after all: the look says where */
       return pdshm__fail(PDSHM_ETIMEDOUT, "no regroup admitted the candidate in time");
     }
     pdshm__round_sleep(g, round, deadline - now < SLICE_NS ? (int64_t)(deadline - now) : SLICE_NS);
