@@ -489,8 +489,10 @@ PDSHM_API int pdshm_group_regroup(pdshm_group *g, int64_t timeout_ns, int *new_r
  * Enlists the calling process as a candidate of the existing group NAME and
  * waits, at most timeout_ns (< 0: no limit), for its members' next
  * pdshm_group_regroup to admit it: 0 and *out a membership whose rank and size
- * are the ones that regroup gave (its first barrier or collective joins the
- * group's next round).  A candidate only waits: it holds up no member, and
+ * are the ones that regroup gave (its first barrier or collective takes part
+ * in the round right after that regroup, as the members' next call does: if a
+ * death broke it meanwhile, it answers PDSHM_EOWNERDEAD there too, and the
+ * newcomer regroups with the others).  A candidate only waits: it holds up no member, and
  * one that dies or stops while waiting delays no regroup (a dead one is
  * dropped; a stopped one is admitted, and is then waited for as any stopped
  * member).  PDSHM_ETIMEDOUT: not admitted in time, no longer a candidate,

@@ -217,7 +217,9 @@ static int en_look(pdshm_seg *seg, struct pdshm_group *gr, bool *admitted) {
   if (*admitted && ours) {
     gr->rank = (uint32_t)seat;
     gr->size = atomic_load(&g->size);
-    gr->round = PDSHM_GS_ROUND(atomic_load(&g->state)); /* nothing completes without us */
+    /* the round after the regroup, as the members': a death that broke it
+     * is told to us too, so that we regroup with them */
+    gr->round = atomic_load(&g->regrouped) + 1;
   }
   pdshm__unlock(seg, PDSHM_LOCK_GROUPS);
   if (!ours) return pdshm__fail(PDSHM_ESTALE, "the candidate's seat was taken from it");
