@@ -512,6 +512,86 @@ START_TEST(join_refused_while_members_regroup) {
 }
 END_TEST
 
+/* A newcomer that enlists and barriers: its first barrier must answer the
+ * round after its admission (EOWNERDEAD: a death broke it), then it regroups
+ * with the others. */
+static int kid_newcomer_told(void *argp) {
+  struct member *a = argp;
+  struct board *b = a->b;
+  pdshm_seg *s;
+  pdshm_group *g;
+  pdshm_var *v;
+  int nr, ns;
+  if (pdshm_attach(seg_name, NULL, &s) || make_var(s, &v)) KID_FAIL(b, "setup");
+  int rc = pdshm_group_enlist(s, a->group, 20 * SEC, &g);
+  if (rc) KID_FAIL(b, "enlist: %s", pdshm_err_name(rc));
+  rc = pdshm_group_barrier(g, 20 * SEC);
+  if (rc != PDSHM_EOWNERDEAD) KID_FAIL(b, "first barrier: %s", pdshm_err_name(rc));
+  rc = pdshm_group_regroup(g, 20 * SEC, &nr, &ns);
+  if (rc) KID_FAIL(b, "regroup: %s (%s)", pdshm_err_name(rc), pdshm_last_error());
+  atomic_store(&b->new_rank[a->slot], nr);
+  atomic_store(&b->new_size[a->slot], ns);
+  rc = member_after(a, g, v);
+  pdshm_detach(s);
+  return rc;
+}
+
+/* Rank 1 of "nt" (2): a barrier, a regroup once b->go is set, then it
+ * waits to be killed. */
+static int kid_regroup_then_pause(void *argp) {
+  struct board *b = argp;
+  pdshm_seg *s;
+  pdshm_group *g;
+  int nr, ns;
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_group_join(s, "nt", 2, 1, &g)) KID_FAIL(b, "join");
+  if (pdshm_group_barrier(g, 20 * SEC)) KID_FAIL(b, "barrier");
+  if (!until(&b->go, 1)) KID_FAIL(b, "never let go");
+  int rc = pdshm_group_regroup(g, 20 * SEC, &nr, &ns);
+  if (rc || ns != 3) KID_FAIL(b, "rank 1: regroup: %s, size %d", pdshm_err_name(rc), ns);
+  atomic_store(&b->stage[1], S_DONE);
+  pause();
+  return 0;
+}
+
+/* Rank 0 here and rank 1 admit a newcomer while it is stopped; rank 1 dies
+ * and breaks the round after the regroup; the newcomer, let go, is told of
+ * that death by its first barrier, as this process was, and the two
+ * regroup together. */
+START_TEST(newcomer_is_told_of_a_death_after_its_admission) {
+  pdshm_group *g;
+  pdshm_var *v;
+  int nr, ns;
+  ck_assert_int_eq(pdshm_group_join(seg, "nt", 2, 0, &g), 0);
+  ck_assert_int_eq(make_var(seg, &v), 0);
+  struct board *b = board_new();
+  struct member nc = {.b = b, .group = "nt", .weight = 7, .slot = 2};
+  atomic_store(&b->weights, 1 + 7);
+  pid_t p1 = tu_spawn(kid_regroup_then_pause, b);
+  ck_assert_int_eq(pdshm_group_barrier(g, 20 * SEC), 0);
+  pid_t pn = tu_spawn(kid_newcomer_told, &nc);
+  await_candidates("nt", 1);
+  kill(pn, SIGSTOP);
+  atomic_store(&b->go, 1);
+  ck_assert_int_eq(pdshm_group_regroup(g, 20 * SEC, &nr, &ns), 0);
+  ck_assert_int_eq(ns, 3);
+  ck_assert_msg(until(&b->stage[1], S_DONE), "%s", b->why);
+  kill(p1, SIGKILL);
+  ck_assert_int_eq(tu_wait(p1), 128 + SIGKILL);
+  ck_assert_int_eq(pdshm_group_barrier(g, 20 * SEC), PDSHM_EOWNERDEAD);
+  kill(pn, SIGCONT);
+  ck_assert_int_eq(pdshm_group_regroup(g, 20 * SEC, &nr, &ns), 0);
+  ck_assert_int_eq(nr, 0);
+  ck_assert_int_eq(ns, 2);
+  struct member me = {.b = b, .weight = 1, .slot = 0};
+  ck_assert_int_eq(member_after(&me, g, v), 0);
+  int st = tu_wait(pn);
+  ck_assert_msg(st == 0, "newcomer exited %d: %s", st, b->why);
+  ck_assert_int_eq(atomic_load(&b->new_rank[2]), 1);
+  ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("group_regroup");
   TCase *tc = tu_tcase(s, "regroup", 120, setup, teardown);
@@ -526,5 +606,6 @@ int main(void) {
   tcase_add_test(tc, stopped_member_times_the_regroup_out);
   tcase_add_test(tc, bad_arguments_are_einval_and_change_nothing);
   tcase_add_test(tc, join_refused_while_members_regroup);
+  tcase_add_test(tc, newcomer_is_told_of_a_death_after_its_admission);
   return tu_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }
