@@ -472,7 +472,8 @@ PDSHM_API int pdshm_group_leave(pdshm_group *g);
  * replacement before regrouping is the caller's choice (a barrier with a
  * timeout: PDSHM_EOWNERDEAD then PDSHM_ETIMEDOUT, say).
  * PDSHM_ETIMEDOUT after timeout_ns (< 0: no limit) when a live member has
- * not come (a stopped process: slow is not dead): nothing changed, the
+ * not come (a stopped process: slow is not dead), or deaths kept breaking
+ * its rounds until then: nothing changed, the
  * caller's rank and size are as before, and its next call (a regroup again,
  * or a barrier) waits for the same round.  PDSHM_EINVAL, nothing changed,
  * when a member came to the same round with a barrier or a collective instead

@@ -154,6 +154,8 @@ PDSHM_API int pdshm_group_regroup(pdshm_group *gr, int64_t timeout_ns, int *rank
     /* broken by a death announced meanwhile: every caller passes the next
      * round the same way, and the dead rank goes with it */
   } while (rc == PDSHM_EOWNERDEAD && pdshm__now_ns(CLOCK_MONOTONIC) < deadline);
+  if (rc == PDSHM_EOWNERDEAD) /* nothing pending: the next call regroups at the next round */
+    return pdshm__fail(PDSHM_ETIMEDOUT, "deaths broke the regroup's rounds until the timeout");
   if (rc) return rc;
   *rank = (int)gr->rank;
   *size = (int)gr->size;
