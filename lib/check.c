@@ -344,7 +344,7 @@ static void ck_group(struct ck *c, pdshm_off_t off) {
   const struct pdshm_group_rec *g = pdshm__group_rec(c->seg, off);
   bool held = false;
   uint64_t plan = atomic_load(&g->plan); /* a regroup's applier died: the next holder applies */
-  if (plan && ((uint32_t)(plan >> 32) == 0 || (uint32_t)(plan >> 32) > g->cap))
+  if (!pdshm__plan_sane(g, plan))
     ck_say(c, "group %#llx: a regroup plans %u ranks of %u seats", (unsigned long long)off,
            (uint32_t)(plan >> 32), g->cap);
   for (uint32_t r = 0; r < g->cap; r++) { /* ranks, then candidates */

@@ -64,7 +64,8 @@ static struct pdshm_group_rec *group_at(pdshm_seg *seg, pdshm_off_t off) {
   if (pdshm__blk_type(b) != PDSHM_T_GROUP) return NULL;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, off);
   if (g->magic != PDSHM_GROUP_MAGIC || g->size == 0 || g->cap > PDSHM_GROUP_MAX ||
-      g->size > g->cap || off + pdshm__group_bytes(g->cap) > h->arena_end)
+      g->size > g->cap || off + pdshm__group_bytes(g->cap) > h->arena_end ||
+      !pdshm__plan_sane(g, atomic_load(&g->plan)))
     return NULL;
   pdshm__group_settle(g); /* every caller holds the lock */
   return g;

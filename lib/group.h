@@ -174,6 +174,12 @@ static inline uint64_t pdshm__plan_word(uint32_t round, uint32_t size) {
   return (uint64_t)round | (uint64_t)size << 32;
 }
 
+/* Whether plan word p (0: none) fits record g: 1 to cap ranks. */
+static inline bool pdshm__plan_sane(const struct pdshm_group_rec *g, uint64_t p) {
+  uint32_t size = (uint32_t)(p >> 32);
+  return !p || (size >= 1 && size <= g->cap);
+}
+
 /* ---- group_plan.c ---- */
 /* Groups lock held: applies g's plan if it has one (idempotent): ends the
  * plan's round completed unless it ended, seats 0..size-1 take their planned

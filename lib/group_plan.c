@@ -37,7 +37,7 @@ void pdshm__group_settle(struct pdshm_group_rec *g) {
   uint64_t p = atomic_load(&g->plan);
   if (!p) return;
   uint32_t round = (uint32_t)p, size = (uint32_t)(p >> 32);
-  if (size > g->cap) size = g->cap; /* hostile bytes: keep within the record */
+  if (!pdshm__plan_sane(g, p)) return; /* damaged: group.c and pdshm_check say EBADSEG */
   plan_end_round(g, round);
   PDSHM_CRASHPOINT("group.regroup.ended");
   for (uint32_t r = 0; r < g->cap; r++) {

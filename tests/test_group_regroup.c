@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "group.h"
 #include "testutil.h"
 
 #define SEC 1000000000ll
@@ -592,6 +593,42 @@ START_TEST(newcomer_is_told_of_a_death_after_its_admission) {
 }
 END_TEST
 
+/* A damaged plan (no rank, more ranks than seats) is EBADSEG for
+ * pdshm_check and the next call that takes the group's lock, and changes
+ * nothing; the plan of a regroup whose process died applying it is a state
+ * pdshm_check accepts, and the next call finishes it. */
+START_TEST(plans_damaged_or_left_half_applied) {
+  pdshm_group *g, *x;
+  ck_assert_int_eq(pdshm_group_join(seg, "pl", 2, 0, &g), 0);
+  struct pdshm_group_rec *rec = pdshm__group_rec(seg, seg->hdr->groups);
+  uint32_t round = PDSHM_GS_ROUND(atomic_load(&rec->state));
+  const uint64_t bad[] = {pdshm__plan_word(round, 0), pdshm__plan_word(round, rec->cap + 1)};
+  for (size_t i = 0; i < 2; i++) {
+    atomic_store(&rec->plan, bad[i]);
+    ck_assert_int_eq(pdshm_check(seg, NULL), PDSHM_EBADSEG);
+    ck_assert_int_eq(pdshm_group_join(seg, "pl", 2, 1, &x), PDSHM_EBADSEG);
+    ck_assert_int_eq(atomic_load(&rec->size), 2);
+  }
+  /* rank 1 never taken: a regroup keeps rank 0 alone; its applier "died"
+   * after deciding */
+  rec->rank[0].planned = atomic_load(&rec->rank[0].member);
+  rec->rank[0].planned_from = 0;
+  atomic_store(&rec->plan, pdshm__plan_word(round, 1));
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_int_eq(pdshm_group_join(seg, "other", 1, 0, &x), 0); /* the lock: settled */
+  ck_assert_uint_eq(atomic_load(&rec->plan), 0);
+  ck_assert_uint_eq(atomic_load(&rec->size), 1);
+  ck_assert_uint_eq(atomic_load(&rec->regrouped), round);
+  ck_assert_uint_ne(PDSHM_GS_ROUND(atomic_load(&rec->state)), round);
+  /* this handle still says 2: its next regroup finds where it went */
+  ck_assert_int_eq(pdshm_group_size(g), 2);
+  ck_assert_int_eq(pdshm_group_leave(x), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_int_eq(pdshm_group_leave(g), 0);
+  ck_assert_uint_eq(used(), base_used);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("group_regroup");
   TCase *tc = tu_tcase(s, "regroup", 120, setup, teardown);
@@ -607,5 +644,6 @@ int main(void) {
   tcase_add_test(tc, bad_arguments_are_einval_and_change_nothing);
   tcase_add_test(tc, join_refused_while_members_regroup);
   tcase_add_test(tc, newcomer_is_told_of_a_death_after_its_admission);
+  tcase_add_test(tc, plans_damaged_or_left_half_applied);
   return tu_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }
