@@ -9,6 +9,12 @@
  *  1. The list, a record's next, and the member words change only under lock
  *     PDSHM_LOCK_GROUPS, in journals: a join or leave killed at any
  *     instruction is finished or rolled back by whoever takes the lock next.
+ *     The one other change of member words, a regroup's, is a plan that
+ *     whoever takes the lock next finishes (group_plan.c): every walk here
+ *     settles a record before it looks at its seats (group_at).
+ *  1a. Seats past the size are candidates' (pdshm_group_enlist): they hold
+ *     the record (invariant 2) and are reaped like ranks, but a candidate's
+ *     death breaks no round (it takes part in none).
  *  2. A record is on the list iff some rank is live or dead-unreaped; the
  *     journal that leaves none so (the last leave, the reap of the last
  *     member) unlinks and retires it, with its name.

@@ -9,7 +9,8 @@
  * The registry is a list of GROUP blocks from hdr->groups.  The list, each
  * record's next/name, and every rank's `member` and `reported` words change
  * only under lock PDSHM_LOCK_GROUPS (the list and `member` through journals,
- * so a death leaves them whole); everything else in a record is lock-free.
+ * or a regroup's plan, so a death leaves them whole); the rest of a record
+ * is lock-free, but for what a regroup changes (below).
  *
  * A member is named by its word: slot+1 | slot epoch << 16 (the epoch tells
  * a replacement in the same slot apart).  A member is
