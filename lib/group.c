@@ -12,12 +12,12 @@
  *     The one other change of member words, a regroup's, is a plan that
  *     whoever takes the lock next finishes (group_plan.c): every walk here
  *     settles a record before it looks at its seats (group_at).
- *  1a. Seats past the size are candidates' (pdshm_group_enlist): they hold
- *     the record (invariant 2) and are reaped like ranks, but a candidate's
- *     death breaks no round (it takes part in none).
- *  2. A record is on the list iff some rank is live or dead-unreaped; the
+ *  2. A record is on the list iff some seat (a rank, or a candidate's seat
+ *     past the size: pdshm_group_enlist) is live or dead-unreaped; the
  *     journal that leaves none so (the last leave, the reap of the last
- *     member) unlinks and retires it, with its name.
+ *     member) unlinks and retires it, with its name.  Candidates are reaped
+ *     like members, but a candidate's death breaks no round (it takes part
+ *     in none).
  *  3. A death is announced once, under the lock, by whoever notices it
  *     first (group_break.c, invariant 1).
  *  4. A dead member's pins go (so that nobody writes a buffer the heap
