@@ -357,8 +357,10 @@ typedef enum { PDSHM_SUM, PDSHM_MEAN, PDSHM_MAX, PDSHM_MIN } pdshm_reduce_op;
  * at once may see EBUSY, and retries).  A takeover waits until no live member
  * writes a collective any more (they stop within a chunk of the death's
  * announcement); when one still does after 1 s (a stopped process: slow is
- * not dead), PDSHM_ETIMEDOUT, and a later join may try again.  A size other
- * than the group's, or a rank >= size, is PDSHM_EINVAL; a full group
+ * not dead), PDSHM_ETIMEDOUT, and a later join may try again.  While members
+ * wait in a pdshm_group_regroup, PDSHM_EBUSY (join later, or enlist).  A
+ * size other than the group's (it changes with each regroup that drops or
+ * admits someone), or a rank >= size, is PDSHM_EINVAL; a full group
  * PDSHM_EUSERS; ENOMEM; EROFS; EFORKED.  A group's memory goes back when its
  * last member leaves (or dies and is reaped).  A failure changes nothing
  * (but a takeover's PDSHM_ETIMEDOUT announces the death to the survivors, as
