@@ -463,14 +463,16 @@ PDSHM_API int pdshm_group_leave(pdshm_group *g);
  * boundary: the ranks whose members died (or left) and were not taken over
  * are dropped, and the processes waiting in pdshm_group_enlist are admitted.
  * Every live member calls it; once all of them have (the dead are not waited
- * for: a member that dies during the call is dropped with the others), each
- * gets 0, the same new size in *new_size, and its new rank in *new_rank: the
- * live members keep the order of their old ranks (0, 1, ... in that order),
- * the admitted candidates follow, in the order they enlisted.  With nobody
- * dead and nobody waiting it changes nothing, and returns 0 as a barrier
- * would.  The caller's handle takes the new rank and size
- * (pdshm_group_rank, pdshm_group_size, pdshm_group_share) and its next
- * barrier or collective is among the new members.  How long to wait for a
+ * for: a member that dies during the call is dropped with the others, or,
+ * when it dies after the new ranks were decided, told of by the next round's
+ * PDSHM_EOWNERDEAD as any death), each gets 0, the same new size in
+ * *new_size, and its new rank in *new_rank: the live members keep the order
+ * of their old ranks (0, 1, ... in that order), the admitted candidates
+ * follow (in the order of the seats they enlisted into).  With nobody dead
+ * and nobody waiting it changes nothing, and returns 0 as a barrier would.
+ * The caller's handle takes the new rank and size (pdshm_group_rank,
+ * pdshm_group_size, pdshm_group_share) and its next barrier or collective is
+ * among the new members.  How long to wait for a
  * replacement before regrouping is the caller's choice (a barrier with a
  * timeout: PDSHM_EOWNERDEAD then PDSHM_ETIMEDOUT, say).
  * PDSHM_ETIMEDOUT after timeout_ns (< 0: no limit) when a live member has
@@ -493,12 +495,12 @@ PDSHM_API int pdshm_group_regroup(pdshm_group *g, int64_t timeout_ns, int *new_r
  * waits, at most timeout_ns (< 0: no limit), for its members' next
  * pdshm_group_regroup to admit it: 0 and *out a membership whose rank and size
  * are the ones that regroup gave (its first barrier or collective takes part
- * in the round right after that regroup, as the members' next call does: if a
- * death broke it meanwhile, it answers PDSHM_EOWNERDEAD there too, and the
- * newcomer regroups with the others).  A candidate only waits: it holds up no member, and
- * one that dies or stops while waiting delays no regroup (a dead one is
- * dropped; a stopped one is admitted, and is then waited for as any stopped
- * member).  PDSHM_ETIMEDOUT: not admitted in time, no longer a candidate,
+ * in the round right after that regroup, as the members' next call does: if
+ * a death broke it meanwhile, it answers PDSHM_EOWNERDEAD there too, and the
+ * newcomer regroups with the others).  A candidate only waits: it holds up
+ * no member, and one that dies or stops while waiting delays no regroup (a
+ * dead one is dropped; a stopped one is admitted, and is then waited for as
+ * any stopped member).  PDSHM_ETIMEDOUT: not admitted in time, no longer a candidate,
  * nothing changed.  PDSHM_ENOENT when there is no group NAME; PDSHM_EUSERS
  * when it has PDSHM_GROUP_MAX ranks and candidates already; EINVAL (NULL
  * seg or out, a bad name); ENOMEM; EROFS; EFORKED; ESTALE (the candidate's
