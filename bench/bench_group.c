@@ -12,8 +12,10 @@
  *  2. Barrier round trip between 2 processes (each iteration is one barrier
  *     of both), against a round trip through a pair of pipes.
  *  3. A death: ms from the kill() of one of 2 members until the other one's
- *     barrier returns EOWNERDEAD, against kill() until waitpid() returns for
- *     a process that holds nothing (how long the kernel takes to end one).
+ *     barrier returns EOWNERDEAD, and until its pdshm_group_regroup has made
+ *     the group one of 1 (no replacement) and a barrier passed at that size,
+ *     against kill() until waitpid() returns for a process that holds
+ *     nothing (how long the kernel takes to end one).
  *
  * The machine's cores are shared: with more processes than cores, the
  * figures measure the scheduler as much as pdshm.
@@ -216,8 +218,9 @@ static int doomed_member(const char *group, volatile int *joined) {
   for (;;) pause();
 }
 
-/* ms from the kill() of the other member until our barrier says it died. */
-static double told_of_a_death(int serial, volatile double *killed_at) {
+/* ns from the kill() of the other member until our barrier says it died;
+ * *regrouped: until the group went on without it (a regroup and a barrier). */
+static double told_of_a_death(int serial, volatile double *killed_at, double *regrouped) {
   char group[64];
   snprintf(group, sizeof group, "bench-death-%d", serial);
   pdshm_seg *seg;
@@ -241,6 +244,11 @@ static double told_of_a_death(int serial, volatile double *killed_at) {
   rc = pdshm_group_barrier(g, 60 * (int64_t)SEC);
   double lag = now_ns() - *killed_at;
   if (rc != PDSHM_EOWNERDEAD) die("a barrier beside a death", rc);
+  int nr, ns;
+  if ((rc = pdshm_group_regroup(g, 60 * (int64_t)SEC, &nr, &ns))) die("regroup", rc);
+  if ((rc = pdshm_group_barrier(g, 60 * (int64_t)SEC))) die("a barrier after the regroup", rc);
+  *regrouped = now_ns() - *killed_at;
+  if (ns != 1) die("regroup's size", PDSHM_EINVAL);
   waitpid(killer, NULL, 0);
   waitpid(member, NULL, 0);
   pdshm_group_leave(g);
@@ -268,17 +276,19 @@ static int cmp_double(const void *a, const void *b) {
 
 static void bench_death(double *shared) {
   enum { REPS = 7 };
-  double told[REPS], ended[REPS];
+  double told[REPS], regrouped[REPS], ended[REPS];
   for (int r = 0; r < REPS; r++) {
-    told[r] = told_of_a_death(r, shared);
+    told[r] = told_of_a_death(r, shared, &regrouped[r]);
     ended[r] = death_of_an_idle_process();
   }
   qsort(told, REPS, sizeof told[0], cmp_double);
+  qsort(regrouped, REPS, sizeof regrouped[0], cmp_double);
   qsort(ended, REPS, sizeof ended[0], cmp_double);
   printf("\na member SIGKILLed: its barrier's survivor told (EOWNERDEAD) %.2f ms after kill(), "
-         "median of %d;\nbaseline: kill() until waitpid() returns, an idle process %.2f ms; "
-         "ratio %.1f\n", told[REPS / 2] / 1e6, REPS, ended[REPS / 2] / 1e6,
-         told[REPS / 2] / ended[REPS / 2]);
+         "median of %d;\nthe survivor regrouped without it and passed a barrier of the group "
+         "of 1 %.2f ms after kill();\nbaseline: kill() until waitpid() returns, an idle "
+         "process %.2f ms; ratio %.1f\n", told[REPS / 2] / 1e6, REPS, regrouped[REPS / 2] / 1e6,
+         ended[REPS / 2] / 1e6, told[REPS / 2] / ended[REPS / 2]);
 }
 
 int main(int argc, char **argv) {

@@ -362,8 +362,10 @@ typedef enum { PDSHM_SUM, PDSHM_MEAN, PDSHM_MAX, PDSHM_MIN } pdshm_reduce_op;
  * at once may see EBUSY, and retries).  A takeover waits until no live member
  * writes a collective any more (they stop within a chunk of the death's
  * announcement); when one still does after 1 s (a stopped process: slow is
- * not dead), PDSHM_ETIMEDOUT, and a later join may try again.  A size other
- * than the group's, or a rank >= size, is PDSHM_EINVAL; a full group
+ * not dead), PDSHM_ETIMEDOUT, and a later join may try again.  While members
+ * wait in a pdshm_group_regroup, PDSHM_EBUSY (join later, or enlist).  A
+ * size other than the group's (it changes with each regroup that drops or
+ * admits someone), or a rank >= size, is PDSHM_EINVAL; a full group
  * PDSHM_EUSERS; ENOMEM; EROFS; EFORKED.  A group's memory goes back when its
  * last member leaves (or dies and is reaped).  A failure changes nothing
  * (but a takeover's PDSHM_ETIMEDOUT announces the death to the survivors, as
@@ -463,6 +465,56 @@ PDSHM_API int pdshm_group_allgather(pdshm_group *g, pdshm_var *v, int64_t timeou
  * every call that writes (the rank is not given up then); ENOTRECOVERABLE
  * or EBADSEG when the group's records cannot be changed. */
 PDSHM_API int pdshm_group_leave(pdshm_group *g);
+/*
+ * Groups that shrink and grow.  A collective of the live members, at a round
+ * boundary: the ranks whose members died (or left) and were not taken over
+ * are dropped, and the processes waiting in pdshm_group_enlist are admitted.
+ * Every live member calls it; once all of them have (the dead are not waited
+ * for: a member that dies during the call is dropped with the others, or,
+ * when it dies after the new ranks were decided, told of by the next round's
+ * PDSHM_EOWNERDEAD as any death), each gets 0, the same new size in
+ * *new_size, and its new rank in *new_rank: the live members keep the order
+ * of their old ranks (0, 1, ... in that order), the admitted candidates
+ * follow (in the order of the seats they enlisted into).  With nobody dead
+ * and nobody waiting it changes nothing, and returns 0 as a barrier would.
+ * The caller's handle takes the new rank and size (pdshm_group_rank,
+ * pdshm_group_size, pdshm_group_share) and its next barrier or collective is
+ * among the new members.  How long to wait for a
+ * replacement before regrouping is the caller's choice (a barrier with a
+ * timeout: PDSHM_EOWNERDEAD then PDSHM_ETIMEDOUT, say).
+ * PDSHM_ETIMEDOUT after timeout_ns (< 0: no limit) when a live member has
+ * not come (a stopped process: slow is not dead), or deaths kept breaking
+ * its rounds until then: nothing changed, the
+ * caller's rank and size are as before, and its next call (a regroup again,
+ * or a barrier) waits for the same round.  PDSHM_EINVAL, nothing changed,
+ * when a member came to the same round with a barrier or a collective instead
+ * (the regroup's callers withdraw; the others wait as for a missing member),
+ * and for a NULL argument.  While members wait in a regroup,
+ * pdshm_group_join is refused (PDSHM_EBUSY): a rank taken over then would be
+ * waited for.  PDSHM_ESTALE when the caller no longer holds a rank of the
+ * group (its seat was given up for dead).  EROFS, EFORKED, and the lock's
+ * errors (ENOTRECOVERABLE).  One thread at a time uses a pdshm_group.
+ */
+PDSHM_API int pdshm_group_regroup(pdshm_group *g, int64_t timeout_ns, int *new_rank,
+                                  int *new_size);
+/*
+ * Enlists the calling process as a candidate of the existing group NAME and
+ * waits, at most timeout_ns (< 0: no limit), for its members' next
+ * pdshm_group_regroup to admit it: 0 and *out a membership whose rank and size
+ * are the ones that regroup gave (its first barrier or collective takes part
+ * in the round right after that regroup, as the members' next call does: if
+ * a death broke it meanwhile, it answers PDSHM_EOWNERDEAD there too, and the
+ * newcomer regroups with the others).  A candidate only waits: it holds up
+ * no member, and one that dies or stops while waiting delays no regroup (a
+ * dead one is dropped; a stopped one is admitted, and is then waited for as
+ * any stopped member).  PDSHM_ETIMEDOUT: not admitted in time, no longer a candidate,
+ * nothing changed.  PDSHM_ENOENT when there is no group NAME; PDSHM_EUSERS
+ * when it has PDSHM_GROUP_MAX ranks and candidates already; EINVAL (NULL
+ * seg or out, a bad name); ENOMEM; EROFS; EFORKED; ESTALE (the candidate's
+ * seat was given up for dead).
+ */
+PDSHM_API int pdshm_group_enlist(pdshm_seg *seg, const char *name, int64_t timeout_ns,
+                                 pdshm_group **out);
 
 /* ---- Tensors ------------------------------------------------------------ */
 #define PDSHM_NDIM_MAX 8
@@ -730,6 +782,11 @@ typedef struct pdshm_group_info {
   uint64_t created_ns;     /* CLOCK_REALTIME                                     */
   const pdshm_group_member_info *members; /* [size], rank order: valid during    */
                                           /* the callback only                   */
+  uint32_t candidates;     /* live processes waiting in pdshm_group_enlist       */
+  uint32_t regrouped;      /* the last round a pdshm_group_regroup ended, 0: none */
+  uint32_t regroup_pending;/* the round of a regroup decided and not yet applied */
+                           /* (its process died applying it; the next group call */
+                           /* finishes it), 0 when none                          */
 } pdshm_group_info;
 #define PDSHM_GROUP_HISTORY 10
 /* Calls fn for each group of the registry, newest first, until fn returns

@@ -27,9 +27,12 @@
  * A member that gets an error after step 2 returns only once every live
  * member stopped writing P+1 (group_round.c, invariant 4), so that no member
  * reads or writes the caller's tensor after it returned.  The descriptions
- * of P stay put until P+1 completes: a member's next collective writes
- * ar[(P+2) & 1] only after P+1, which needs every member to have finished
- * reading.
+ * of P stay put until P+1 ends: a member's next collective writes
+ * ar[(P+2) & 1] only after P+1, which, completed, needs every member to
+ * have finished reading; broken, it may end before a slow member read them,
+ * so a verdict of step 2 against a round that has ended is not trusted: the
+ * member answers the round's outcome instead (and writes nothing: step 3
+ * looks at the round before each chunk, with writing set).
  * Each buffer is read and written once per member's share: every member
  * touches 2 * size * n / size elements in an allreduce, the bandwidth bound
  * of the scheme; a reduce_scatter reads size * n / size and writes n / size,
@@ -118,6 +121,16 @@ static int ar_reduce(struct pdshm_group *gr, uint64_t deadline) {
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
   uint32_t round = gr->round;
   int rc = ar_check(seg, g, round - 1);
+  /* P+1 ended without us (broken): the others may have moved on and written
+   * their next descriptions over the ones just read; its outcome is the
+   * answer, not what they said */
+  if (rc && PDSHM_GS_ROUND(atomic_load(&g->state)) != round) {
+    int orc = pdshm__round_pass(gr, deadline, false);
+    if (orc) { /* others may still write into our tensor: step 4's wait */
+      pdshm__round_wait_writers(seg, g, round, (int)gr->rank);
+      return orc;
+    }
+  }
   if (rc) return rc;
   atomic_store(&g->rank[gr->rank].writing, round);
   if (PDSHM_GS_ROUND(atomic_load(&g->state)) == round) ar_share(seg, g, gr->rank, round);

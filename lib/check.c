@@ -343,7 +343,11 @@ static void ck_leaks(struct ck *c) {
 static void ck_group(struct ck *c, pdshm_off_t off) {
   const struct pdshm_group_rec *g = pdshm__group_rec(c->seg, off);
   bool held = false;
-  for (uint32_t r = 0; r < g->size; r++) {
+  uint64_t plan = atomic_load(&g->plan); /* a regroup's applier died: the next holder applies */
+  if (!pdshm__plan_sane(g, plan))
+    ck_say(c, "group %#llx: a regroup plans %u ranks of %u seats", (unsigned long long)off,
+           (uint32_t)(plan >> 32), g->cap);
+  for (uint32_t r = 0; r < g->cap; r++) { /* ranks, then candidates */
     uint64_t m = atomic_load(&g->rank[r].member);
     uint32_t tag = (uint32_t)(m & 0xffff);
     if (m && (tag == 0 || tag > c->seg->hdr->max_procs))
@@ -363,8 +367,8 @@ static void ck_groups(struct ck *c) {
       return;
     }
     const struct pdshm_group_rec *g = pdshm__group_rec(c->seg, off);
-    if (g->magic != PDSHM_GROUP_MAGIC || g->size == 0 || g->size > PDSHM_GROUP_MAX ||
-        pdshm__group_bytes(g->size) > b->size - PDSHM_BLK_HDR) {
+    if (g->magic != PDSHM_GROUP_MAGIC || g->size == 0 || g->size > g->cap ||
+        g->cap > PDSHM_GROUP_MAX || pdshm__group_bytes(g->cap) > b->size - PDSHM_BLK_HDR) {
       ck_say(c, "group %#llx is malformed", (unsigned long long)off);
       return;
     }

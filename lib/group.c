@@ -9,9 +9,15 @@
  *  1. The list, a record's next, and the member words change only under lock
  *     PDSHM_LOCK_GROUPS, in journals: a join or leave killed at any
  *     instruction is finished or rolled back by whoever takes the lock next.
- *  2. A record is on the list iff some rank is live or dead-unreaped; the
+ *     The one other change of member words, a regroup's, is a plan that
+ *     whoever takes the lock next finishes (group_plan.c): every walk here
+ *     settles a record before it looks at its seats (group_at).
+ *  2. A record is on the list iff some seat (a rank, or a candidate's seat
+ *     past the size: pdshm_group_enlist) is live or dead-unreaped; the
  *     journal that leaves none so (the last leave, the reap of the last
- *     member) unlinks and retires it, with its name.
+ *     member) unlinks and retires it, with its name.  Candidates are reaped
+ *     like members, but a candidate's death breaks no round (it takes part
+ *     in none).
  *  3. A death is announced once, under the lock, by whoever notices it
  *     first (group_break.c, invariant 1).
  *  4. A dead member's pins go (so that nobody writes a buffer the heap
@@ -46,7 +52,7 @@ enum { GROUP_OP_JOIN = 0x4a47, GROUP_OP_LEAVE = 0x4c47, GROUP_OP_REAP = 0x5247 }
 /* group_join_locked: the rank to take over is not free yet; try again. */
 #define GROUP_RETRY 1
 
-static uint64_t group_my_member(pdshm_seg *seg) {
+uint64_t pdshm__group_my_member(pdshm_seg *seg) {
   uint64_t epoch = atomic_load(&pdshm__slot(seg, seg->slot)->epoch) & PDSHM_GM_EPOCH_MASK;
   return (uint64_t)seg->owner_tag | epoch << 16;
 }
@@ -63,15 +69,15 @@ static struct pdshm_group_rec *group_at(pdshm_seg *seg, pdshm_off_t off) {
   struct pdshm_blk *b = pdshm__blk(seg, off);
   if (pdshm__blk_type(b) != PDSHM_T_GROUP) return NULL;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, off);
-  if (g->magic != PDSHM_GROUP_MAGIC || g->size == 0 || g->size > PDSHM_GROUP_MAX ||
-      off + pdshm__group_bytes(g->size) > h->arena_end)
+  if (g->magic != PDSHM_GROUP_MAGIC || g->size == 0 || g->cap > PDSHM_GROUP_MAX ||
+      g->size > g->cap || off + pdshm__group_bytes(g->cap) > h->arena_end ||
+      !pdshm__plan_sane(g, atomic_load(&g->plan)))
     return NULL;
+  pdshm__group_settle(g); /* every caller holds the lock */
   return g;
 }
 
-/* Lock held: the record named `name` and the offset of the word that links
- * it (for unlinking); 0 when absent, EBADSEG on a broken list. */
-static int group_find(pdshm_seg *seg, const char *name, size_t len, pdshm_off_t *found,
+int pdshm__group_find(pdshm_seg *seg, const char *name, size_t len, pdshm_off_t *found,
                       pdshm_off_t *link) {
   pdshm_off_t at = pdshm__off(seg, &seg->hdr->groups);
   uint64_t bound = seg->hdr->size / sizeof(struct pdshm_group_rec);
@@ -96,11 +102,12 @@ static int group_create(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const char *n
                         uint32_t size, pdshm_off_t *out) {
   pdshm_off_t nm, off;
   int rc = pdshm__name_new(seg, ln, name, len, &nm);
-  if (!rc) rc = pdshm__j_alloc(seg, ln, pdshm__group_bytes(size), PDSHM_T_GROUP, &off);
+  if (!rc) rc = pdshm__j_alloc(seg, ln, pdshm__group_bytes(PDSHM_GROUP_MAX), PDSHM_T_GROUP, &off);
   if (rc) return rc;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, off);
-  memset(g, 0, pdshm__group_bytes(size));
+  memset(g, 0, pdshm__group_bytes(PDSHM_GROUP_MAX));
   *g = (struct pdshm_group_rec){.magic = PDSHM_GROUP_MAGIC, .size = size, .name = nm,
+                                .cap = PDSHM_GROUP_MAX,
                                 .next = seg->hdr->groups, .id = pdshm__new_id(seg, ln),
                                 .created_ns = pdshm__now_ns(CLOCK_REALTIME)};
   atomic_store(&g->state, 1); /* round 1: an arrival word of 0 is "none" */
@@ -110,8 +117,21 @@ static int group_create(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const char *n
   return 0;
 }
 
+/* Lock held: does a live member wait in a regroup of the current round? */
+static bool group_regrouping(pdshm_seg *seg, struct pdshm_group_rec *g) {
+  uint32_t round = PDSHM_GS_ROUND(atomic_load(&g->state));
+  for (uint32_t r = 0; r < g->size; r++)
+    if (atomic_load(&g->rank[r].arrived) == round &&
+        g->rank[r].ar[round & 1].kind == PDSHM_GK_REGROUP &&
+        pdshm__group_member_live(seg, atomic_load(&g->rank[r].member)))
+      return true;
+  return false;
+}
+
 /* Lock held: the rank to take, or a negative code. */
 static int group_pick(pdshm_seg *seg, struct pdshm_group_rec *g, int rank) {
+  if (group_regrouping(seg, g))
+    return pdshm__fail(PDSHM_EBUSY, "the group's members are regrouping: no rank to take");
   if (rank >= 0) {
     if ((uint32_t)rank >= g->size)
       return pdshm__fail(PDSHM_EINVAL, "rank %d of a group of %u", rank, g->size);
@@ -130,7 +150,7 @@ static int group_join_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const ch
                              size_t len, unsigned size, int rank, uint64_t deadline,
                              struct pdshm_group *gr) {
   pdshm_off_t off, link;
-  int rc = group_find(seg, name, len, &off, &link);
+  int rc = pdshm__group_find(seg, name, len, &off, &link);
   if (!rc && !off) rc = group_create(seg, ln, name, len, size, &off);
   if (rc) return rc;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, off);
@@ -150,7 +170,7 @@ static int group_join_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const ch
                                r, name);
   }
   *gr = (struct pdshm_group){.seg = seg, .rec = off, .rank = (uint32_t)r, .size = size,
-                             .member = group_my_member(seg)};
+                             .member = pdshm__group_my_member(seg)};
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, g, rank[r].member), gr->member);
   return 0;
 }
@@ -190,12 +210,16 @@ PDSHM_API int pdshm_group_join(pdshm_seg *seg, const char *name, unsigned size, 
   }
   /* Our rank cannot arrive anywhere without us: the current round is ours. */
   gr->round = PDSHM_GS_ROUND(atomic_load(&pdshm__group_rec(seg, gr->rec)->state));
+  pdshm__group_list(seg, gr);
+  *out = gr;
+  return 0;
+}
+
+void pdshm__group_list(pdshm_seg *seg, struct pdshm_group *gr) {
   pthread_mutex_lock(&seg->reap_mu);
   gr->next = seg->groups;
   seg->groups = gr;
   pthread_mutex_unlock(&seg->reap_mu);
-  *out = gr;
-  return 0;
 }
 
 PDSHM_API int pdshm_group_rank(const pdshm_group *g) {
@@ -205,18 +229,17 @@ PDSHM_API int pdshm_group_size(const pdshm_group *g) {
   return g ? (int)g->size : pdshm__fail(PDSHM_EINVAL, "NULL group");
 }
 
-/* Journaled, lock held: rank r's word becomes `to`; the record goes when no
- * rank is held any more (invariant 2).  1 when it went. */
-static int group_set_member(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t off,
+/* Invariant 2: candidates' seats count. */
+int pdshm__group_set_member(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t off,
                             uint32_t r, uint64_t to) {
   struct pdshm_group_rec *g = pdshm__group_rec(seg, off);
   pdshm__j_set(seg, ln, PDSHM_FOFF(seg, g, rank[r].member), to);
-  for (uint32_t k = 0; k < g->size; k++)
+  for (uint32_t k = 0; k < g->cap; k++)
     if (k != r && group_rank_held(atomic_load(&g->rank[k].member))) return 0;
   if (group_rank_held(to)) return 0;
   const struct pdshm_name *nm = pdshm__name_at(seg, g->name);
   pdshm_off_t found = 0, link = 0;
-  int rc = nm ? group_find(seg, nm->s, nm->len, &found, &link) : PDSHM_EBADSEG;
+  int rc = nm ? pdshm__group_find(seg, nm->s, nm->len, &found, &link) : PDSHM_EBADSEG;
   if (rc || found != off) return PDSHM_EBADSEG;
   pdshm__j_set(seg, ln, link, g->next);
   pdshm__j_retire(seg, ln, g->name);
@@ -229,10 +252,11 @@ static int group_leave_one(pdshm_seg *seg, struct pdshm_group *gr) {
   int rc = pdshm__j_begin(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_LEAVE);
   if (!rc) {
     struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
+    pdshm__group_settle(g);
     if (atomic_load(&g->rank[gr->rank].member) != gr->member) {
       pdshm__j_abort(seg, ln); /* taken over after we were given up for dead */
     } else {
-      rc = group_set_member(seg, ln, gr->rec, gr->rank, 0);
+      rc = pdshm__group_set_member(seg, ln, gr->rec, gr->rank, 0);
       if (rc < 0) pdshm__j_abort(seg, ln);
       else {
         PDSHM_CRASHPOINT("group.leave.ready");
@@ -284,11 +308,11 @@ static int group_reap_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t sl
   for (pdshm_off_t off = seg->hdr->groups; off; bound--) {
     struct pdshm_group_rec *g = group_at(seg, off);
     if (!g || !bound) return pdshm__fail(PDSHM_EBADSEG, "the group registry is damaged");
-    for (uint32_t r = 0; r < g->size; r++) {
+    for (uint32_t r = 0; r < g->cap; r++) { /* candidates too */
       uint64_t m = atomic_load(&g->rank[r].member);
       if (!group_rank_held(m) || (m & 0xffff) != slot + 1) continue;
-      pdshm__group_announce(g, r, m); /* breaks the round, wakes the survivors */
-      int rc = group_set_member(seg, ln, off, r, m | PDSHM_GM_DEAD);
+      if (r < g->size) pdshm__group_announce(g, r, m); /* breaks the round, wakes them */
+      int rc = pdshm__group_set_member(seg, ln, off, r, m | PDSHM_GM_DEAD);
       return rc < 0 ? rc : 1;
     }
     off = g->next;

@@ -1,14 +1,16 @@
 /*
  * group.h - trainer groups in the segment (DESIGN §4): the registry's
  * records, the round state word, and what group.c, group_break.c,
- * group_round.c and allreduce.c (all three collectives) say to each other.
+ * group_plan.c, group_round.c, group_regroup.c and allreduce.c (all three
+ * collectives) say to each other.
  *
  * Bump PDSHM_LAYOUT_VERSION (layout.h) when anything here changes.
  *
  * The registry is a list of GROUP blocks from hdr->groups.  The list, each
  * record's next/name, and every rank's `member` and `reported` words change
  * only under lock PDSHM_LOCK_GROUPS (the list and `member` through journals,
- * so a death leaves them whole); everything else in a record is lock-free.
+ * or a regroup's plan, so a death leaves them whole); the rest of a record
+ * is lock-free, but for what a regroup changes (below).
  *
  * A member is named by its word: slot+1 | slot epoch << 16 (the epoch tells
  * a replacement in the same slot apart).  A member is
@@ -30,6 +32,16 @@
  * member sees one outcome per round.  A death breaks the round once:
  * `reported` keeps the member word whose death a broken round announced, so
  * the following rounds wait for the rank to be taken over instead.
+ *
+ * Seats (group_plan.c, group_regroup.c): a record has `cap` seats; seats
+ * 0..size-1 are the ranks, the others hold the candidates that
+ * pdshm_group_enlist registered (member words too, under the lock, through
+ * journals), waiting for the members' next regroup.  A regroup (the only
+ * change of `size`) is decided under the lock, once every live member has
+ * arrived at its round: the new seats go to each seat's `planned` word, and
+ * one store of `plan` commits the decision; applying it (ending the round,
+ * moving the member words, the new size) is idempotent, and whoever takes
+ * the lock next finishes it before touching the record.
  *
  * Bump the layout version when changing these structs.
  */
@@ -56,6 +68,8 @@ enum {
   PDSHM_GK_ALLREDUCE = 0,      /* pdshm_group_allreduce                      */
   PDSHM_GK_REDUCE_SCATTER = 1, /* pdshm_group_reduce_scatter                 */
   PDSHM_GK_ALLGATHER = 2,      /* pdshm_group_allgather                      */
+  PDSHM_GK_REGROUP = 3,        /* pdshm_group_regroup: no tensor, and its
+                                  arrival never completes the round          */
   PDSHM_GK_NONE = 0xffff       /* no tensor: a barrier, or withdrawn         */
 };
 
@@ -86,17 +100,31 @@ struct pdshm_group_rank {
                                 its member                                    */
   struct pdshm_group_desc ar[2]; /* the collective published at round R uses
                                 ar[R & 1]; its member, before it arrives      */
-  uint64_t pad[7];           /* to two cache lines: ranks do not share one    */
+  uint64_t planned;          /* the member word this seat gets when the
+                                record's plan applies (meaningless while
+                                plan is 0); groups lock                       */
+  uint32_t planned_from;     /* the seat that word comes from; likewise      */
+  uint32_t from;             /* the seat its member held before the regroup
+                                `regrouped` moved it here (how each member
+                                finds its new rank: one process may hold two
+                                seats); groups lock                           */
+  uint64_t pad[5];           /* to two cache lines: ranks do not share one    */
 };
 
 struct pdshm_group_rec {
   uint32_t magic;          /* PDSHM_GROUP_MAGIC; immutable                     */
-  uint32_t size;           /* ranks; immutable                                 */
+  _Atomic uint32_t size;   /* ranks: seats 0..size-1; changes only when a plan
+                              applies (group_plan.c); groups lock             */
   pdshm_off_t next;        /* next record of the registry; groups lock         */
   pdshm_off_t name;        /* NAME block; immutable                            */
   uint64_t id;             /* from hdr->id_counter; immutable                  */
   uint64_t created_ns;     /* CLOCK_REALTIME; immutable                        */
-  uint64_t pad0[3];        /* state on a line of its own                      */
+  uint32_t cap;            /* seats, ranks and candidates; immutable           */
+  _Atomic uint32_t regrouped; /* the last round a regroup ended, 0 when none;
+                              groups lock                                     */
+  _Atomic uint64_t plan;   /* a regroup decided, not yet applied: its round |
+                              new size << 32; 0 when none; groups lock        */
+  uint64_t pad0;           /* state on a line of its own                      */
   _Atomic uint64_t state;  /* rounds, see above; CAS                          */
   _Atomic uint32_t waiters;/* sleepers on state's futex (futex.c)              */
   uint32_t pad;
@@ -114,8 +142,10 @@ _Static_assert(sizeof(struct pdshm_group_rank) == 2 * PDSHM_CACHELINE, "a rank's
 struct pdshm_group {
   pdshm_seg *seg;
   pdshm_off_t rec;         /* the GROUP record                                 */
-  uint32_t rank, size;
+  uint32_t rank, size;     /* a candidate's: its seat, 0 (group_regroup.c)     */
   uint64_t member;         /* our member word                                  */
+  uint32_t regrouped;      /* a candidate's: the record's `regrouped` when it
+                              enlisted                                        */
   uint32_t round;          /* the round our next barrier or collective is in   */
   struct pdshm_group *next;/* the attachment's memberships (seg->groups)       */
 };
@@ -140,6 +170,27 @@ static inline void pdshm__gs_wake(struct pdshm_group_rec *g) {
   pdshm__futex_wake(pdshm__futex_low(&g->state), &g->waiters);
 }
 
+/* The plan word of a regroup that ends `round` with `size` ranks. */
+static inline uint64_t pdshm__plan_word(uint32_t round, uint32_t size) {
+  return (uint64_t)round | (uint64_t)size << 32;
+}
+
+/* Whether plan word p (0: none) fits record g: 1 to cap ranks. */
+static inline bool pdshm__plan_sane(const struct pdshm_group_rec *g, uint64_t p) {
+  uint32_t size = (uint32_t)(p >> 32);
+  return !p || (size >= 1 && size <= g->cap);
+}
+
+/* ---- group_plan.c ---- */
+/* Groups lock held: applies g's plan if it has one (idempotent): ends the
+ * plan's round completed unless it ended, seats 0..size-1 take their planned
+ * words, the others are emptied, `size` and `regrouped` set, the plan
+ * cleared, the members woken.  Every holder of the lock calls it before it
+ * reads or writes a record's seats. */
+void pdshm__group_settle(struct pdshm_group_rec *g);
+/* Takes the groups lock and settles g; 0 or the lock's error. */
+int pdshm__group_lock(pdshm_seg *seg, struct pdshm_group_rec *g);
+
 /* ---- group_break.c ---- */
 /* Is member word m live (see above)?  Free and dead words are not. */
 bool pdshm__group_member_live(pdshm_seg *seg, uint64_t m);
@@ -157,8 +208,31 @@ int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_
 /* pdshm__group_reap_slot and pdshm__group_leave_all: internal.h.  The
  * reaper's part is idempotent, and answers 0 only once no live member writes
  * a collective the dead member took part in (group.c, invariant 4). */
+/* Lock held: the record named `name` (settled), and the offset of the word
+ * that links it; *found 0 when absent; EBADSEG on a broken list. */
+int pdshm__group_find(pdshm_seg *seg, const char *name, size_t len, pdshm_off_t *found,
+                      pdshm_off_t *link);
+/* Journaled, lock held: seat r's word becomes `to`; the record goes when no
+ * seat is held any more.  1 when it went, 0, or EBADSEG. */
+int pdshm__group_set_member(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t off,
+                            uint32_t r, uint64_t to);
+/* This process's member word in seg. */
+uint64_t pdshm__group_my_member(pdshm_seg *seg);
+/* Links a membership into the attachment's list (left at detach). */
+void pdshm__group_list(pdshm_seg *seg, struct pdshm_group *gr);
 
 /* ---- group_round.c ---- */
+/* Arrives at `round` (an arrival whose description is a regroup's never
+ * completes it); does nothing once the round ended. */
+void pdshm__round_arrive(struct pdshm_group_rec *g, uint32_t rank, uint32_t round);
+/* Withdraws the arrival of `rank` at `round`: true, or false when the round
+ * had ended. */
+bool pdshm__round_withdraw(struct pdshm_group_rec *g, uint32_t rank, uint32_t round);
+/* The outcome of `round` from state s, which has moved past it: 0,
+ * EOWNERDEAD or ETIMEDOUT. */
+int pdshm__round_outcome(uint64_t s, uint32_t round);
+/* Sleeps on the round number while it is `round`, at most slice_ns. */
+void pdshm__round_sleep(struct pdshm_group_rec *g, uint32_t round, int64_t slice_ns);
 /* Arrives at the caller's round and waits for its outcome: 0, EOWNERDEAD,
  * ETIMEDOUT (the round broken by a timeout); when the deadline passes first,
  * withdraws (withdraw) or breaks the round (!withdraw) and answers ETIMEDOUT.

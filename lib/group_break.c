@@ -1,7 +1,8 @@
 /*
  * group_break.c - a group's round broken before it completes: by a member's
  * death, noticed and announced, or by a timeout.  Below both the registry
- * (group.c) and the rounds (group_round.c), which each notice deaths.
+ * (group.c) and the rounds (group_round.c), which each notice deaths; above
+ * a regroup's plan (group_plan.c), settled before a death is reported.
  *
  * Owns: the liveness of a member word (group.h says when one is live), the
  * CAS that ends a round broken, and every rank's `reported` word.
@@ -50,7 +51,7 @@ void pdshm__group_announce(struct pdshm_group_rec *g, uint32_t r, uint64_t m) {
 }
 
 int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t r, uint64_t m) {
-  int rc = pdshm__lock(seg, PDSHM_LOCK_GROUPS);
+  int rc = pdshm__group_lock(seg, g);
   if (rc) return rc;
   if (atomic_load(&g->rank[r].member) == m && !pdshm__group_member_live(seg, m))
     pdshm__group_announce(g, r, m);

@@ -35,8 +35,7 @@ uint64_t pdshm__round_deadline(int64_t timeout_ns) {
   return timeout_ns < 0 ? UINT64_MAX : pdshm__now_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ns;
 }
 
-/* The outcome of `round` seen from state s, which has moved past it. */
-static int gs_outcome(uint64_t s, uint32_t round) {
+int pdshm__round_outcome(uint64_t s, uint32_t round) {
   uint32_t d = PDSHM_GS_ROUND(s) - round;
   if (d > PDSHM_GS_HIST) return PDSHM_EOWNERDEAD; /* rounds broken while we slept */
   uint32_t bit = 1u << (d - 1);
@@ -44,11 +43,12 @@ static int gs_outcome(uint64_t s, uint32_t round) {
   return PDSHM_GS_TIMEO(s) & bit ? PDSHM_ETIMEDOUT : PDSHM_EOWNERDEAD;
 }
 
-static void gs_arrive(struct pdshm_group_rec *g, uint32_t rank, uint32_t round) {
+void pdshm__round_arrive(struct pdshm_group_rec *g, uint32_t rank, uint32_t round) {
+  bool regroup = g->rank[rank].ar[round & 1].kind == PDSHM_GK_REGROUP;
   atomic_store(&g->rank[rank].arrived, round);
   uint64_t s = atomic_load(&g->state);
   while (PDSHM_GS_ROUND(s) == round) {
-    bool last = PDSHM_GS_ARRIVED(s) + 1 >= g->size;
+    bool last = !regroup && PDSHM_GS_ARRIVED(s) + 1 >= atomic_load(&g->size);
     uint64_t ns = last ? pdshm__gs_next(s, false, false) : s + (1ull << 32);
     if (atomic_compare_exchange_weak(&g->state, &s, ns)) {
       PDSHM_CRASHPOINT("group.round.arrived");
@@ -58,8 +58,8 @@ static void gs_arrive(struct pdshm_group_rec *g, uint32_t rank, uint32_t round) 
   }
 }
 
-/* Invariant 2: true when withdrawn, false when the round had ended. */
-static bool gs_withdraw(struct pdshm_group_rec *g, uint32_t rank, uint32_t round) {
+/* Invariant 2. */
+bool pdshm__round_withdraw(struct pdshm_group_rec *g, uint32_t rank, uint32_t round) {
   uint64_t s = atomic_load(&g->state);
   while (PDSHM_GS_ROUND(s) == round)
     if (atomic_compare_exchange_weak(&g->state, &s, s - (1ull << 32))) {
@@ -94,27 +94,30 @@ static uint64_t gs_wait_ended(struct pdshm_group *gr, struct pdshm_group_rec *g,
     if (!first) gs_check_deaths(gr->seg, g, gr->rank, round);
     uint64_t now = pdshm__now_ns(CLOCK_MONOTONIC);
     if (now >= deadline) {
-      if (withdraw && gs_withdraw(g, gr->rank, round)) {
+      if (withdraw && pdshm__round_withdraw(g, gr->rank, round)) {
         *rc = PDSHM_ETIMEDOUT;
         return s;
       }
       if (!withdraw) pdshm__round_break(g, round, true);
       continue;
     }
-    int64_t slice = deadline - now < SLICE_NS ? (int64_t)(deadline - now) : SLICE_NS;
-    pdshm__futex_wait(pdshm__futex_low(&g->state), &g->waiters, round, slice);
+    pdshm__round_sleep(g, round, deadline - now < SLICE_NS ? (int64_t)(deadline - now) : SLICE_NS);
   }
+}
+
+void pdshm__round_sleep(struct pdshm_group_rec *g, uint32_t round, int64_t slice_ns) {
+  pdshm__futex_wait(pdshm__futex_low(&g->state), &g->waiters, round, slice_ns);
 }
 
 int pdshm__round_pass(struct pdshm_group *gr, uint64_t deadline, bool withdraw) {
   struct pdshm_group_rec *g = pdshm__group_rec(gr->seg, gr->rec);
   uint32_t round = gr->round;
-  gs_arrive(g, gr->rank, round);
+  pdshm__round_arrive(g, gr->rank, round);
   int rc = 0;
   uint64_t s = gs_wait_ended(gr, g, round, deadline, withdraw, &rc);
   if (rc) return rc; /* withdrawn: the next call arrives at this round again */
   gr->round = round + 1;
-  return gs_outcome(s, round);
+  return pdshm__round_outcome(s, round);
 }
 
 void pdshm__round_no_tensor(struct pdshm_group *gr) {

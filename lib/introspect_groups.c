@@ -6,7 +6,8 @@
  * record must be a published GROUP block of the size it claims, the walk is
  * bounded by the number of GROUP blocks and stops at a cycle, and the member
  * words are read once each and judged as group.h says (a member whose slot
- * lost its liveness lock is dead, reaped or not).
+ * lost its liveness lock is dead, reaped or not); seats past the size hold
+ * candidates, counted, not listed.
  */
 #include "config.h"
 
@@ -31,14 +32,17 @@ static void gi_member(pdshm_seg *seg, const struct pdshm_group_rank *rk,
 static int gi_one(pdshm_seg *seg, const struct pdshm_snap *snap, pdshm_off_t off,
                   pdshm_group_info *gi, pdshm_group_member_info *mi) {
   const struct pdshm_group_rec *g = pdshm__snap_want(snap, off, PDSHM_T_GROUP, sizeof *g);
-  if (!g || g->magic != PDSHM_GROUP_MAGIC || !g->size || g->size > PDSHM_GROUP_MAX ||
-      !pdshm__snap_want(snap, off, PDSHM_T_GROUP, pdshm__group_bytes(g->size)))
+  uint32_t size = g ? atomic_load(&g->size) : 0;
+  if (!g || g->magic != PDSHM_GROUP_MAGIC || !size || size > g->cap || g->cap > PDSHM_GROUP_MAX ||
+      !pdshm__snap_want(snap, off, PDSHM_T_GROUP, pdshm__group_bytes(g->cap)))
     return pdshm__fail(PDSHM_EBADSEG, "group record at %#llx is damaged", (unsigned long long)off);
   int rc = pdshm__snap_name(snap, g->name, gi->name);
   if (rc) return rc;
   uint64_t s = atomic_load(&g->state);
   gi->id = g->id;
-  gi->size = g->size;
+  gi->size = size;
+  gi->regrouped = atomic_load(&g->regrouped);
+  gi->regroup_pending = (uint32_t)atomic_load(&g->plan);
   gi->round = PDSHM_GS_ROUND(s);
   gi->arrived = PDSHM_GS_ARRIVED(s);
   gi->broken = PDSHM_GS_BROKE(s);
@@ -46,8 +50,13 @@ static int gi_one(pdshm_seg *seg, const struct pdshm_snap *snap, pdshm_off_t off
   gi->created_ns = g->created_ns;
   gi->bytes = pdshm__snap_bytes(snap, off) + pdshm__snap_bytes(snap, g->name);
   gi->alive = gi->dead = 0;
-  for (uint32_t r = 0; r < g->size; r++) {
+  gi->candidates = 0;
+  for (uint32_t r = 0; r < g->cap; r++) {
     gi_member(seg, &g->rank[r], &mi[r]);
+    if (r >= size) {
+      gi->candidates += mi[r].state == PDSHM_MEMBER_ALIVE;
+      continue;
+    }
     gi->alive += mi[r].state == PDSHM_MEMBER_ALIVE;
     gi->dead += mi[r].state == PDSHM_MEMBER_DEAD;
   }

@@ -50,7 +50,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PDSHM_LAYOUT_VERSION 8u
+#define PDSHM_LAYOUT_VERSION 9u
 #define PDSHM_MAGIC "\x89PDSHM\r\n" /* 8 bytes, no NUL needed */
 #define PDSHM_MAGIC_LEN 8
 #define PDSHM_CACHELINE 64

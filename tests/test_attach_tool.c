@@ -387,6 +387,20 @@ static int join_and_die(void *arg) {
   return 2;
 }
 
+static int enlist_and_leave(void *arg) {
+  pdshm_seg *s;
+  pdshm_group *g;
+  (void)arg;
+  if (pdshm_attach(g_name, NULL, &s) || pdshm_group_enlist(s, "trainers", 20000000000ll, &g))
+    return 1;
+  return pdshm_group_leave(g) || pdshm_detach(s) ? 2 : 0;
+}
+
+static int candidates_of(const pdshm_group_info *gi, void *arg) {
+  *(uint32_t *)arg = gi->candidates;
+  return 0;
+}
+
 START_TEST(groups_shown) {
   struct world wd;
   world_build(&wd);
@@ -411,6 +425,24 @@ START_TEST(groups_shown) {
                                              "\"size\":3,\"alive\":1,\"dead\":1,", mine,
                                              "{\"rank\":1,\"state\":\"free\"",
                                              "{\"rank\":2,\"state\":\"dead\"", NULL});
+  /* a candidate waits; a regroup drops the free and dead ranks, takes it in */
+  pid_t nc = tu_fork(enlist_and_leave, NULL);
+  uint32_t waiting = 0;
+  for (int i = 0; i < 20000 && !waiting; i++, usleep(1000))
+    ck_assert_int_eq(pdshm_inspect_groups(g_seg, candidates_of, &waiting), 0);
+  r = TOOL(g_name, "--groups");
+  has(r.out, "1 candidate waiting; last regroup at round 0");
+  run_free(&r);
+  json_view("--groups", (const char *const[]){"\"candidates\":1,\"regrouped\":0,"
+                                             "\"regroup_pending\":0,", NULL});
+  int nr, ns;
+  ck_assert_int_eq(pdshm_group_regroup(g, 20000000000ll, &nr, &ns), 0);
+  ck_assert_int_eq(ns, 2);
+  ck_assert_int_eq(tu_wait(nc), 0);
+  r = TOOL(g_name, "--groups");
+  has(r.out, "2 ranks: 1 alive, 0 dead;");
+  has(r.out, "0 candidates waiting; last regroup at round "); /* 1, or 2 after a break */
+  run_free(&r);
   ck_assert_int_eq(pdshm_group_leave(g), 0);
   world_end(&wd);
   r = TOOL(g_name, "--groups");

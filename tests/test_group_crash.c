@@ -2,20 +2,27 @@
  *
  * For each operation on a group -- creating join, join of an existing group,
  * takeover of a dead member's rank, leave, last leave, barriers, allreduces,
- * reduce_scatters, allgathers, and the reaper of a dead member -- a child attaches, prepares (not
+ * reduce_scatters, allgathers, the reaper of a dead member, a regroup (with
+ * this process, a third member dead), a regroup that times out, an enlist
+ * admitted by this process's regroups, and an enlist that times out -- a
+ * child attaches, prepares (not
  * counted), runs the operation with the crash points counting, and dies.  A
  * first run counts the windows the operation passes (N); then for every k in
  * 1..N a child dies at window k.  This process takes part where the
  * operation needs a partner (a barrier or collective of its own, which must
  * end, 0 or EOWNERDEAD, never hang); then it reaps, requires pdshm_check to
  * pass, a replacement to take the child's rank over and a barrier and a
- * correct allreduce with it, and every byte back once all have left.
+ * correct allreduce with it, and every byte back once all have left.  After
+ * a regroup or an enlist, this process regroups until the dead are dropped,
+ * a newcomer enlists and is admitted, and the same barrier and allreduce
+ * follow.
  */
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -65,10 +72,19 @@ static void teardown(void) {
 /* ---- the operations ------------------------------------------------------------- */
 
 enum op { OP_JOIN_NEW, OP_JOIN, OP_TAKEOVER, OP_LEAVE, OP_LEAVE_LAST, OP_BARRIER, OP_ALLREDUCE,
-          OP_REAP, OP_REDUCE_SCATTER, OP_ALLGATHER, NOPS };
+          OP_REAP, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_REGROUP, OP_REGROUP_TIMEOUT, OP_ENLIST,
+          OP_ENLIST_TIMEOUT, NOPS };
 static const char *const op_names[NOPS] = {"join-new", "join",      "takeover",       "leave",
                                            "leave-last", "barrier", "allreduce",      "reap",
-                                           "reduce_scatter",        "allgather"};
+                                           "reduce_scatter",        "allgather",      "regroup",
+                                           "regroup-timeout",       "enlist",
+                                           "enlist-timeout"};
+/* Whether op regroups or enlists. */
+static bool op_regroups(enum op op) { return op >= OP_REGROUP; }
+/* The size of "cg" while op runs. */
+static unsigned op_size(enum op op) {
+  return op == OP_REGROUP ? 3 : op == OP_ENLIST || op == OP_ENLIST_TIMEOUT ? 1 : 2;
+}
 /* Whether op is a collective on a tensor. */
 static bool op_tensor(enum op op) {
   return op == OP_ALLREDUCE || op == OP_REDUCE_SCATTER || op == OP_ALLGATHER;
@@ -106,22 +122,39 @@ static int child_fill_var(pdshm_seg *s, pdshm_var **out) {
   return 0;
 }
 
+static int partner_arrived(const pdshm_group_info *gi, void *arg) {
+  *(bool *)arg = gi->members[0].arrived == gi->round;
+  return 0;
+}
+static void await_partner_arrived(pdshm_seg *s) {
+  bool arrived = false;
+  for (int i = 0; i < 10000 && !arrived; i++) {
+    usleep(1000);
+    if (pdshm_inspect_groups(s, partner_arrived, &arrived)) break;
+  }
+}
+
 static int child_main(void *arg) {
   const struct plan *pl = arg;
   pdshm_seg *s;
   pdshm_group *g = NULL;
   pdshm_var *v = NULL;
+  int rc;
   /* The attach of OP_REAP reaps the dead member: the windows start there. */
   if (pl->op == OP_REAP) pdshm__crash_arm(pl->k, NULL);
   if (pdshm_attach(g_name, NULL, &s)) return 10;
-  unsigned size = op_partnered(pl->op) ? 2 : 1;
+  unsigned size = op_partnered(pl->op) ? op_size(pl->op) : 1;
   if (pl->op != OP_JOIN_NEW && pl->op != OP_JOIN && pl->op != OP_TAKEOVER && pl->op != OP_REAP &&
-      pdshm_group_join(s, "cg", size, -1, &g))
+      pl->op != OP_ENLIST && pl->op != OP_ENLIST_TIMEOUT &&
+      (rc = pdshm_group_join(s, "cg", size, -1, &g))) {
+    snprintf(sh->why, sizeof sh->why, "join: %s (%s)", pdshm_err_name(rc), pdshm_last_error());
     return 11;
+  }
   if (op_tensor(pl->op) && child_fill_var(s, &v)) return 12;
   atomic_store(&sh->ready, 1);
+  if (pl->op == OP_REGROUP) await_partner_arrived(s); /* so that the child plans the regroup */
   if (pl->op != OP_REAP) pdshm__crash_arm(pl->k, NULL);
-  int rc = 0;
+  rc = 0;
   switch (pl->op) {
   case OP_JOIN_NEW: rc = pdshm_group_join(s, "cg", 1, -1, &g); break;
   case OP_JOIN: rc = pdshm_group_join(s, "cg", 2, -1, &g); break;
@@ -131,6 +164,17 @@ static int child_main(void *arg) {
     rc = op_rounds_run(pl->op, g, v);
     break;
   case OP_REAP: rc = pdshm_reap(s, NULL); break;
+  case OP_REGROUP: case OP_REGROUP_TIMEOUT: {
+    int nr, ns;
+    rc = pdshm_group_regroup(g, pl->op == OP_REGROUP ? 10 * SEC : 50000000, &nr, &ns);
+    if (pl->op == OP_REGROUP_TIMEOUT && rc == PDSHM_ETIMEDOUT) rc = 0;
+    break;
+  }
+  case OP_ENLIST: rc = pdshm_group_enlist(s, "cg", 10 * SEC, &g); break;
+  case OP_ENLIST_TIMEOUT:
+    rc = pdshm_group_enlist(s, "cg", 50000000, &g);
+    if (rc == PDSHM_ETIMEDOUT) rc = 0;
+    break;
   default: break;
   }
   atomic_store(&sh->hits, pdshm__crash_hits());
@@ -142,25 +186,28 @@ static int child_main(void *arg) {
   return 14;
 }
 
-/* A member that joins "cg" of 2 and dies: the dead rank of OP_TAKEOVER and
- * OP_REAP. */
+/* A member that joins "cg" of 2 as rank 1 and dies: the dead rank of
+ * OP_TAKEOVER and OP_REAP; of 3 as rank 2 (arg not NULL): OP_REGROUP's. */
 static int child_join_die(void *arg) {
   pdshm_seg *s;
   pdshm_group *g;
-  (void)arg;
-  if (pdshm_attach(g_name, NULL, &s) || pdshm_group_join(s, "cg", 2, 1, &g)) return 10;
+  if (pdshm_attach(g_name, NULL, &s) ||
+      pdshm_group_join(s, "cg", arg ? 3 : 2, arg ? 2 : 1, &g))
+    return 10;
   raise(SIGKILL);
   return 11;
 }
 
-/* The replacement: takes rank 1 over, one barrier and one allreduce. */
+/* The replacement: takes rank 1 over (arg not NULL: enlists, and is
+ * admitted as rank 1), one barrier and one allreduce. */
 static int child_replacement(void *arg) {
   pdshm_seg *s;
   pdshm_group *g;
   pdshm_var *v;
-  (void)arg;
   if (pdshm_attach(g_name, NULL, &s) || child_fill_var(s, &v)) return 10;
-  if (pdshm_group_join(s, "cg", 2, 1, &g)) return 11;
+  if (arg ? pdshm_group_enlist(s, "cg", 10 * SEC, &g) : pdshm_group_join(s, "cg", 2, 1, &g))
+    return 11;
+  if (pdshm_group_rank(g) != 1 || pdshm_group_size(g) != 2) return 17;
   if (pdshm_group_barrier(g, 10 * SEC)) return 12;
   if (pdshm_group_allreduce(g, v, PDSHM_SUM, 10 * SEC)) return 13;
   const float *p = pdshm_tensor_data(v);
@@ -174,6 +221,62 @@ static int child_replacement(void *arg) {
 /* Our side of a partnered operation while the child runs. */
 /* Deaths of members this process was told of (EOWNERDEAD) in one run. */
 static int g_told;
+
+/* Whether child pid has ended (not reaped yet). */
+static bool child_ended(pid_t pid) {
+  siginfo_t si = {0};
+  ck_assert_int_eq(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT), 0);
+  return si.si_pid == pid;
+}
+
+/* Our side of a regroup or an enlist: regroups (OP_REGROUP), or admits the
+ * candidate (OP_ENLIST) until it is a member or ended. */
+static void partner_regroup(enum op op, pdshm_group *g, pid_t pid) {
+  int nr, ns;
+  if (op == OP_REGROUP) { /* once the child holds rank 1: else it regroups alone */
+    for (int i = 0; i < 10000 && !atomic_load(&sh->ready) && !child_ended(pid); i++) usleep(1000);
+    int rc = pdshm_group_regroup(g, 10 * SEC, &nr, &ns);
+    ck_assert_msg(rc == 0, "regroup beside a dying member: %s", pdshm_err_name(rc));
+    return;
+  }
+  if (op != OP_ENLIST) return;
+  do {
+    ck_assert_int_eq(pdshm_group_regroup(g, 10 * SEC, &nr, &ns), 0);
+    usleep(1000);
+  } while (ns == 1 && !child_ended(pid));
+}
+
+/* After a regroup or enlist op: the dead dropped, a newcomer admitted as
+ * rank 1, a barrier and a correct allreduce with it, every byte back. */
+static void verify_regroup(enum op op, pdshm_group *g, pdshm_var *v) {
+  unsigned n;
+  int nr, ns, rc = pdshm_reap(seg, &n);
+  ck_assert_msg(rc == 0, "%s: reap: %s (%s)", op_names[op], pdshm_err_name(rc),
+                pdshm_last_error());
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  for (int i = 0; i < 4 && pdshm_group_size(g) > 1; i++) {
+    rc = pdshm_group_regroup(g, 10 * SEC, &nr, &ns);
+    ck_assert_msg(rc == 0, "%s: regroup: %s", op_names[op], pdshm_err_name(rc));
+  }
+  ck_assert_int_eq(pdshm_group_size(g), 1);
+  ck_assert_int_eq(pdshm_group_rank(g), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  pid_t pid = tu_spawn(child_replacement, "enlist");
+  do {
+    ck_assert_int_eq(pdshm_group_regroup(g, 10 * SEC, &nr, &ns), 0);
+    usleep(1000);
+  } while (ns == 1 && !child_ended(pid));
+  ck_assert_int_eq(ns, 2);
+  ck_assert_int_eq(pdshm_group_barrier(g, 10 * SEC), 0);
+  float *p = pdshm_tensor_data(v);
+  for (int i = 0; i < FLOATS; i++) p[i] = (float)(i % 7);
+  ck_assert_int_eq(pdshm_group_allreduce(g, v, PDSHM_SUM, 10 * SEC), 0);
+  for (int i = 0; i < FLOATS; i++) ck_assert_float_eq(p[i], (float)(i % 7) * 2);
+  ck_assert_int_eq(tu_wait(pid), 0);
+  ck_assert_int_eq(pdshm_group_leave(g), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_uint_eq(used(seg), base_used);
+}
 
 static void partner(enum op op, pdshm_group *g, pdshm_var *v) {
   int rc = op_rounds_run(op, g, v);
@@ -215,9 +318,9 @@ static void verify(enum op op, pdshm_group *g, pdshm_var *v) {
 static uint64_t run_once(enum op op, uint64_t k) {
   pdshm_group *g = NULL;
   pdshm_var *v = pdshm_find_var(root, "mine");
-  if (op_partnered(op)) ck_assert_int_eq(pdshm_group_join(seg, "cg", 2, 0, &g), 0);
-  if (op == OP_TAKEOVER || op == OP_REAP) {
-    tu_wait(tu_spawn(child_join_die, NULL));
+  if (op_partnered(op)) ck_assert_int_eq(pdshm_group_join(seg, "cg", op_size(op), 0, &g), 0);
+  if (op == OP_TAKEOVER || op == OP_REAP || op == OP_REGROUP) {
+    tu_wait(tu_spawn(child_join_die, op == OP_REGROUP ? "3" : NULL));
     tu_await_dead(seg, 1);
   }
   float *p = pdshm_tensor_data(v);
@@ -228,6 +331,7 @@ static uint64_t run_once(enum op op, uint64_t k) {
   struct plan pl = {.op = op, .k = k};
   pid_t pid = tu_spawn(child_main, &pl);
   if (g && op_rounds(op)) partner(op, g, v);
+  if (op_regroups(op)) partner_regroup(op, g, pid);
   int st = tu_wait(pid);
   ck_assert_msg(st == 128 + SIGKILL, "%s k=%llu: child exited %d (%s)", op_names[op],
                 (unsigned long long)k, st, sh->why);
@@ -235,7 +339,8 @@ static uint64_t run_once(enum op op, uint64_t k) {
    * the half-reaped one; give the kernel a moment to drop its OFD locks. */
   if (op == OP_REAP) usleep(20000);
   else tu_await_dead(seg, 1);
-  verify(op, g, v);
+  if (op_regroups(op)) verify_regroup(op, g, v);
+  else verify(op, g, v);
   return atomic_load(&sh->hits);
 }
 

@@ -304,10 +304,112 @@ START_TEST(reaper_that_must_leave_the_slot_killed_at_every_window) {
 }
 END_TEST
 
+/* ---- a member slow to read the descriptions ------------------------------------- */
+
+/* "late" (3 members): rank 0 and 1 allreduce; rank 2 comes last, and stops
+ * (a crash point armed with SIGSTOP) the moment its arrival completes the
+ * first round.  Rank 1 is killed while ranks 0 and 1 wait in the second;
+ * rank 0 gets EOWNERDEAD and calls again, with another element count, so
+ * that its description for the next round overwrites the one rank 2 has not
+ * read yet.  Rank 2, let go, must answer the broken round (EOWNERDEAD), not
+ * EINVAL from the descriptions of a round it never took part in. */
+struct late {
+  _Atomic int rc[3];     /* each rank's answer (rank 0: of its first call) */
+  _Atomic int second;    /* rank 0 started its second call                 */
+};
+struct late_arg {
+  struct late *l;
+  int rank;
+};
+
+static int kid_late(void *argp) {
+  const struct late_arg *a = argp;
+  struct late *l = a->l;
+  int rank = a->rank;
+  pdshm_seg *s;
+  pdshm_scope *root, *local;
+  pdshm_var *v, *w;
+  pdshm_group *g;
+  int64_t n = 1000, m = 500;
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &root) ||
+      pdshm_scope_new(root, NULL, &local) || pdshm_var_new(local, &v) ||
+      pdshm_tensor_resize(v, PDSHM_F32, 1, &n) || pdshm_var_new(local, &w) ||
+      pdshm_tensor_resize(w, PDSHM_F32, 1, &m))
+    return 10;
+  if (pdshm_group_join(s, "late", 3, rank, &g)) return 11;
+  if (rank == 2) pdshm__crash_arm_signal(1, "group.round.arrived", SIGSTOP);
+  int rc = pdshm_group_allreduce(g, v, PDSHM_SUM, 60 * (int64_t)SEC);
+  atomic_store(&l->rc[rank], rc);
+  if (rank == 0) {
+    atomic_store(&l->second, 1);
+    pdshm_group_allreduce(g, w, PDSHM_SUM, 3 * (int64_t)SEC);
+  }
+  return 0;
+}
+
+struct late_look {
+  uint32_t round, arrived[3];
+};
+static int late_of(const pdshm_group_info *gi, void *arg) {
+  struct late_look *l = arg;
+  if (strcmp(gi->name, "late")) return 0;
+  l->round = gi->round;
+  for (int r = 0; r < 3; r++) l->arrived[r] = gi->members[r].arrived;
+  return 0;
+}
+/* Waits until the ranks in mask have arrived at the current round, which
+ * is at least `round`; that round. */
+static uint32_t late_await(unsigned mask, uint32_t round) {
+  for (uint64_t end = tu_now_ns() + 30 * SEC; tu_now_ns() < end; usleep(1000)) {
+    struct late_look l = {0};
+    ck_assert_int_eq(pdshm_inspect_groups(seg, late_of, &l), 0);
+    bool all = l.round >= round;
+    for (int r = 0; r < 3; r++)
+      if (mask >> r & 1) all &= l.arrived[r] == l.round;
+    if (all) return l.round;
+  }
+  ck_abort_msg("the members never arrived");
+  return 0;
+}
+
+START_TEST(member_late_to_the_descriptions_answers_the_break) {
+  struct late *l = mmap(NULL, sizeof *l, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                        -1, 0);
+  ck_assert_ptr_ne(l, MAP_FAILED);
+  memset(l, 0, sizeof *l);
+  struct late_arg arg[3];
+  pid_t pid[3];
+  for (int r = 0; r < 3; r++) arg[r] = (struct late_arg){.l = l, .rank = r};
+  for (int r = 0; r < 2; r++) pid[r] = tu_spawn(kid_late, &arg[r]);
+  uint32_t p = late_await(3u, 1);
+  pid[2] = tu_spawn(kid_late, &arg[2]);
+  int st;
+  ck_assert_int_eq(waitpid(pid[2], &st, WUNTRACED), pid[2]);
+  ck_assert(WIFSTOPPED(st)); /* its arrival completed round p */
+  late_await(3u, p + 1);     /* ranks 0 and 1 wrote their shares, wait in p+1 */
+  kill(pid[1], SIGKILL);
+  ck_assert_int_eq(tu_wait(pid[1]), 128 + SIGKILL);
+  tu_await_dead(seg, 1);
+  ck_assert_int_eq(pdshm_reap(seg, NULL), 0); /* it had arrived: the reaper tells its death */
+  late_await(1u, p + 2);     /* rank 0: EOWNERDEAD, and its next call */
+  ck_assert_int_eq(atomic_load(&l->rc[0]), PDSHM_EOWNERDEAD);
+  ck_assert(atomic_load(&l->second));
+  kill(pid[2], SIGCONT);
+  ck_assert_int_eq(tu_wait(pid[2]), 0);
+  ck_assert_msg(atomic_load(&l->rc[2]) == PDSHM_EOWNERDEAD, "the late member answered %s",
+                pdshm_err_name(atomic_load(&l->rc[2])));
+  ck_assert_int_eq(tu_wait(pid[0]), 0);
+  ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_uint_eq(used(), base_used);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("group_stall");
   TCase *tc = tu_tcase(s, "stall", 120, setup, teardown);
   tcase_add_test(tc, stopped_writer_beside_a_dead_member_stalls_nobody);
+  tcase_add_test(tc, member_late_to_the_descriptions_answers_the_break);
   tc = tu_tcase(s, "reapers", 600, setup, teardown);
   tcase_add_test(tc, reaper_that_must_leave_the_slot_killed_at_every_window);
   return tu_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -11,7 +11,10 @@
  * meanwhile must answer ESTALE and change nothing.  A third thread of each
  * worker is a member of the workers' group: allreduces (checked) and
  * barriers, EOWNERDEAD when a worker is killed, the replacement taking its
- * rank over.  The driver kills a random
+ * rank over.  A fourth is a member of the group "elastic", which shrinks and
+ * grows instead: a worker enlists (or, finding no group, makes one alone),
+ * the members regroup after each death, and when rank 0 asks through the
+ * allreduce, to take the candidates in.  The driver kills a random
  * worker at a random instant and starts another (whose attach reaps the
  * dead: a reaper that may be killed in turn), and now and then kills a
  * process in the middle of pdshm_reap.  After each round every process is
@@ -62,6 +65,7 @@ struct board {
   _Atomic uint64_t ops;     /* operations the workers completed           */
   _Atomic uint64_t nomem;   /* of them, answered ENOMEM / ENOSPC          */
   _Atomic uint64_t group_rounds; /* allreduce + barrier rounds of the group */
+  _Atomic uint64_t regroups;     /* regroups of the elastic group           */
   _Atomic int failed;       /* a worker saw something wrong               */
   char why[256];
 };
@@ -340,17 +344,71 @@ static void *member_loop(void *arg) {
   return NULL;
 }
 
+/* The worker's fourth thread: a member of "elastic".  Every allreduce that
+ * succeeds must hold size times each value; its last element is rank 0's
+ * request to regroup (every 16th round), so that every member regroups at
+ * the same round, as they do after EOWNERDEAD. */
+#define EFLOATS 1000
+
+static int e_join(pdshm_seg *seg, pdshm_group **g) {
+  for (;;) {
+    int rc = pdshm_group_enlist(seg, "elastic", 2000000000ll, g);
+    if (rc == PDSHM_ENOENT) rc = pdshm_group_join(seg, "elastic", 1, 0, g);
+    /* ETIMEDOUT: no live member regrouped (or a takeover waited in vain);
+     * EBUSY, EINVAL: another worker made the group first, or its members
+     * regroup: enlist again */
+    if (rc != PDSHM_ETIMEDOUT && rc != PDSHM_EBUSY && rc != PDSHM_EINVAL) return rc;
+  }
+}
+
+static int e_round(pdshm_group *g, pdshm_var *v, float *p, uint64_t n) {
+  int size = pdshm_group_size(g), nr, ns;
+  for (int i = 0; i < EFLOATS; i++) p[i] = (float)(i % 3 + 1);
+  p[EFLOATS] = pdshm_group_rank(g) == 0 && n % 16 == 15;
+  int rc = pdshm_group_allreduce(g, v, PDSHM_SUM, 10000000000ll);
+  if (rc && rc != PDSHM_EOWNERDEAD) return w_fail("elastic allreduce", rc);
+  for (int i = 0; !rc && i < EFLOATS; i++)
+    if (p[i] != (float)size * (float)(i % 3 + 1)) {
+      snprintf(g_board->why, sizeof g_board->why, "worker %d: elastic allreduce of %d [%d] = %g",
+               (int)getpid(), size, i, p[i]);
+      g_board->failed = 1;
+      return 1;
+    }
+  if (!rc && p[EFLOATS] == 0) return 0;
+  rc = pdshm_group_regroup(g, 10000000000ll, &nr, &ns);
+  if (rc) return w_fail("regroup", rc);
+  g_board->regroups++;
+  return 0;
+}
+
+static void *elastic_loop(void *arg) {
+  struct worker *w = arg;
+  pdshm_scope *local;
+  pdshm_var *v;
+  pdshm_group *g;
+  int64_t n = EFLOATS + 1;
+  int rc = pdshm_scope_new(w->root, NULL, &local);
+  if (!rc) rc = pdshm_var_new(local, &v);
+  if (!rc) rc = pdshm_tensor_resize(v, PDSHM_F32, 1, &n);
+  if (!rc) rc = e_join(w->seg, &g);
+  if (rc == PDSHM_ENOMEM || rc == PDSHM_ENOSPC) return NULL; /* the churn filled it */
+  if (rc) _exit(w_fail("elastic join", rc));
+  for (uint64_t k = 0;; k++)
+    if (e_round(g, v, pdshm_tensor_data(v), k)) _exit(1);
+  return NULL;
+}
+
 /* What the driver hands a worker it starts. */
 struct start {
   int rank;      /* its rank in the workers' group */
   uint64_t seed; /* of its random choices           */
 };
 
-/* Two threads, so that a death can leave journals open on two lanes, and a
- * third that is a member of the workers' group. */
+/* Two threads, so that a death can leave journals open on two lanes, a
+ * third that is a member of the workers' group, and a fourth of "elastic". */
 static int worker_main(void *arg) {
   const struct start *st = arg;
-  struct worker w = {.rng = st->seed}, w2, w3;
+  struct worker w = {.rng = st->seed}, w2, w3, w4;
   int rc = pdshm_attach(g_name, NULL, &w.seg);
   if (!rc) rc = pdshm_root(w.seg, &w.root);
   if (!rc) rc = pdshm_scope_open(w.seg, "params", &w.params);
@@ -360,10 +418,12 @@ static int worker_main(void *arg) {
   w2 = w;
   w2.rng = ~w.rng | 1;
   w3 = w;
+  w4 = w;
   struct member m = {.w = &w3, .rank = st->rank};
-  pthread_t t, tm;
+  pthread_t t, tm, te;
   if ((rc = pthread_create(&t, NULL, worker_loop, &w2))) return w_fail("thread", -rc);
   if ((rc = pthread_create(&tm, NULL, member_loop, &m))) return w_fail("thread", -rc);
+  if ((rc = pthread_create(&te, NULL, elastic_loop, &w4))) return w_fail("thread", -rc);
   worker_loop(&w);
   return 1;
 }
@@ -505,12 +565,12 @@ START_TEST(workers_killed_at_random) {
               : tu_now_ns() - t0 < secs * 1000000000ull)
     round_run(&d);
   printf("torture: seed %llu: %llu kills of workers and %llu of reapers in %llu rounds, %.1f s, "
-         "%llu operations (%llu answered ENOMEM/ENOSPC), %llu group rounds\n",
+         "%llu operations (%llu answered ENOMEM/ENOSPC), %llu group rounds, %llu regroups\n",
          (unsigned long long)d.seed, (unsigned long long)d.kills,
          (unsigned long long)d.reaper_kills,
          (unsigned long long)d.rounds, (double)(tu_now_ns() - t0) / 1e9,
          (unsigned long long)g_board->ops, (unsigned long long)g_board->nomem,
-         (unsigned long long)g_board->group_rounds);
+         (unsigned long long)g_board->group_rounds, (unsigned long long)g_board->regroups);
   free(d.params_text);
   ck_assert_int_eq(pdshm_detach(d.seg), 0);
 }

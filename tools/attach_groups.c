@@ -29,6 +29,10 @@ static int group_text(const pdshm_group_info *gi, void *arg) {
   fprintf(f, "  round %u: %u of %u arrived; of the last %d rounds %d broken (%d by a timeout)\n",
           gi->round, gi->arrived, gi->size, PDSHM_GROUP_HISTORY,
           __builtin_popcount(gi->broken), __builtin_popcount(gi->timed_out));
+  if (gi->candidates || gi->regrouped || gi->regroup_pending)
+    fprintf(f, "  %u candidate%s waiting; last regroup at round %u%s\n", gi->candidates,
+            gi->candidates == 1 ? "" : "s", gi->regrouped,
+            gi->regroup_pending ? "; a regroup decided, not yet applied" : "");
   fprintf(f, "  %5s  %-5s  %5s  %8s  %8s  %s\n", "RANK", "STATE", "SLOT", "PID", "ARRIVED",
           "WRITING");
   for (uint32_t r = 0; r < gi->size; r++) {
@@ -50,10 +54,12 @@ static int group_json(const pdshm_group_info *gi, void *arg) {
   json_str(f, gi->name);
   fprintf(f,
           ",\"id\":%llu,\"size\":%u,\"alive\":%u,\"dead\":%u,\"round\":%u,\"arrived\":%u,"
-          "\"broken\":%u,\"timed_out\":%u,\"bytes\":%llu,\"created_ns\":%llu,\"members\":[",
+          "\"broken\":%u,\"timed_out\":%u,\"bytes\":%llu,\"created_ns\":%llu,"
+          "\"candidates\":%u,\"regrouped\":%u,\"regroup_pending\":%u,\"members\":[",
           (unsigned long long)gi->id, gi->size, gi->alive, gi->dead, gi->round, gi->arrived,
           gi->broken, gi->timed_out, (unsigned long long)gi->bytes,
-          (unsigned long long)gi->created_ns);
+          (unsigned long long)gi->created_ns, gi->candidates, gi->regrouped,
+          gi->regroup_pending);
   for (uint32_t r = 0; r < gi->size; r++) {
     const pdshm_group_member_info *m = &gi->members[r];
     fprintf(f, "%s{\"rank\":%u,\"state\":\"%s\",\"slot\":%u,\"pid\":%u,\"arrived\":%u,"

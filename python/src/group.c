@@ -1,7 +1,7 @@
 /*
  * group.c - trainer groups and waiting (DESIGN section 4): Segment.group(),
- * the Group type (rank, size, barrier, allreduce, reduce_scatter, allgather,
- * share, holds, leave) and Var.wait().
+ * Segment.enlist(), the Group type (rank, size, barrier, allreduce,
+ * reduce_scatter, allgather, regroup, share, holds, leave) and Var.wait().
  *
  * Invariants:
  *  1. A Group holds its Segment; Segment.detach() (and a fork child's
@@ -12,10 +12,12 @@
  *  2. One thread at a time uses a pdshm_group: a call that finds the Group
  *     busy (another thread inside a barrier or collective) raises pdshm.Error
  *     (EBUSY) instead of entering.
- *  3. Waits and barriers run with the GIL released, in slices of
- *     WAIT_SLICE_NS, checking for signals (Ctrl-C) between slices: a barrier
- *     that timed out has not been passed and its next call waits for the same
- *     round, so slicing changes nothing.  The collectives are not sliced: a
+ *  3. Waits, barriers, regroups and enlists run with the GIL released, in
+ *     slices of WAIT_SLICE_NS, checking for signals (Ctrl-C) between slices:
+ *     a barrier or regroup that timed out has not been passed and its next
+ *     call waits for the same round, and a candidate that timed out enlists
+ *     again (a regroup in between admits it at the next one), so slicing
+ *     changes nothing the caller can see.  The collectives are not sliced: a
  *     timeout while members write would spoil the round for all.
  */
 #include <math.h>
@@ -171,6 +173,37 @@ PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw) {
   return r;
 }
 
+/* enlist(name, timeout=None): a candidate until the members' regroup
+ * admits it (invariant 3: in slices). */
+PyObject *pdshmpy_seg_enlist(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"name", "timeout", NULL};
+  pdshmpy_seg *s = (pdshmpy_seg *)self;
+  pdshmpy_state *st = PDSHMPY_STATE(self);
+  PyObject *name, *timeo = Py_None;
+  int64_t left;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:enlist", kwlist, &name, &timeo) ||
+      timeout_ns(st, timeo, &left) < 0)
+    return NULL;
+  const char *n = pdshmpy_utf8(name, "group name");
+  if (!n) return NULL;
+  pdshm_seg *seg = pdshmpy_seg_begin(s);
+  if (!seg) return NULL;
+  pdshm_group *g = NULL;
+  int rc;
+  for (;;) {
+    int64_t slice = slice_of(left);
+    PDSHMPY_NOGIL(rc = pdshm_group_enlist(seg, n, slice, &g));
+    if (rc != -ETIMEDOUT || (left >= 0 && (left -= slice) <= 0)) break;
+    if (PyErr_CheckSignals() < 0) {
+      pdshmpy_seg_unhold(s);
+      return NULL;
+    }
+  }
+  PyObject *r = rc ? pdshmpy_raise_fmt(st, rc, "enlist in group '%s'", n) : group_wrap(s, g, name);
+  pdshmpy_seg_unhold(s);
+  return r;
+}
+
 /* The handle, or NULL with an error: left, forked, closed segment or busy. */
 static pdshm_group *group_handle(pdshmpy_group *gr) {
   pdshmpy_state *st = PDSHMPY_STATE(gr);
@@ -232,6 +265,40 @@ static PyObject *group_barrier(PyObject *self, PyObject *args, PyObject *kw) {
                              gr->name);
   if (rc) return pdshmpy_raise_fmt(st, rc, "barrier of group '%s'", PyUnicode_AsUTF8(gr->name));
   Py_RETURN_NONE;
+}
+
+/* regroup(timeout=None) -> (rank, size), in slices (invariant 3). */
+static PyObject *group_regroup(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"timeout", NULL};
+  pdshmpy_group *gr = GR(self);
+  pdshmpy_state *st = PDSHMPY_STATE(self);
+  PyObject *timeo = Py_None;
+  int64_t left;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:regroup", kwlist, &timeo) ||
+      timeout_ns(st, timeo, &left) < 0)
+    return NULL;
+  pdshm_group *g = group_handle(gr);
+  if (!g) return NULL;
+  int rc, rank = -1, size = -1;
+  gr->busy = 1;
+  pdshmpy_seg_hold(gr->seg);
+  for (;;) {
+    int64_t slice = slice_of(left);
+    PDSHMPY_NOGIL(rc = pdshm_group_regroup(g, slice, &rank, &size));
+    if (rc != -ETIMEDOUT || (left >= 0 && (left -= slice) <= 0)) break;
+    if (PyErr_CheckSignals() < 0) {
+      rc = 1;
+      break;
+    }
+  }
+  if (!rc) {
+    gr->rank = rank;
+    gr->size = size;
+  }
+  group_call_done(gr);
+  if (rc == 1) return NULL;
+  if (rc) return pdshmpy_raise_fmt(st, rc, "regroup of group '%s'", PyUnicode_AsUTF8(gr->name));
+  return Py_BuildValue("(ii)", rank, size);
 }
 
 static int reduce_op(pdshmpy_state *st, PyObject *o, pdshm_reduce_op *out) {
@@ -430,6 +497,18 @@ static PyMethodDef group_methods[] = {
      "tensor.  Any\ndtype; same dtype and element count at every member (else ValueError "
      "at\nevery member, nothing changed).  PeerDied or TimeoutError as for allreduce\n"
      "(then this member's own share is unchanged, the rest unspecified)."},
+    {"regroup", (PyCFunction)(void (*)(void))group_regroup, METH_VARARGS | METH_KEYWORDS,
+     "regroup(timeout=None) -> (rank, size)\n\nThe group shrinks and grows: every live "
+     "member calls it at the same round\n(after PeerDied, say, when no replacement came "
+     "in time, or at a step\nboundary); the ranks of dead (or left) members are dropped "
+     "and the processes\nwaiting in Segment.enlist() admitted.  Returns this member's new "
+     "rank and\nthe new size, the same at every member; the survivors keep the order of "
+     "their\nold ranks, the newcomers follow.  rank, size and share() follow.  A member\n"
+     "that dies during the call is dropped too.  With nobody dead and nobody\nwaiting it "
+     "changes nothing (a barrier).  TimeoutError after timeout\nseconds when a live "
+     "member did not come (a stopped process): nothing\nchanged.  ValueError when a member "
+     "came to the round with a barrier or\na collective instead (nothing changed).  Waits "
+     "with the GIL released;\nCtrl-C interrupts it."},
     {"share", group_share, METH_O,
      "share(n) -> (first, end)\n\nThis member's share of n elements: the elements "
      "[first, end) it reduces\nin allreduce and reduce_scatter and spreads in allgather, "
@@ -454,9 +533,10 @@ static PyGetSetDef group_getset[] = {
 
 static PyType_Slot group_slots[] = {
     {Py_tp_doc,
-     "This process's membership of a trainer group (Segment.group()): barriers and\n"
-     "in-place allreduce, reduce_scatter and allgather that survive a member's\n"
-     "death (PeerDied, not a hang).\n"
+     "This process's membership of a trainer group (Segment.group(), or\n"
+     "Segment.enlist() for a running group): barriers and in-place allreduce,\n"
+     "reduce_scatter and allgather that survive a member's death (PeerDied, not\n"
+     "a hang), and regroup() to go on without the dead and take newcomers in.\n"
      "`with` leaves at exit; detaching the segment leaves too."},
     {Py_tp_dealloc, group_dealloc},
     {Py_tp_repr, group_repr},

@@ -280,6 +280,7 @@ int pdshmpy_capi_init(PyObject *module);
 /* ---- group.c (the Group type, Segment.group, Var.wait) ---------------------------------- */
 int pdshmpy_group_init(PyObject *module, pdshmpy_state *st);
 PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *pdshmpy_seg_enlist(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *pdshmpy_var_wait(PyObject *self, PyObject *args, PyObject *kw);
 
 /* ---- introspect.c ------------------------------------------------------------------------ */

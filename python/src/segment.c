@@ -315,6 +315,14 @@ static PyMethodDef seg_methods[] = {
      "holder: pdshm.Error EBUSY; a\ndead one's rank is taken over, unless a live member "
      "still writes a\ncollective after 1 s, a stopped one: TimeoutError).  Waits with the "
      "GIL released."},
+    {"enlist", (PyCFunction)(void (*)(void))pdshmpy_seg_enlist, METH_VARARGS | METH_KEYWORDS,
+     "enlist(name, timeout=None) -> Group\n\nJoins the running group NAME as a newcomer: "
+     "waits until its members'\nnext Group.regroup() admits it, and returns the "
+     "membership (its rank and\nsize those that regroup gave; its first call takes part "
+     "in the round after\nit, with the members' next call).  A waiting candidate holds "
+     "nobody up.\nTimeoutError after timeout seconds (no longer a candidate); KeyError\n"
+     "(pdshm.NotFound) when there is no group NAME; pdshm.Error (EUSERS) when it\nhas 256 "
+     "ranks and candidates.  Waits with the GIL released; Ctrl-C\ninterrupts it."},
     {"info", pdshmpy_seg_info, METH_NOARGS,
      "info() -> SegInfo\n\nThe segment as its header describes it (as pdshm-attach shows)."},
     {"scopes", pdshmpy_seg_scopes, METH_NOARGS,

@@ -389,3 +389,47 @@ def hold_lock_across_an_erase(conn, seg_name, path, name):
         except pdshm.Error as e:
             conn.send(("released", e.code))
         assert conn.recv() == "exit"
+
+
+def elastic_member(conn, seg_name, group, size, rank, steps):
+    """Joins `group` of `size` at `rank` (size None: enlists as a newcomer)
+    and runs steps, each one of
+         ("barrier", timeout)
+         ("regroup", timeout)                  gives (rank, size)
+         ("allreduce", value, timeout)         sums its own float64 variable
+                                               of 4 elements, all `value`
+         ("tell", msg)  /  ("await", msg)      talk to the test
+         ("hang",)                             wait to be killed
+    after telling ("joined", rank, size); returns (rank, size, [each step's
+    result]); a step that raised gives ("raised", [class names]) and the
+    next steps still run."""
+    import numpy as np
+    with pdshm.attach(seg_name) as seg:
+        g = seg.enlist(group, timeout=60) if size is None else seg.group(group, size, rank=rank)
+        conn.send(("joined", g.rank, g.size))
+        v = seg.root.var(f"{group}.e{os.getpid()}")
+        out = []
+        for step in steps:
+            try:
+                if step[0] == "barrier":
+                    out.append(g.barrier(timeout=step[1]))
+                elif step[0] == "regroup":
+                    out.append(g.regroup(timeout=step[1]))
+                elif step[0] == "allreduce":
+                    v.assign(np.full(4, step[1], dtype=np.float64))
+                    g.allreduce(v, timeout=step[2])
+                    out.append(v.numpy().tolist())
+                elif step[0] == "tell":
+                    conn.send(step[1])
+                    out.append(None)
+                elif step[0] == "await":
+                    assert conn.recv() == step[1]
+                    out.append(None)
+                elif step[0] == "hang":
+                    conn.recv()
+            except pdshm.Error as e:
+                out.append(("raised", [c.__name__ for c in type(e).__mro__]))
+        result = (g.rank, g.size, out)
+        g.leave()
+        seg.root.erase(f"{group}.e{os.getpid()}")
+        return result
