@@ -188,7 +188,7 @@ static int collective(pdshm_group *gr, pdshm_var *v, pdshm_reduce_op op, unsigne
   if (!rc) rc = ar_reduce(gr, deadline);
   else if (rc == PDSHM_ETIMEDOUT && gr->round == round) /* withdrawn: unpinned below */
     pdshm__round_no_tensor(gr);
-  int urc = pdshm_tensor_unpin(pin);
+  int urc = pdshm__tensor_unpin(pin);
   return rc ? rc : urc;
 }
 

@@ -235,6 +235,9 @@ uint64_t pdshm__shmfs_default_size(void);
 /* Detach: drops every pin the attachment holds (when it still may: not in a
  * fork child, not read-only) and frees their private handles. */
 void pdshm__pin_drop_all(pdshm_seg *seg);
+/* pdshm_tensor_unpin keeping the error detail of an earlier failure of the
+ * same call (a collective unpins last, whatever its result). */
+int pdshm__tensor_unpin(pdshm_pin *p);
 
 
 /* ---- futex.c --------------------------------------------------------------- */

@@ -196,6 +196,10 @@ static bool pin_inherited(const pdshm_pin *p) { return p->forkgen != pin_forkgen
 
 PDSHM_API int pdshm_tensor_unpin(pdshm_pin *p) {
   pdshm__fail_clear();
+  return pdshm__tensor_unpin(p);
+}
+
+int pdshm__tensor_unpin(pdshm_pin *p) {
   if (!p) return pdshm__fail(PDSHM_EINVAL, "NULL pin");
   int rc = pin_inherited(p)
                ? pdshm__fail(PDSHM_EFORKED, "pin was taken by the parent process")

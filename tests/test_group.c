@@ -416,6 +416,8 @@ static int kid_allreduce(void *argp) {
         if (c == 1 && a->mismatch >= 0) { /* one rank passed an element more */
           if (rc != PDSHM_EINVAL)
             KID_FAIL(a->b, "mismatch: rank %d got %s", a->rank, pdshm_err_name(rc));
+          if (!*pdshm_last_error()) /* the collective's unpin keeps the detail */
+            KID_FAIL(a->b, "mismatch: rank %d's EINVAL has no detail", a->rank);
           for (int64_t i = 0; i < n; i++)
             if (get(p, dt, (size_t)i) != before(a, (size_t)i, (size_t)n, dt))
               KID_FAIL(a->b, "a refused collective changed element %lld", (long long)i);
