@@ -528,6 +528,12 @@ typedef enum { PDSHM_BOOL, PDSHM_U8, PDSHM_I8, PDSHM_I16, PDSHM_I32, PDSHM_I64,
  * EINVAL, EOVERFLOW, ENOMEM, ESTALE (v was erased), EBADSEG (its buffer is
  * damaged); a failure changes nothing. */
 PDSHM_API int pdshm_tensor_resize(pdshm_var *v, pdshm_dtype dt, int ndim, const int64_t *dims);
+/* The tensor as it is now.  A resize in any process frees the buffer and
+ * changes the size, also one through another process's pdshm_var * of an
+ * erased variable whose record v took over (see "Variables"): data and
+ * nbytes read here hold only while nobody resizes v, and two such reads may
+ * straddle a resize.  A pin's view (below) stays the bytes it describes
+ * whatever becomes of v. */
 PDSHM_API void *pdshm_tensor_data(const pdshm_var *v);     /* NULL unless a tensor */
 PDSHM_API int pdshm_tensor_dtype(const pdshm_var *v);      /* or PDSHM_ETYPE */
 PDSHM_API int pdshm_tensor_ndim(const pdshm_var *v);       /* or PDSHM_ETYPE */

@@ -556,6 +556,64 @@ START_TEST(processes_edit_variables_others_erase) {
 }
 END_TEST
 
+/* A pdshm_var * whose variable was erased meanwhile names a record that the
+ * eraser's next variable takes again (its lane's cache gives back what it
+ * just took): an edit through it is that new variable's (pdshm.h), though
+ * the new one lives in a scope its owner holds alone.  So the owner cannot
+ * write its tensor through pdshm_tensor_data, whose buffer the stale resize
+ * frees; through a pin it can: the resize leaves the pinned buffer to the pin
+ * (an orphan), and the unpin frees it.  test_torture's workers write their
+ * own tensors so, beside w_shared's stale edits. */
+static int stale_resizer(void *arg) {
+  pdshm_seg *s;
+  pdshm_scope *sh;
+  pdshm_var *v;
+  int64_t d = 16;
+  (void)arg;
+  if (pdshm_attach(our_name(), NULL, &s)) return 10;
+  if (pdshm_scope_open(s, "shared", &sh) || pdshm_var_get(sh, "v", &v)) return 11;
+  raise(SIGSTOP); /* meanwhile "v" is erased and its record taken again */
+  int rc = pdshm_tensor_resize(v, PDSHM_F32, 1, &d);
+  pdshm_scope_release(sh);
+  return rc ? 20 : pdshm_detach(s) ? 15 : 0;
+}
+
+START_TEST(stale_resize_of_a_private_variable_spares_its_pin) {
+  const uint64_t base = used_now();
+  pdshm_scope *sh, *mine;
+  pdshm_var *v, *w;
+  pdshm_pin *pin;
+  pdshm_tensor_view view;
+  int64_t big = 65536; /* 256 KiB: a buffer of the heap's, not of a lane cache */
+  int st;
+  ck_assert_int_eq(pdshm_scope_new(root, "shared", &sh), 0);
+  ck_assert_int_eq(pdshm_scope_new(root, NULL, &mine), 0);
+  ck_assert_int_eq(pdshm_var_get(sh, "v", &v), 0);
+  pid_t pid = tu_fork(stale_resizer, NULL);
+  ck_assert_int_eq(waitpid(pid, &st, WUNTRACED), pid);
+  ck_assert(WIFSTOPPED(st));
+  const pdshm_varref was = pdshm_var_ref(v);
+  ck_assert_int_eq(pdshm_var_erase(sh, "v"), 0);
+  ck_assert_int_eq(pdshm_var_get(mine, "w", &w), 0);
+  ck_assert_uint_eq(pdshm_var_ref(w).off, was.off); /* the erased record, taken again */
+  ck_assert_int_eq(pdshm_tensor_resize(w, PDSHM_F32, 1, &big), 0);
+  ck_assert_int_eq(pdshm_tensor_pin(w, &pin, &view), 0);
+  ck_assert_uint_eq(view.nbytes, 4 * (uint64_t)big);
+  kill(pid, SIGCONT);
+  ck_assert_int_eq(tu_wait(pid), 0);
+  ck_assert_uint_eq(pdshm_tensor_nbytes(w), 64); /* the stale resize was w's */
+  ck_assert_ptr_ne(pdshm_tensor_data(w), view.data);
+  memset(view.data, 0x5a, view.nbytes); /* the orphan is still the pin's */
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_int_eq(pdshm_tensor_unpin(pin), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_int_eq(pdshm_scope_release(mine), 0);
+  ck_assert_int_eq(pdshm_scope_unlink(root, "shared"), 0);
+  ck_assert_int_eq(pdshm_scope_release(sh), 0);
+  ck_assert_uint_eq(used_now(), base);
+}
+END_TEST
+
 /* ---- pdshm_var_wait across processes ------------------------------------------------------------------ */
 
 static uint64_t cpu_ns(void) {
@@ -630,6 +688,7 @@ static Suite *mp_suite(void) {
   tcase_add_test(tc, var_lock_excludes);
   tcase_add_test(tc, threads_take_variable_locks);
   tcase_add_test(tc, processes_edit_variables_others_erase);
+  tcase_add_test(tc, stale_resize_of_a_private_variable_spares_its_pin);
   tcase_add_test(tc, var_wait_times_out);
   tcase_add_test(tc, var_wait_woken_by_exclusive_unlock);
   tcase_add_test(tc, var_wait_woken_by_resize);

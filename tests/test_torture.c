@@ -8,7 +8,11 @@
  * committed parameters' bytes.  They also share one named scope,
  * work/shared, whose variables v0..v15 any of them gets, resizes, labels,
  * locks and erases: an edit through a pdshm_var * another worker erased
- * meanwhile must answer ESTALE and change nothing.  A third thread of each
+ * meanwhile must answer ESTALE and change nothing, unless the record was
+ * handed out again meanwhile: it is then the new variable, which the edit
+ * changes (pdshm.h), though it may be a variable of a scope another worker
+ * owns alone.  So a worker writes its own tensors' bytes only through pins,
+ * whose view no resize can take away.  A third thread of each
  * worker is a member of the workers' group: allreduces (checked) and
  * barriers, EOWNERDEAD when a worker is killed, the replacement taking its
  * rank over.  A fourth is a member of the group "elastic", which shrinks and
@@ -143,6 +147,25 @@ static int w_ok(const char *what, int rc) {
 /* 64 B .. 1 MiB, log-uniform. */
 static int64_t tensor_bytes(struct worker *w) { return (int64_t)64 << (rnd(w) % 15); }
 
+/* Fills v's bytes with `byte`.  v is a variable of a scope this thread owns
+ * alone, yet another worker's w_shared may resize it at any moment: the
+ * pdshm_var * it got from work/shared before that variable was erased names
+ * the same record, handed out again here.  Bytes written through
+ * pdshm_tensor_data would then land in the buffer that resize freed, or past
+ * the end of the one it made (the pointer and the size read across its
+ * commit), over the heap's next block headers.  A pin's view is the buffer
+ * and size of one instant, kept until the unpin, whatever the variable
+ * becomes. */
+static int w_write(pdshm_var *v, uint8_t byte) {
+  pdshm_pin *pin;
+  pdshm_tensor_view view;
+  int rc = pdshm_tensor_pin(v, &pin, &view);
+  if (rc) return w_ok("pin to fill", rc);
+  memset(view.data, byte, view.nbytes);
+  rc = pdshm_tensor_unpin(pin);
+  return rc ? w_fail("unpin after fill", rc) : 0;
+}
+
 static int w_fill(struct worker *w, pdshm_scope *s) {
   char name[16];
   pdshm_var *v;
@@ -152,8 +175,7 @@ static int w_fill(struct worker *w, pdshm_scope *s) {
   int64_t d = tensor_bytes(w) / 4;
   int resized = pdshm_tensor_resize(v, PDSHM_F32, 1, &d);
   rc = w_ok("resize", resized);
-  /* not after a failure: the buffer is then the old one, which w_pin may hold */
-  if (!resized) memset(pdshm_tensor_data(v), 0x5a, pdshm_tensor_nbytes(v));
+  if (!resized) rc = w_write(v, 0x5a);
   if (!rc && rnd(w) % 2) rc = w_ok("label", pdshm_var_set_label(v, rnd(w) % 2 ? "input" : "grad"));
   if (!rc && rnd(w) % 2) rc = w_ok("reader", pdshm_var_add_reader(v, rnd(w) % 2 ? "mul" : "add"));
   if (!rc && rnd(w) % 3 == 0) rc = w_ok("writer", pdshm_var_add_writer(v, "sgd"));
@@ -303,6 +325,9 @@ struct member {
   int rank;
 };
 
+/* p is the view of a pin the member holds on its tensor's buffer (see
+ * w_write): a resize through another worker's stale pdshm_var * can move
+ * the tensor, but not the bytes written here out from under them. */
 static int g_round(pdshm_group *g, pdshm_var *v, float *p, int rank) {
   for (int i = 0; i < GFLOATS; i++) p[i] = (float)(rank + 1) * (float)(i % 3 + 1);
   int rc = pdshm_group_allreduce(g, v, PDSHM_SUM, 10000000000ll);
@@ -324,10 +349,13 @@ static void *member_loop(void *arg) {
   pdshm_scope *local;
   pdshm_var *v;
   pdshm_group *g;
+  pdshm_pin *pin;
+  pdshm_tensor_view view;
   int64_t n = GFLOATS;
   int rc = pdshm_scope_new(m->w->root, NULL, &local);
   if (!rc) rc = pdshm_var_new(local, &v);
   if (!rc) rc = pdshm_tensor_resize(v, PDSHM_F32, 1, &n);
+  if (!rc) rc = pdshm_tensor_pin(v, &pin, &view); /* held for good: g_round */
   /* the predecessor's descriptors close a moment after its death */
   for (int tries = 0; !rc; tries++) {
     rc = pdshm_group_join(m->w->seg, "trainers", WORKERS, m->rank, &g);
@@ -338,7 +366,7 @@ static void *member_loop(void *arg) {
   if (rc == PDSHM_ENOMEM || rc == PDSHM_ENOSPC) return NULL; /* the churn filled it */
   if (rc) _exit(w_fail("join", rc));
   for (;;) {
-    if (g_round(g, v, pdshm_tensor_data(v), m->rank)) _exit(1);
+    if (g_round(g, v, view.data, m->rank)) _exit(1);
     g_board->group_rounds++;
   }
   return NULL;
