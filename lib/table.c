@@ -39,13 +39,13 @@ PDSHM_SEQLOCK_READ static uint64_t ld(const void *p) { return __atomic_load_n((c
 /* ---- bounds-checked views --------------------------------------------------- */
 
 PDSHM_SEQLOCK_READ static const struct pdshm_table *tab_at(const pdshm_seg *seg, pdshm_off_t off, uint64_t *cap) {
-  const struct pdshm_hdr *h = seg->hdr;
-  if (!off || off % 16 || off < h->arena_off || off >= h->arena_end - sizeof(struct pdshm_table))
+  const uint64_t end = pdshm__seg_end(seg);
+  if (!off || off % 16 || off < seg->hdr->arena_off || off >= end - sizeof(struct pdshm_table))
     return NULL;
   const struct pdshm_table *t = PDSHM_AT(seg->base, off, const struct pdshm_table);
   uint64_t c = ld(&t->cap);
   if (c < TABLE_MIN_CAP || (c & (c - 1)) ||
-      c > (h->arena_end - off - sizeof *t) / sizeof(struct pdshm_table_ent))
+      c > (end - off - sizeof *t) / sizeof(struct pdshm_table_ent))
     return NULL;
   *cap = c;
   return t;
@@ -74,8 +74,8 @@ PDSHM_SEQLOCK_READ static bool name_equals(const struct pdshm_name *nm, const ch
 }
 
 PDSHM_SEQLOCK_READ static bool var_is(const pdshm_seg *seg, pdshm_off_t v, const char *name, size_t len) {
-  const struct pdshm_hdr *h = seg->hdr;
-  if (v % 16 || v < h->arena_off || v >= h->arena_end - sizeof(struct pdshm_var_rec)) return false;
+  if (v % 16 || v < seg->hdr->arena_off || v >= pdshm__seg_end(seg) - sizeof(struct pdshm_var_rec))
+    return false;
   const struct pdshm_var_rec *r = pdshm__var_at(seg, v);
   const struct pdshm_name *nm = pdshm__name_at(seg, ld(&r->name));
   return nm && name_equals(nm, name, len);
