@@ -90,7 +90,7 @@ unsigned pdshm__class_of(size_t bytes) {
 /* Bytes of one class a lane may cache: about 1/2048 of the arena (16 KiB to
  * 256 KiB), so that what caches strand stays a small share. */
 static uint64_t cache_bytes(const pdshm_seg *seg) {
-  uint64_t bytes = (pdshm__seg_end(seg) - seg->hdr->arena_off) / 2048;
+  uint64_t bytes = (pdshm__seg_known(seg) - seg->hdr->arena_off) / 2048;
   return bytes < (16u << 10) ? (16u << 10) : bytes > (256u << 10) ? (256u << 10) : bytes;
 }
 
@@ -147,18 +147,20 @@ static struct pdshm_heap *heap(const pdshm_seg *seg) { return &seg->hdr->heap; }
  * last block, the heap's tail hint to off: every block size the heap
  * changes ends here, so the hints follow the chain. */
 static void fix_next_prev(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
-  if (off + size < pdshm__seg_end(seg)) heap_blk(seg, off + size)->prev16 = (uint32_t)(size / 16);
-  else heap(seg)->tail = off;
+  if (off + size < pdshm__seg_known(seg) || off + size < pdshm__seg_end(seg))
+    heap_blk(seg, off + size)->prev16 = (uint32_t)(size / 16);
+  else
+    heap(seg)->tail = off;
 }
 
 /* ---- bins (heap lock) ---------------------------------------------------------- */
 
 /* The size of the FREE block at off when it lies inside the arena, else 0. */
 static uint64_t free_block_size(const pdshm_seg *seg, pdshm_off_t off) {
-  uint64_t end = pdshm__seg_end(seg);
-  if (off % PDSHM_ALIGN || off < seg->hdr->arena_off || off > end - PDSHM_BLK_MIN) return 0;
+  if (off % PDSHM_ALIGN || off < seg->hdr->arena_off || !pdshm__seg_holds(seg, off, PDSHM_BLK_MIN))
+    return 0;
   uint64_t w = word(heap_blk(seg, off)), size = pdshm__blk_size(w);
-  if (pdshm__blk_state(w) != PDSHM_BLK_FREE || size < PDSHM_BLK_MIN || size > end - off)
+  if (pdshm__blk_state(w) != PDSHM_BLK_FREE || size < PDSHM_BLK_MIN || !pdshm__seg_holds(seg, off, size))
     return 0;
   return size;
 }
@@ -255,7 +257,7 @@ static inline void zero_if_record(pdshm_seg *seg, pdshm_off_t off, uint64_t size
  * pressure on /dev/shm and age give it back (heap_trim). */
 static bool retain(pdshm_seg *seg, uint64_t bytes) {
   struct pdshm_heap *h = heap(seg);
-  uint64_t budget = (pdshm__seg_end(seg) - seg->hdr->arena_off) / RETAIN_SHARE;
+  uint64_t budget = (pdshm__seg_known(seg) - seg->hdr->arena_off) / RETAIN_SHARE;
   if (budget > RETAIN_MAX) budget = RETAIN_MAX;
   if (h->retained > budget) h->retained = budget; /* a hint: clamp after a death */
   if (h->retained + bytes > budget) return false;
@@ -423,9 +425,8 @@ static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t o
  * `tag`; else 0, and cb is emptied. */
 static pdshm_off_t cache_link(pdshm_seg *seg, struct pdshm_cache_bin *cb, uint64_t size,
                               uint16_t tag) {
-  uint64_t end = pdshm__seg_end(seg);
   pdshm_off_t off = cb->head;
-  if (off % PDSHM_ALIGN == 0 && off >= seg->hdr->arena_off && off < end && size <= end - off) {
+  if (off % PDSHM_ALIGN == 0 && off >= seg->hdr->arena_off && pdshm__seg_holds(seg, off, size)) {
     const struct pdshm_blk *b = heap_blk(seg, off);
     uint64_t w = word(b);
     if (pdshm__blk_state(w) == PDSHM_BLK_CACHED && pdshm__blk_size(w) == size &&
@@ -605,9 +606,8 @@ void pdshm__heap_init(pdshm_seg *seg) {
 }
 
 bool pdshm__payload_used(const pdshm_seg *seg, pdshm_off_t payload, size_t bytes) {
-  uint64_t end = pdshm__seg_end(seg);
-  if (payload % PDSHM_ALIGN || payload < seg->hdr->arena_off + PDSHM_BLK_HDR || payload > end ||
-      end - payload < bytes)
+  if (payload % PDSHM_ALIGN || payload < seg->hdr->arena_off + PDSHM_BLK_HDR ||
+      !pdshm__seg_holds(seg, payload, bytes))
     return false;
   return pdshm__blk_state(word(heap_blk(seg, payload - PDSHM_BLK_HDR))) == PDSHM_BLK_USED;
 }

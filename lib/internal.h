@@ -171,6 +171,25 @@ static inline uint64_t pdshm__seg_end(const pdshm_seg *seg) {
   return pdshm__seg_end_slow(seg, e);
 }
 
+/* The size this process has seen the file hold: at most the published
+ * size, and inside the file, but perhaps behind a growth; a hint for sizing,
+ * and the first bound the hot checks try (pdshm__seg_holds).  One private
+ * load. */
+static inline uint64_t pdshm__seg_known(const pdshm_seg *seg) {
+  return atomic_load_explicit(&seg->end, memory_order_relaxed);
+}
+
+/* Whether [off, off + bytes) lies inside the segment's published size: the
+ * size this process knows first, the published one (pdshm__seg_end) only
+ * when that is not enough, so that a hot check costs one private load. */
+bool pdshm__seg_holds_slow(const pdshm_seg *seg, uint64_t off, uint64_t bytes)
+    __attribute__((cold));
+static inline bool pdshm__seg_holds(const pdshm_seg *seg, uint64_t off, uint64_t bytes) {
+  uint64_t end = pdshm__seg_known(seg);
+  if (__builtin_expect(off <= end && end - off >= bytes, 1)) return true;
+  return pdshm__seg_holds_slow(seg, off, bytes);
+}
+
 /* Walks trust the arena bounds only as far as the file goes: a header
  * scribbled after attach must not send them outside it.  end is
  * pdshm__seg_end, read once by the caller. */

@@ -117,7 +117,7 @@ int pdshm__j_alloc_keep(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes,
 static void jrn_redo(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uint64_t val,
                      pdshm_off_t bump) {
   struct pdshm_journal *j = jrn(ln);
-  assert(j->nredo < PDSHM_J_REDO && at % 8 == 0 && at < pdshm__seg_end(seg));
+  assert(j->nredo < PDSHM_J_REDO && at % 8 == 0 && at < seg->size); /* our own word */
   j->redo[j->nredo] = (struct pdshm_redo){.at = at | bump, .val = val};
   atomic_thread_fence(memory_order_release);
   j->nredo++;
@@ -177,7 +177,7 @@ static bool jrn_marked(pdshm_seg *seg, pdshm_off_t payload, uint16_t tag) {
 /* A bumped word is a version: a 64-bit counter followed by the 32-bit count
  * of its waiters (struct pdshm_var_rec); a bump wakes them (futex.c). */
 static void jrn_bump_wake(pdshm_seg *seg, pdshm_off_t at) {
-  if (at + 12 > pdshm__seg_end(seg)) return;
+  if (!pdshm__seg_holds(seg, at, 12)) return;
   pdshm__futex_wake(pdshm__futex_low(jrn_word(seg, at)),
                     PDSHM_AT(seg->base, at + 8, _Atomic uint32_t));
 }

@@ -122,6 +122,7 @@ static uint64_t seg_default_size(unsigned procs, const pdshm_options *o, uint64_
 }
 
 static int seg_options(const pdshm_options *o, struct seg_geometry *g, unsigned *mode) {
+  *mode = o && o->mode ? o->mode : 0600;
   unsigned procs = o && o->max_procs ? o->max_procs : PDSHM_PROCS_DEFAULT;
   uint64_t max_size = o && o->max_size ? o->max_size : pdshm__shmfs_max_size();
   if (max_size > PDSHM_SIZE_MAX) max_size = PDSHM_SIZE_MAX;
@@ -129,7 +130,6 @@ static int seg_options(const pdshm_options *o, struct seg_geometry *g, unsigned 
     return pdshm__fail(PDSHM_EINVAL, "max_procs %u exceeds %u", procs, PDSHM_PROCS_MAX);
   uint64_t size = o && o->size ? o->size : seg_default_size(procs, o, max_size);
   unsigned flags = o ? o->flags : 0;
-  *mode = o && o->mode ? o->mode : 0600;
   if (size < PDSHM_SIZE_MIN || size > PDSHM_SIZE_MAX)
     return pdshm__fail(PDSHM_EINVAL, "size %llu is outside [%llu, %llu]",
                        (unsigned long long)size, PDSHM_SIZE_MIN, PDSHM_SIZE_MAX);
@@ -225,6 +225,12 @@ uint64_t pdshm__seg_end_slow(const pdshm_seg *seg, uint64_t e) {
   while (known < e && !atomic_compare_exchange_weak(&s->end, &known, e)) {
   }
   return e;
+}
+
+/* pdshm__seg_holds past the size this process knows: the published one. */
+bool pdshm__seg_holds_slow(const pdshm_seg *seg, uint64_t off, uint64_t bytes) {
+  uint64_t end = pdshm__seg_end(seg);
+  return off <= end && end - off >= bytes;
 }
 
 static void seg_handle_free(pdshm_seg *seg) {
