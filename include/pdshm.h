@@ -16,9 +16,12 @@
  *    ENOTRECOVERABLE once the segment is poisoned (a repair after a process
  *    death failed; it stays so until unlinked);
  *  - when it allocates in the segment: ENOMEM when nothing fits even after
- *    freeing the blocks cached by this process and by dead ones, ENOSPC when
- *    /dev/shm cannot back pages that had been given back to it, ENOLCK when a
- *    new scope or a variable's first lock finds no free lock-table entry.
+ *    freeing the blocks cached by this process and by dead ones and growing
+ *    the segment up to its max_size, ENOSPC when /dev/shm cannot hold the
+ *    bytes a growth adds or back pages that had been given back to it,
+ *    EBADSEG when a growth finds the segment's size or its block chain
+ *    damaged, ENOLCK when a new scope or a variable's first lock finds no
+ *    free lock-table entry.
  * pdshm_last_error() says more about each of them.
  *
  * Threads: every function is safe to call from several threads at once.
@@ -550,11 +553,13 @@ typedef struct pdshm_stats {
   uint32_t procs_alive, procs_dead; /* dead = not yet reaped                  */
 } pdshm_stats;
 
-/* size, used and free come from one walk of the arena under the heap lock
+/* size (the arena's current size: it grows with the segment), used and free
+ * come from one walk of the arena under the heap lock
  * (on a read-only attachment, which cannot lock: a walk repeated until it
  * is not torn), the model's counts from a second walk, the processes from
  * the slot table: each group is of some instant during the call.  EINVAL
- * for a NULL st; EBADSEG when the block chain is damaged; ENOTRECOVERABLE
+ * for a NULL st; EBADSEG when the block chain is damaged or the segment's
+ * size lies past its file; ENOTRECOVERABLE
  * when the heap lock's repair fails.  Works on a read-only attachment. */
 PDSHM_API int pdshm_seg_stats(pdshm_seg *seg, pdshm_stats *st);
 /* Releases what dead processes held; *reaped (may be NULL) counts the slots
@@ -570,9 +575,11 @@ PDSHM_API int pdshm_seg_stats(pdshm_seg *seg, pdshm_stats *st);
  * attachment. */
 PDSHM_API int pdshm_reap(pdshm_seg *seg, unsigned *reaped);
 
-/* Walks the whole segment and verifies every invariant (block chain, free
- * lists, offsets and types, reference counts against the references actually
- * found, tables against their entries, no published block unreachable);
+/* Walks the whole segment and verifies every invariant (the sizes against
+ * the file: size at create <= current size <= file size <= max_size; block
+ * chain, free lists, offsets and types, reference counts against the
+ * references actually found, tables against their entries, no published
+ * block unreachable);
  * writes one line per problem to report (may be NULL).  0 when everything
  * holds, EBADSEG when something does not (EAGAIN when, on a read-only
  * attachment, writers tore every walk of the chain for 5 seconds on end, as
