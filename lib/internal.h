@@ -154,7 +154,7 @@ static inline struct pdshm_slot *pdshm__slot(const pdshm_seg *seg, uint32_t i) {
 static inline struct pdshm_lock *pdshm__lockent(const pdshm_seg *seg, uint32_t i) {
   return PDSHM_AT(seg->base, seg->hdr->locks_off, struct pdshm_lock) + i;
 }
-/* seg.c: the slow path of pdshm__seg_end: arena_end read as `e` is past
+/* seg_size.c: the slow path of pdshm__seg_end: arena_end read as `e` is past
  * what this process has seen the file hold. */
 uint64_t pdshm__seg_end_slow(const pdshm_seg *seg, uint64_t e);
 

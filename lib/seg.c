@@ -216,23 +216,6 @@ static pdshm_seg *seg_handle_new(const char *name, int fd, unsigned flags) {
   return seg;
 }
 
-/* pdshm__seg_end's slow path: e is believed when the file holds it. */
-uint64_t pdshm__seg_end_slow(const pdshm_seg *seg, uint64_t e) {
-  pdshm_seg *s = (pdshm_seg *)seg; /* `end` is this process's cache, not the segment's */
-  uint64_t known = atomic_load(&s->end);
-  struct stat st;
-  if (e > s->size || s->fd < 0 || fstat(s->fd, &st) < 0 || e > (uint64_t)st.st_size) return known;
-  while (known < e && !atomic_compare_exchange_weak(&s->end, &known, e)) {
-  }
-  return e;
-}
-
-/* pdshm__seg_holds past the size this process knows: the published one. */
-bool pdshm__seg_holds_slow(const pdshm_seg *seg, uint64_t off, uint64_t bytes) {
-  uint64_t end = pdshm__seg_end(seg);
-  return off <= end && end - off >= bytes;
-}
-
 static void seg_handle_free(pdshm_seg *seg) {
   if (seg->mapped) munmap(seg->base, seg->size);
   if (seg->fd >= 0) close(seg->fd);
