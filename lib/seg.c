@@ -136,15 +136,18 @@ static int seg_options(const pdshm_options *o, struct seg_geometry *g, unsigned 
   if (*mode & ~0777u) return pdshm__fail(PDSHM_EINVAL, "mode %#o has bits beyond 0777", *mode);
   if (flags) return pdshm__fail(PDSHM_EINVAL, "flags %#x do not apply to create", flags);
   size = round_up(size, PDSHM_REGION_ALIGN);
-  if (o && o->max_size && o->max_size < size)
-    return pdshm__fail(PDSHM_EINVAL, "max_size %llu is less than the size %llu",
-                       (unsigned long long)o->max_size, (unsigned long long)size);
   if (o && o->max_size > PDSHM_SIZE_MAX)
     return pdshm__fail(PDSHM_EINVAL, "max_size %llu exceeds %llu",
                        (unsigned long long)o->max_size, PDSHM_SIZE_MAX);
-  /* A /dev/shm smaller than the size asked: create's reservation says so. */
-  max_size = max_size < size ? size : max_size / PDSHM_REGION_ALIGN * PDSHM_REGION_ALIGN;
-  if (max_size < size) max_size = size;
+  if (o && o->max_size) { /* rounded as the size is: == size stays a fixed size */
+    max_size = round_up(o->max_size, PDSHM_REGION_ALIGN);
+    if (max_size < size)
+      return pdshm__fail(PDSHM_EINVAL, "max_size %llu is less than the size %llu",
+                         (unsigned long long)o->max_size, (unsigned long long)size);
+  } else { /* /dev/shm smaller than the size asked: create's reservation says so */
+    max_size = max_size / PDSHM_REGION_ALIGN * PDSHM_REGION_ALIGN;
+    if (max_size < size) max_size = size;
+  }
   uint64_t locks = seg_default_locks(size, o && o->size ? size : max_size);
   if (o && o->max_locks) locks = o->max_locks;
   if (locks < PDSHM_LOCKS_MIN || locks > PDSHM_LOCKS_MAX)

@@ -329,15 +329,20 @@ START_TEST(size_limits) {
   assert_create_refused(&o, PDSHM_EINVAL, "max_size below size");
   o.max_size = PDSHM_SIZE_MAX + 4096;
   assert_create_refused(&o, PDSHM_EINVAL, "max_size above PDSHM_SIZE_MAX");
-  /* == size: fixed; above it: what was asked, a whole number of pages */
+  /* == size: fixed; above it: what was asked, rounded up as the size is */
   o.max_size = 4u << 20;
   s = tu_create_opts(name, &o);
   ck_assert_uint_eq(s->hdr->max_size, 4u << 20);
   ck_assert_int_eq(pdshm_detach(s), 0);
   o.max_size = (64u << 20) + 100;
   s = tu_create_opts(name, &o);
-  ck_assert_uint_eq(s->hdr->max_size, 64u << 20);
+  ck_assert_uint_eq(s->hdr->max_size, (64u << 20) + 4096);
   ck_assert_int_eq(stat_of(name).st_size, 4 << 20);
+  ck_assert_int_eq(pdshm_detach(s), 0);
+  o.size = o.max_size = (4u << 20) + 1; /* equal, unaligned: still fixed */
+  s = tu_create_opts(name, &o);
+  ck_assert_uint_eq(s->hdr->max_size, s->hdr->size);
+  ck_assert_int_eq(stat_of(name).st_size, (4 << 20) + 4096);
   ck_assert_int_eq(pdshm_detach(s), 0);
 }
 END_TEST
