@@ -28,8 +28,9 @@
  *      is ENOSPC, never a SIGBUS), then the new FREE block's header is
  *      written past the old end, then arena_end is published by one release
  *      store, then the block is merged with a FREE last block and binned.
- *      Growth is geometric (the arena doubles, within max_size), so N
- *      allocations cost O(log N) growths.
+ *      Growth is geometric (the arena doubles, within max_size; when
+ *      /dev/shm cannot hold a doubling, just what the allocation lacks), so
+ *      N allocations cost O(log N) growths.
  *
  * Crash windows:
  *  - a growth: before the publication, the file holds bytes nobody counts

@@ -171,17 +171,19 @@ static inline uint64_t pdshm__seg_end(const pdshm_seg *seg) {
   return pdshm__seg_end_slow(seg, e);
 }
 
-/* The size this process has seen the file hold: at most the published
- * size, and inside the file, but perhaps behind a growth; a hint for sizing,
- * and the first bound the hot checks try (pdshm__seg_holds).  One private
+/* The size this process has seen the file hold: a size once published,
+ * inside the file, perhaps behind a growth since (or, after damage that
+ * lowered arena_end, past it: still inside the file); a hint for sizing, and
+ * the first bound the hot checks try (pdshm__seg_holds).  One private
  * load. */
 static inline uint64_t pdshm__seg_known(const pdshm_seg *seg) {
   return atomic_load_explicit(&seg->end, memory_order_relaxed);
 }
 
-/* Whether [off, off + bytes) lies inside the segment's published size: the
- * size this process knows first, the published one (pdshm__seg_end) only
- * when that is not enough, so that a hot check costs one private load. */
+/* Whether [off, off + bytes) lies inside the segment as far as the file
+ * holds it: below the size this process knows first, below the published
+ * one (pdshm__seg_end) only when that is not enough, so that a hot check
+ * costs one private load.  Walks and growth use pdshm__seg_end itself. */
 bool pdshm__seg_holds_slow(const pdshm_seg *seg, uint64_t off, uint64_t bytes)
     __attribute__((cold));
 static inline bool pdshm__seg_holds(const pdshm_seg *seg, uint64_t off, uint64_t bytes) {
