@@ -553,6 +553,10 @@ static int heap_grow(pdshm_seg *seg, uint64_t n) {
   uint64_t tw = word(heap_blk(seg, t)), have = 0;
   if (pdshm__blk_state(tw) == PDSHM_BLK_FREE) have = pdshm__blk_size(tw);
   uint64_t step = grow_step(end - hd->arena_off, max - end, n, have);
+  if (have && have + step >= PDSHM_BLK_MAX) { /* too big to merge: n in the new block alone */
+    have = 0;
+    step = grow_step(end - hd->arena_off, max - end, n, 0);
+  }
   if (!step) return PDSHM_ENOMEM;
   int rc = grow_reserve(seg, end, step);
   uint64_t least = grow_step(0, max - end, n, have);
@@ -572,7 +576,7 @@ static int heap_grow(pdshm_seg *seg, uint64_t n) {
   __atomic_store_n(&hd->arena_end, end + step, __ATOMIC_RELEASE);
   __atomic_store_n(&heap(seg)->growths, heap(seg)->growths + 1, __ATOMIC_RELAXED); /* read unlocked */
   PDSHM_CRASHPOINT("heap.grow.published");
-  if (have && have + step < PDSHM_BLK_MAX) { /* invariant 3: one FREE block at the end */
+  if (have) { /* invariant 3: one FREE block at the end */
     bin_remove(seg, t, have);
     set_word(heap_blk(seg, t), (have + step) | PDSHM_BLK_FREE | (tw & PDSHM_BLK_HOLEY));
     PDSHM_CRASHPOINT("heap.grow.merged");
