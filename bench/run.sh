@@ -24,11 +24,13 @@ abs_builddir=${abs_builddir:-$(pwd)}
 commands() {
   echo "./bench/bench_group --quick"
   echo "./bench/bench_alloc --quick"
+  echo "./bench/bench_grow --quick"
   echo "./bench/bench_recovery --quick"
   echo "./bench/pdshm-bench --quick"
   if [ -n "$PYTHON" ]; then
     echo "$PYTHON $srcdir/bench/python/pybench.py --quick --pdshm-bench bench/pdshm-bench"
     echo "$PYTHON $srcdir/bench/python/dpbench.py --quick --bench-group bench/bench_group"
+    echo "$PYTHON $srcdir/bench/python/grow_train.py --quick"
   fi
   if [ -n "$report" ] && command -v valgrind >/dev/null 2>&1 && [ -x bench/bench_calls ] &&
     ! grep -q '^#define PDSHM_DEBUG 1' config.h; then

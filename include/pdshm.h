@@ -16,9 +16,12 @@
  *    ENOTRECOVERABLE once the segment is poisoned (a repair after a process
  *    death failed; it stays so until unlinked);
  *  - when it allocates in the segment: ENOMEM when nothing fits even after
- *    freeing the blocks cached by this process and by dead ones, ENOSPC when
- *    /dev/shm cannot back pages that had been given back to it, ENOLCK when a
- *    new scope or a variable's first lock finds no free lock-table entry.
+ *    freeing the blocks cached by this process and by dead ones and growing
+ *    the segment up to its max_size, ENOSPC when /dev/shm cannot hold the
+ *    bytes a growth adds or back pages that had been given back to it,
+ *    EBADSEG when a growth finds the segment's size or its block chain
+ *    damaged, ENOLCK when a new scope or a variable's first lock finds no
+ *    free lock-table entry.
  * pdshm_last_error() says more about each of them.
  *
  * Threads: every function is safe to call from several threads at once.
@@ -60,8 +63,9 @@ extern "C" {
 #define PDSHM_NAME_MAX       255          /* bytes of a variable or scope name  */
 #define PDSHM_SIZE_MIN       (1ull << 20) /* smallest segment                   */
 #define PDSHM_SIZE_MAX       (1ull << 40) /* largest segment                    */
-#define PDSHM_SIZE_DEFAULT   (64ull << 20) /* or less: see pdshm_create        */
-#define PDSHM_SIZE_DEFAULT_MIN (4ull << 20) /* the least a default size becomes */
+#define PDSHM_SIZE_DEFAULT   (4ull << 20) /* the least a segment made without a
+                                             size starts at: it grows         */
+#define PDSHM_SIZE_DEFAULT_MIN (4ull << 20) /* the same                         */
 #define PDSHM_PROCS_DEFAULT  128u
 #define PDSHM_PROCS_MAX      4096u        /* process slots of one segment        */
 #define PDSHM_LOCKS_MIN      64u          /* robust locks of one segment         */
@@ -133,6 +137,9 @@ typedef struct pdshm_options {
   unsigned mode;       /* create: permission bits (default 0600)                */
   unsigned flags;      /* PDSHM_RDONLY (attach), PDSHM_SHARED_USERS (attach)    */
   unsigned max_locks;  /* create: robust locks (default: 1 per 16 KiB, >= 1024) */
+  size_t max_size;     /* create: the most the segment grows to while attached
+                          (0: as much as /dev/shm holds, at most PDSHM_SIZE_MAX;
+                          == size: a fixed size)                                */
 } pdshm_options;
 
 /*
@@ -145,13 +152,17 @@ typedef struct pdshm_options {
  *   ENAMETOOLONG; ENOSPC when /dev/shm cannot hold it (nothing is left behind;
  *   pdshm_last_error() says how big /dev/shm is, what is free, and that a
  *   container raises it with --shm-size); EACCES.  Without a size, the segment
- *   gets PDSHM_SIZE_DEFAULT, or half of what /dev/shm has free when that is
- *   less (never under PDSHM_SIZE_DEFAULT_MIN): containers often give /dev/shm
- *   only 64 MiB.  A lowered default leaves a note in pdshm_last_error() after
- *   the successful call; pdshm_inspect_seg tells the size.
+ *   starts at what its slots and locks take and a 2 MiB arena (at least
+ *   PDSHM_SIZE_DEFAULT).  Either way it grows, while attached, up to
+ *   max_size: an allocation that finds no room extends it (a full /dev/shm
+ *   is then that allocation's ENOSPC, never a SIGBUS; max_size reached, its
+ *   ENOMEM), and every attached process sees the new bytes at once.  EINVAL
+ *   for a max_size below the size or above PDSHM_SIZE_MAX.
+ *   pdshm_inspect_seg tells the size, max_size and the growths made.
  * pdshm_attach: attaches an existing segment.  ENOENT; EBADSEG when the file is
- *   not a complete segment of this layout (bad magic, fingerprint, or a size
- *   that disagrees with the file); EACCES when another user owns it, or group or
+ *   not a complete segment of this layout (bad magic, fingerprint, or sizes
+ *   that disagree with the file: its current size past the file or past its
+ *   max_size, a file longer than max_size); EACCES when another user owns it, or group or
  *   others may write it, unless PDSHM_SHARED_USERS; EUSERS when every slot is
  *   held by a live process.  Attaching reaps the slots of dead processes, as
  *   pdshm_reap does: a dead slot whose reap a stopped group member holds up
@@ -600,11 +611,13 @@ typedef struct pdshm_stats {
   uint32_t procs_alive, procs_dead; /* dead = not yet reaped                  */
 } pdshm_stats;
 
-/* size, used and free come from one walk of the arena under the heap lock
+/* size (the arena's current size: it grows with the segment), used and free
+ * come from one walk of the arena under the heap lock
  * (on a read-only attachment, which cannot lock: a walk repeated until it
  * is not torn), the model's counts from a second walk, the processes from
  * the slot table: each group is of some instant during the call.  EINVAL
- * for a NULL st; EBADSEG when the block chain is damaged; ENOTRECOVERABLE
+ * for a NULL st; EBADSEG when the block chain is damaged or the segment's
+ * size lies past its file; ENOTRECOVERABLE
  * when the heap lock's repair fails.  Works on a read-only attachment. */
 PDSHM_API int pdshm_seg_stats(pdshm_seg *seg, pdshm_stats *st);
 /* Releases what dead processes held; *reaped (may be NULL) counts the slots
@@ -620,9 +633,11 @@ PDSHM_API int pdshm_seg_stats(pdshm_seg *seg, pdshm_stats *st);
  * attachment. */
 PDSHM_API int pdshm_reap(pdshm_seg *seg, unsigned *reaped);
 
-/* Walks the whole segment and verifies every invariant (block chain, free
- * lists, offsets and types, reference counts against the references actually
- * found, tables against their entries, no published block unreachable);
+/* Walks the whole segment and verifies every invariant (the sizes against
+ * the file: size at create <= current size <= file size <= max_size; block
+ * chain, free lists, offsets and types, reference counts against the
+ * references actually found, tables against their entries, no published
+ * block unreachable);
  * writes one line per problem to report (may be NULL).  0 when everything
  * holds, EBADSEG when something does not (EAGAIN when, on a read-only
  * attachment, writers tore every walk of the chain for 5 seconds on end, as
@@ -663,7 +678,7 @@ PDSHM_API int pdshm_procs(pdshm_seg *seg, pdshm_proc_info *out, unsigned cap);
 
 /* The segment as its header describes it. */
 typedef struct pdshm_seg_info {
-  uint64_t size;           /* bytes of the segment file                          */
+  uint64_t size;           /* bytes of the segment now (it grows up to max_size) */
   uint64_t arena;          /* bytes of the arena (blocks)                        */
   uint32_t layout_version; /* of the segment's structures                        */
   uint32_t max_procs;      /* process slots                                      */
@@ -675,6 +690,9 @@ typedef struct pdshm_seg_info {
   uint64_t daemon_beat_ns; /* pdshmd's last heartbeat (CLOCK_REALTIME), 0: none  */
   uint64_t reaped;         /* slots reaped since create                          */
   int poisoned;            /* nonzero: a repair failed (ENOTRECOVERABLE)         */
+  uint64_t max_size;       /* the most it grows to (== size at create: fixed)    */
+  uint64_t first_size;     /* bytes at create                                    */
+  uint64_t growths;        /* times it grew since create                         */
 } pdshm_seg_info;
 /* Copies the header's figures (no walk).  EINVAL for a NULL out. */
 PDSHM_API int pdshm_inspect_seg(pdshm_seg *seg, pdshm_seg_info *out);

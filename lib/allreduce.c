@@ -80,10 +80,10 @@ static int ar_check(const pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t ro
                          r, kind_name(d->kind), d->dtype, (unsigned long long)d->count, d->op,
                          kind_name(d0->kind), d0->dtype, (unsigned long long)d0->count, d0->op);
   }
+  const uint64_t end = pdshm__seg_end(seg);
   for (uint32_t r = 0; r < g->size; r++) {
     const struct pdshm_group_desc *d = &g->rank[r].ar[round & 1];
-    if (d->data < seg->hdr->arena_off || d->data > seg->hdr->arena_end ||
-        d->count > (seg->hdr->arena_end - d->data) / es)
+    if (d->data < seg->hdr->arena_off || d->data > end || d->count > (end - d->data) / es)
       return pdshm__fail(PDSHM_EBADSEG, "rank %u's tensor lies outside the arena", r);
   }
   return 0;

@@ -19,6 +19,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "group.h"
 #include "introspect.h"
@@ -446,9 +447,32 @@ static int ck_varlocks(struct ck *c) {
   return 0;
 }
 
+/* The sizes against the file (seg.c's invariant 2, as attach checks them):
+ * size <= arena_end <= file size <= max_size, and max_size is what this
+ * attachment mapped. */
+static int ck_sizes(pdshm_seg *seg, FILE *report) {
+  const struct pdshm_hdr *h = seg->hdr;
+  uint64_t end = __atomic_load_n(&h->arena_end, __ATOMIC_ACQUIRE), max = h->max_size;
+  struct stat st;
+  if (fstat(seg->fd, &st) < 0) return pdshm__fail(-errno, "fstat: %s", strerror(errno));
+  uint64_t file = (uint64_t)st.st_size;
+  if (end < h->size || end > max || max != seg->size || file < end || file > max) {
+    if (report)
+      fprintf(report, "sizes: arena_end %llu, first %llu, max_size %llu (mapped %llu), file %llu\n",
+              (unsigned long long)end, (unsigned long long)h->size, (unsigned long long)max,
+              (unsigned long long)seg->size, (unsigned long long)file);
+    return pdshm__fail(PDSHM_EBADSEG, "the segment's size %llu disagrees with its file (%llu "
+                       "bytes) or max_size %llu", (unsigned long long)end,
+                       (unsigned long long)file, (unsigned long long)max);
+  }
+  return 0;
+}
+
 static int ck_once(pdshm_seg *seg, FILE *report, int *problems) {
   struct ck c = {.seg = seg, .report = report};
-  int rc = ck_walk_blocks(&c);
+  int rc = ck_sizes(seg, report);
+  if (rc) return rc;
+  rc = ck_walk_blocks(&c);
   if (!rc && !c.problems) ck_model(&c);
   if (!rc && !c.problems) rc = ck_varlocks(&c);
   if (!rc) {

@@ -63,14 +63,15 @@ static bool group_rank_held(uint64_t m) { return m && !(m & PDSHM_GM_DEAD); }
 /* A record that is what it claims, or NULL (hostile bytes). */
 static struct pdshm_group_rec *group_at(pdshm_seg *seg, pdshm_off_t off) {
   const struct pdshm_hdr *h = seg->hdr;
+  uint64_t end = pdshm__seg_end(seg);
   if (off < h->arena_off + PDSHM_BLK_HDR || off % PDSHM_ALIGN ||
-      off + sizeof(struct pdshm_group_rec) > h->arena_end)
+      off + sizeof(struct pdshm_group_rec) > end)
     return NULL;
   struct pdshm_blk *b = pdshm__blk(seg, off);
   if (pdshm__blk_type(b) != PDSHM_T_GROUP) return NULL;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, off);
   if (g->magic != PDSHM_GROUP_MAGIC || g->size == 0 || g->cap > PDSHM_GROUP_MAX ||
-      g->size > g->cap || off + pdshm__group_bytes(g->cap) > h->arena_end ||
+      g->size > g->cap || off + pdshm__group_bytes(g->cap) > end ||
       !pdshm__plan_sane(g, atomic_load(&g->plan)))
     return NULL;
   pdshm__group_settle(g); /* every caller holds the lock */
@@ -80,7 +81,7 @@ static struct pdshm_group_rec *group_at(pdshm_seg *seg, pdshm_off_t off) {
 int pdshm__group_find(pdshm_seg *seg, const char *name, size_t len, pdshm_off_t *found,
                       pdshm_off_t *link) {
   pdshm_off_t at = pdshm__off(seg, &seg->hdr->groups);
-  uint64_t bound = seg->hdr->size / sizeof(struct pdshm_group_rec);
+  uint64_t bound = pdshm__seg_end(seg) / sizeof(struct pdshm_group_rec);
   *found = 0;
   for (pdshm_off_t off = seg->hdr->groups; off; bound--) {
     struct pdshm_group_rec *g = group_at(seg, off);
@@ -304,7 +305,7 @@ void pdshm__group_leave_all(pdshm_seg *seg) {
 /* Lock held, journaled: marks slot's member of one group dead (the first
  * group that has one); 1 when it did, 0 when no group has one. */
 static int group_reap_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t slot) {
-  uint64_t bound = seg->hdr->size / sizeof(struct pdshm_group_rec);
+  uint64_t bound = pdshm__seg_end(seg) / sizeof(struct pdshm_group_rec);
   for (pdshm_off_t off = seg->hdr->groups; off; bound--) {
     struct pdshm_group_rec *g = group_at(seg, off);
     if (!g || !bound) return pdshm__fail(PDSHM_EBADSEG, "the group registry is damaged");
@@ -323,7 +324,7 @@ static int group_reap_one(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t sl
 /* Lock held: the first group where member word m (marked dead or not)
  * holds a rank and a live member writes; 0 when none, or EBADSEG. */
 static int group_writing_beside(pdshm_seg *seg, uint64_t m, struct pdshm_group_rec **busy) {
-  uint64_t bound = seg->hdr->size / sizeof(struct pdshm_group_rec);
+  uint64_t bound = pdshm__seg_end(seg) / sizeof(struct pdshm_group_rec);
   *busy = NULL;
   for (pdshm_off_t off = seg->hdr->groups; off; bound--) {
     struct pdshm_group_rec *g = group_at(seg, off);

@@ -23,7 +23,20 @@
  *      one that is not empties the cache (its blocks stay the slot's, and
  *      the sweep at its detach or reap frees them).
  *
+ *  H4. The arena grows only here (heap_grow, heap lock held), by layout.h's
+ *      invariant 2: the file is extended first (fallocate: a full /dev/shm
+ *      is ENOSPC, never a SIGBUS), then the new FREE block's header is
+ *      written past the old end, then arena_end is published by one release
+ *      store, then the block is merged with a FREE last block and binned.
+ *      Growth is geometric (the arena doubles, within max_size; when
+ *      /dev/shm cannot hold a doubling, just what the allocation lacks), so
+ *      N allocations cost O(log N) growths.
+ *
  * Crash windows:
+ *  - a growth: before the publication, the file holds bytes nobody counts
+ *    (attach allows a file longer than arena_end; the next grower writes
+ *    them again); after it, the chain ends with a FREE block, perhaps beside
+ *    another, not yet binned: the rebuild merges and bins them;
  *  - a cache pop or push is two stores (the block's word, the lane's head):
  *    dead lanes' lists are never read again; the reaper's sweep goes by the
  *    blocks' owner field instead;
@@ -78,7 +91,7 @@ unsigned pdshm__class_of(size_t bytes) {
 /* Bytes of one class a lane may cache: about 1/2048 of the arena (16 KiB to
  * 256 KiB), so that what caches strand stays a small share. */
 static uint64_t cache_bytes(const pdshm_seg *seg) {
-  uint64_t bytes = (seg->hdr->arena_end - seg->hdr->arena_off) / 2048;
+  uint64_t bytes = (pdshm__seg_known(seg) - seg->hdr->arena_off) / 2048;
   return bytes < (16u << 10) ? (16u << 10) : bytes > (256u << 10) ? (256u << 10) : bytes;
 }
 
@@ -131,19 +144,24 @@ static struct pdshm_free_links *links(const pdshm_seg *seg, pdshm_off_t off) {
 }
 static struct pdshm_heap *heap(const pdshm_seg *seg) { return &seg->hdr->heap; }
 
-/* Sets the hint of the block after off (if any) to off's size. */
+/* Sets the hint of the block after off to off's size, or, when off is the
+ * last block, the heap's tail hint to off: every block size the heap
+ * changes ends here, so the hints follow the chain. */
 static void fix_next_prev(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
-  if (off + size < seg->hdr->arena_end) heap_blk(seg, off + size)->prev16 = (uint32_t)(size / 16);
+  if (off + size < pdshm__seg_known(seg) || off + size < pdshm__seg_end(seg))
+    heap_blk(seg, off + size)->prev16 = (uint32_t)(size / 16);
+  else
+    heap(seg)->tail = off;
 }
 
 /* ---- bins (heap lock) ---------------------------------------------------------- */
 
 /* The size of the FREE block at off when it lies inside the arena, else 0. */
 static uint64_t free_block_size(const pdshm_seg *seg, pdshm_off_t off) {
-  const struct pdshm_hdr *hd = seg->hdr;
-  if (off % PDSHM_ALIGN || off < hd->arena_off || off > hd->arena_end - PDSHM_BLK_MIN) return 0;
+  if (off % PDSHM_ALIGN || off < seg->hdr->arena_off || !pdshm__seg_holds(seg, off, PDSHM_BLK_MIN))
+    return 0;
   uint64_t w = word(heap_blk(seg, off)), size = pdshm__blk_size(w);
-  if (pdshm__blk_state(w) != PDSHM_BLK_FREE || size < PDSHM_BLK_MIN || size > hd->arena_end - off)
+  if (pdshm__blk_state(w) != PDSHM_BLK_FREE || size < PDSHM_BLK_MIN || !pdshm__seg_holds(seg, off, size))
     return 0;
   return size;
 }
@@ -240,7 +258,7 @@ static inline void zero_if_record(pdshm_seg *seg, pdshm_off_t off, uint64_t size
  * pressure on /dev/shm and age give it back (heap_trim). */
 static bool retain(pdshm_seg *seg, uint64_t bytes) {
   struct pdshm_heap *h = heap(seg);
-  uint64_t budget = (seg->hdr->arena_end - seg->hdr->arena_off) / RETAIN_SHARE;
+  uint64_t budget = (pdshm__seg_known(seg) - seg->hdr->arena_off) / RETAIN_SHARE;
   if (budget > RETAIN_MAX) budget = RETAIN_MAX;
   if (h->retained > budget) h->retained = budget; /* a hint: clamp after a death */
   if (h->retained + bytes > budget) return false;
@@ -344,15 +362,15 @@ static void heap_release(pdshm_seg *seg, pdshm_off_t off) {
   struct pdshm_blk *b = heap_blk(seg, off);
   const pdshm_off_t freed_at = off;
   const uint64_t freed = pdshm__blk_size(word(b));
-  uint64_t size = freed, holey = 0;
-  if (freed < PDSHM_BLK_MIN || freed > seg->hdr->arena_end - off)
+  uint64_t size = freed, holey = 0, end = pdshm__seg_end(seg);
+  if (freed < PDSHM_BLK_MIN || freed > end - off)
     return; /* a size that is not the chain's: left for pdshm_check to report */
   set_word(b, size | PDSHM_BLK_FREE);
   pdshm__blk_set_type(b, PDSHM_T_NONE);
   pdshm__blk_set_owner(b, 0);
   PDSHM_CRASHPOINT("heap.release.free");
   pdshm_off_t next = off + size;
-  uint64_t nsize = next < seg->hdr->arena_end ? free_block_size(seg, next) : 0;
+  uint64_t nsize = next < end ? free_block_size(seg, next) : 0;
   if (nsize && size + nsize < PDSHM_BLK_MAX) {
     uint64_t nw = word(heap_blk(seg, next));
     bin_remove(seg, next, nsize);
@@ -408,10 +426,8 @@ static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t o
  * `tag`; else 0, and cb is emptied. */
 static pdshm_off_t cache_link(pdshm_seg *seg, struct pdshm_cache_bin *cb, uint64_t size,
                               uint16_t tag) {
-  const struct pdshm_hdr *hd = seg->hdr;
   pdshm_off_t off = cb->head;
-  if (off % PDSHM_ALIGN == 0 && off >= hd->arena_off && off < hd->arena_end &&
-      size <= hd->arena_end - off) {
+  if (off % PDSHM_ALIGN == 0 && off >= seg->hdr->arena_off && pdshm__seg_holds(seg, off, size)) {
     const struct pdshm_blk *b = heap_blk(seg, off);
     uint64_t w = word(b);
     if (pdshm__blk_state(w) == PDSHM_BLK_CACHED && pdshm__blk_size(w) == size &&
@@ -468,6 +484,111 @@ static void cache_refill(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned c,
   }
 }
 
+/* ---- growing (heap lock) ------------------------------------------------------------ */
+
+/* The last block of the chain, or 0 when the chain is broken: the tail hint
+ * when the chain confirms it (its size ends the arena, and its prev16 names
+ * a block that ends where it starts), else found by a walk. */
+static int tail_visit(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
+  (void)b, (void)w;
+  *(pdshm_off_t *)arg = at;
+  return 0;
+}
+
+static pdshm_off_t tail_block(pdshm_seg *seg, uint64_t end) {
+  const struct pdshm_hdr *hd = seg->hdr;
+  pdshm_off_t t = heap(seg)->tail;
+  if (t % PDSHM_ALIGN == 0 && t >= hd->arena_off && t < end &&
+      pdshm__blk_size(word(heap_blk(seg, t))) == end - t) {
+    uint64_t p = (uint64_t)heap_blk(seg, t)->prev16 * 16;
+    if (p ? p <= t - hd->arena_off && pdshm__blk_size(word(heap_blk(seg, t - p))) == p
+          : t == hd->arena_off)
+      return t;
+  }
+  t = 0;
+  if (pdshm__chain_walk(seg, &(struct pdshm_walker){NULL, tail_visit, &t}, NULL)) return 0;
+  return t;
+}
+
+/* Extends the file over [end, end+len): ENOSPC (the one /dev/shm message)
+ * when /dev/shm cannot hold it even after the FREE blocks gave their pages
+ * back.  A failed fallocate leaves the file as it was. */
+static int grow_reserve(pdshm_seg *seg, uint64_t end, uint64_t len) {
+  if (fallocate(seg->fd, 0, (off_t)end, (off_t)len) == 0) return 0;
+  if (errno == ENOSPC && heap_trim(seg, UINT64_MAX) &&
+      fallocate(seg->fd, 0, (off_t)end, (off_t)len) == 0)
+    return 0;
+  if (errno == ENOSPC || errno == EFBIG) return pdshm__shmfs_full(seg->fd, len);
+  return pdshm__fail(-errno, "fallocate: %s", strerror(errno));
+}
+
+#define GROW_MIN (1ull << 20)           /* the least a growth adds              */
+#define GROW_MAX (PDSHM_BLK_MAX / 2)    /* the most: one block, merged or not   */
+
+/* How far to grow for a block of n bytes when the last block is FREE with
+ * `have` bytes: as much as the arena has (geometric), at least what n lacks,
+ * at most what max_size leaves; 0 when even the least does not fit. */
+static uint64_t grow_step(uint64_t arena, uint64_t room, uint64_t n, uint64_t have) {
+  uint64_t need = n > have ? n - have : 0;
+  need = (need + PDSHM_REGION_ALIGN - 1) / PDSHM_REGION_ALIGN * PDSHM_REGION_ALIGN;
+  if (need < PDSHM_BLK_MIN) need = PDSHM_REGION_ALIGN;
+  if (need > room || need > GROW_MAX) return 0;
+  uint64_t step = arena < GROW_MIN ? GROW_MIN : arena;
+  step = step > GROW_MAX ? GROW_MAX : step < need ? need : step;
+  step = step / PDSHM_REGION_ALIGN * PDSHM_REGION_ALIGN;
+  return step > room ? room / PDSHM_REGION_ALIGN * PDSHM_REGION_ALIGN : step;
+}
+
+/* Invariant H4: grows the arena so that a FREE block of n bytes is binned.
+ * ENOMEM at max_size, ENOSPC when /dev/shm is full, EBADSEG on a damaged
+ * size or chain; nothing changes then but the file's unused tail. */
+static int heap_grow(pdshm_seg *seg, uint64_t n) {
+  struct pdshm_hdr *hd = seg->hdr;
+  uint64_t end = pdshm__seg_end(seg), max = hd->max_size < seg->size ? hd->max_size : seg->size;
+  if (end != hd->arena_end || end > max)
+    return pdshm__fail(PDSHM_EBADSEG, "the segment's size %llu lies past its file or max_size",
+                       (unsigned long long)hd->arena_end);
+  pdshm_off_t t = tail_block(seg, end);
+  if (!t) return PDSHM_EBADSEG;
+  uint64_t tw = word(heap_blk(seg, t)), have = 0;
+  if (pdshm__blk_state(tw) == PDSHM_BLK_FREE) have = pdshm__blk_size(tw);
+  uint64_t step = grow_step(end - hd->arena_off, max - end, n, have);
+  if (have && have + step >= PDSHM_BLK_MAX) { /* too big to merge: n in the new block alone */
+    have = 0;
+    step = grow_step(end - hd->arena_off, max - end, n, 0);
+  }
+  if (!step) return PDSHM_ENOMEM;
+  int rc = grow_reserve(seg, end, step);
+  uint64_t least = grow_step(0, max - end, n, have);
+  if (rc == PDSHM_ENOSPC && least < step) { /* what /dev/shm still holds may do */
+    step = least;
+    pdshm__fail_clear();
+    rc = grow_reserve(seg, end, step);
+  }
+  if (rc) return rc;
+  PDSHM_CRASHPOINT("heap.grow.reserved");
+  struct pdshm_blk *b = heap_blk(seg, end);
+  b->prev16 = (uint32_t)(pdshm__blk_size(tw) / 16);
+  pdshm__blk_set_type(b, PDSHM_T_NONE);
+  pdshm__blk_set_owner(b, 0);
+  set_word(b, step | PDSHM_BLK_FREE);
+  PDSHM_CRASHPOINT("heap.grow.block");
+  __atomic_store_n(&hd->arena_end, end + step, __ATOMIC_RELEASE);
+  __atomic_store_n(&heap(seg)->growths, heap(seg)->growths + 1, __ATOMIC_RELAXED); /* read unlocked */
+  PDSHM_CRASHPOINT("heap.grow.published");
+  if (have) { /* invariant 3: one FREE block at the end */
+    bin_remove(seg, t, have);
+    set_word(heap_blk(seg, t), (have + step) | PDSHM_BLK_FREE | (tw & PDSHM_BLK_HOLEY));
+    PDSHM_CRASHPOINT("heap.grow.merged");
+    fix_next_prev(seg, t, have + step);
+    bin_insert(seg, t, have + step);
+  } else {
+    fix_next_prev(seg, end, step);
+    bin_insert(seg, end, step);
+  }
+  return 0;
+}
+
 /* ---- the API ---------------------------------------------------------------------- */
 
 void pdshm__heap_init(pdshm_seg *seg) {
@@ -476,6 +597,7 @@ void pdshm__heap_init(pdshm_seg *seg) {
   uint64_t prev = 0;
   for (pdshm_off_t at = hd->arena_off; at < hd->arena_end;) {
     uint64_t size = hd->arena_end - at, max = PDSHM_BLK_MAX - PDSHM_ALIGN;
+    heap(seg)->tail = at;
     if (size > max) size = size - max < PDSHM_BLK_MIN ? max - PDSHM_BLK_MIN : max;
     struct pdshm_blk *b = heap_blk(seg, at);
     b->prev16 = (uint32_t)(prev / 16);
@@ -489,9 +611,8 @@ void pdshm__heap_init(pdshm_seg *seg) {
 }
 
 bool pdshm__payload_used(const pdshm_seg *seg, pdshm_off_t payload, size_t bytes) {
-  const struct pdshm_hdr *h = seg->hdr;
-  if (payload % PDSHM_ALIGN || payload < h->arena_off + PDSHM_BLK_HDR ||
-      payload > h->arena_end || h->arena_end - payload < bytes)
+  if (payload % PDSHM_ALIGN || payload < seg->hdr->arena_off + PDSHM_BLK_HDR ||
+      !pdshm__seg_holds(seg, payload, bytes))
     return false;
   return pdshm__blk_state(word(heap_blk(seg, payload - PDSHM_BLK_HDR))) == PDSHM_BLK_USED;
 }
@@ -501,17 +622,20 @@ size_t pdshm__alloc_usable(const pdshm_seg *seg, pdshm_off_t payload) {
 }
 
 /* One attempt under the heap lock: the block itself (a little bigger than
- * asked when the rest would be too small to stand alone), then, for a small
- * class, more of the same into the lane's cache. */
+ * asked when the rest would be too small to stand alone), growing the
+ * segment for it when `grow` and no block fits, then, for a small class,
+ * more of the same into the lane's cache. */
 static int alloc_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint64_t n, unsigned c,
-                        unsigned type, pdshm_off_t *blk) {
+                        unsigned type, bool grow, pdshm_off_t *blk) {
   int rc = pdshm__lock(seg, PDSHM_LOCK_HEAP);
   if (rc) return rc;
   PDSHM_CRASHPOINT("heap.locked");
   trim_aged(seg);
   if (c < PDSHM_NCLASSES) n = pdshm__class_size(c);
   pdshm_off_t off = bin_search(seg, n);
-  rc = off ? carve(seg, off, n, PDSHM_BLK_USED, ln->tag, type) : PDSHM_ENOMEM;
+  rc = off ? 0 : grow ? heap_grow(seg, n) : PDSHM_ENOMEM;
+  if (!rc && !off) off = bin_search(seg, n);
+  if (!rc) rc = off ? carve(seg, off, n, PDSHM_BLK_USED, ln->tag, type) : PDSHM_ENOMEM;
   if (!rc) *blk = off;
   if (!rc && c < PDSHM_NCLASSES) cache_refill(seg, &ln->rec->cache[c], c, ln->tag);
   pdshm__unlock(seg, PDSHM_LOCK_HEAP);
@@ -543,15 +667,17 @@ int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsign
   pdshm_off_t blk = 0;
   if (cb && cb->head) blk = cache_pop(seg, cb, type, pdshm__class_size(c), ln->tag); /* no lock */
   if (!blk) {
-    int rc = alloc_locked(seg, ln, n, c, type, &blk);
-    if (rc == PDSHM_ENOMEM) { /* our own caches, then what the reclaim gives back */
+    int rc = alloc_locked(seg, ln, n, c, type, false, &blk);
+    if (rc == PDSHM_ENOMEM) { /* our own caches, what the reclaim gives back, growth */
       pdshm__cache_flush(seg, ln);
       if (heap_reclaim) heap_reclaim(seg);
-      rc = alloc_locked(seg, ln, n, c, type, &blk);
+      rc = alloc_locked(seg, ln, n, c, type, true, &blk);
     }
     if (rc == PDSHM_ENOMEM)
-      return pdshm__fail(PDSHM_ENOMEM, "no free block of %llu bytes in the segment",
-                         (unsigned long long)n);
+      return pdshm__fail(PDSHM_ENOMEM,
+                         "no free block of %llu bytes in the segment (%llu MiB, at most %llu MiB)",
+                         (unsigned long long)n, (unsigned long long)(pdshm__seg_end(seg) >> 20),
+                         (unsigned long long)(seg->hdr->max_size >> 20));
     if (rc) return rc;
   }
   *payload = blk + PDSHM_BLK_HDR;
@@ -599,6 +725,7 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
 
 struct relink {
   pdshm_seg *seg;
+  pdshm_off_t last;        /* the last block that stays: the tail hint       */
   pdshm_off_t run;         /* the FREE block the FREE blocks after it merge
                               into, 0 when the last block was not FREE      */
   uint64_t run_word;       /* its header word, as we last stored it          */
@@ -625,6 +752,7 @@ static int relink_block(void *arg, pdshm_off_t at, const struct pdshm_blk *cb, u
     rl->prev = run_size + size;
     return 0;
   }
+  rl->last = at;
   relink_close(rl);
   struct pdshm_blk *b = heap_blk(rl->seg, at);
   b->prev16 = (uint32_t)(rl->prev / 16);
@@ -648,6 +776,7 @@ static int heap_relink(pdshm_seg *seg) {
   struct relink rl = {.seg = seg};
   int rc = pdshm__chain_walk(seg, &(struct pdshm_walker){NULL, relink_block, &rl}, NULL);
   if (!rc) relink_close(&rl);
+  if (!rc) h->tail = rl.last;
   return rc;
 }
 

@@ -21,7 +21,7 @@ static const struct pdshm_blk *hc_blk(const pdshm_seg *seg, pdshm_off_t off) {
 static uint64_t hc_size(const pdshm_seg *seg, pdshm_off_t at) {
   uint64_t size = pdshm__blk_size(atomic_load_explicit(&hc_blk(seg, at)->word,
                                                        memory_order_acquire));
-  if (size < PDSHM_BLK_MIN || size % PDSHM_ALIGN || size > seg->hdr->arena_end - at) return 0;
+  if (size < PDSHM_BLK_MIN || size % PDSHM_ALIGN || size > pdshm__seg_end(seg) - at) return 0;
   return size;
 }
 
@@ -66,10 +66,14 @@ static void hs_count(const pdshm_seg *seg, struct pdshm_heap_stats *st, pdshm_of
 struct hs_walk {
   pdshm_seg *seg;
   struct pdshm_heap_stats *st;
+  pdshm_off_t end;         /* where the last block visited ends: the arena's
+                              end as this walk saw it (a growth may follow) */
 };
 
 static void hs_reset(void *arg) {
-  struct pdshm_heap_stats *st = ((struct hs_walk *)arg)->st;
+  struct hs_walk *hw = arg;
+  struct pdshm_heap_stats *st = hw->st;
+  hw->end = hw->seg->hdr->arena_off;
   memset(st, 0, sizeof *st);
   for (unsigned c = 0; c < PDSHM_NCLASSES; c++) st->cls[c].block_size = pdshm__class_size(c);
 }
@@ -77,15 +81,16 @@ static void hs_reset(void *arg) {
 static int hs_visit(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
   struct hs_walk *hw = arg;
   hs_count(hw->seg, hw->st, at, b, w);
+  hw->end = at + pdshm__blk_size(w);
   return 0;
 }
 
 static int hs_walk(pdshm_seg *seg, struct pdshm_heap_stats *st) {
   const struct pdshm_hdr *h = seg->hdr;
-  struct hs_walk hw = {seg, st};
+  struct hs_walk hw = {seg, st, h->arena_off};
   int rc = pdshm__chain_walk(seg, &(struct pdshm_walker){hs_reset, hs_visit, &hw}, NULL);
   if (rc) return rc;
-  st->arena = h->arena_end - h->arena_off;
+  st->arena = hw.end - h->arena_off;
   st->rebuilds = h->heap.rebuilds;
   st->punched = h->heap.punched;
   return 0;
@@ -162,8 +167,8 @@ static void hc_chain(struct hc *c) {
 }
 
 static bool hc_is_block(struct hc *c, pdshm_off_t off) {
-  const struct pdshm_hdr *h = c->seg->hdr;
-  return off >= h->arena_off && off < h->arena_end && off % PDSHM_ALIGN == 0 && hc_size(c->seg, off);
+  return off >= c->seg->hdr->arena_off && off < pdshm__seg_end(c->seg) && off % PDSHM_ALIGN == 0 &&
+         hc_size(c->seg, off);
 }
 
 static int hc_cmp(const void *a, const void *b) {

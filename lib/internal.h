@@ -115,7 +115,10 @@ static inline struct pdshm_thread *pdshm__thread(void) {
 struct pdshm_seg {
   uint8_t *base;               /* the mapping                                  */
   struct pdshm_hdr *hdr;       /* == base                                      */
-  size_t size;                 /* bytes mapped (== hdr->size)                  */
+  size_t size;                 /* bytes mapped (the header's max_size): only   */
+                               /* those below pdshm__seg_end may be touched    */
+  _Atomic uint64_t end;        /* the largest arena_end seen inside the file   */
+                               /* (pdshm__seg_end); only grows                 */
   bool mapped;                 /* [base, base+size) maps the file here: false  */
                                /* in a fork child that could not map it again  */
   int fd;                      /* the segment file; owns our slot's OFD lock   */
@@ -151,12 +154,50 @@ static inline struct pdshm_slot *pdshm__slot(const pdshm_seg *seg, uint32_t i) {
 static inline struct pdshm_lock *pdshm__lockent(const pdshm_seg *seg, uint32_t i) {
   return PDSHM_AT(seg->base, seg->hdr->locks_off, struct pdshm_lock) + i;
 }
-/* Walks trust the arena bounds only as far as this mapping goes: a header
- * scribbled after attach must not send them outside it. */
-static inline bool pdshm__arena_sane(const pdshm_seg *seg) {
+/* seg_size.c: the slow path of pdshm__seg_end: arena_end read as `e` is past
+ * what this process has seen the file hold. */
+uint64_t pdshm__seg_end_slow(const pdshm_seg *seg, uint64_t e);
+
+/* The segment's current size, arena_end (layout.h invariant 2), as far as
+ * bytes may be touched: read once (acquire: a growth's new block header is
+ * seen with it) and, when it exceeds every value seen before, checked
+ * against the file's real size and the mapping (one fstat).  A value past
+ * either is damage: the last good one is answered instead, so that no bound
+ * drawn from it leads outside the file (pdshm_check reports it).  Every
+ * hostile-input bound reads it once per check. */
+static inline uint64_t pdshm__seg_end(const pdshm_seg *seg) {
+  uint64_t e = __atomic_load_n(&seg->hdr->arena_end, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(e <= atomic_load_explicit(&seg->end, memory_order_relaxed), 1)) return e;
+  return pdshm__seg_end_slow(seg, e);
+}
+
+/* The size this process has seen the file hold: a size once published,
+ * inside the file, perhaps behind a growth since (or, after damage that
+ * lowered arena_end, past it: still inside the file); a hint for sizing, and
+ * the first bound the hot checks try (pdshm__seg_holds).  One private
+ * load. */
+static inline uint64_t pdshm__seg_known(const pdshm_seg *seg) {
+  return atomic_load_explicit(&seg->end, memory_order_relaxed);
+}
+
+/* Whether [off, off + bytes) lies inside the segment as far as the file
+ * holds it: below the size this process knows first, below the published
+ * one (pdshm__seg_end) only when that is not enough, so that a hot check
+ * costs one private load.  Walks and growth use pdshm__seg_end itself. */
+bool pdshm__seg_holds_slow(const pdshm_seg *seg, uint64_t off, uint64_t bytes)
+    __attribute__((cold));
+static inline bool pdshm__seg_holds(const pdshm_seg *seg, uint64_t off, uint64_t bytes) {
+  uint64_t end = pdshm__seg_known(seg);
+  if (__builtin_expect(off <= end && end - off >= bytes, 1)) return true;
+  return pdshm__seg_holds_slow(seg, off, bytes);
+}
+
+/* Walks trust the arena bounds only as far as the file goes: a header
+ * scribbled after attach must not send them outside it.  end is
+ * pdshm__seg_end, read once by the caller. */
+static inline bool pdshm__arena_sane(const pdshm_seg *seg, uint64_t end) {
   const struct pdshm_hdr *h = seg->hdr;
-  return h->arena_off >= sizeof *h && h->arena_off % PDSHM_ALIGN == 0 &&
-         h->arena_off < h->arena_end && h->arena_end <= seg->size;
+  return h->arena_off >= sizeof *h && h->arena_off % PDSHM_ALIGN == 0 && h->arena_off < end;
 }
 
 static inline struct pdshm_blk *pdshm__blk(const pdshm_seg *seg, pdshm_off_t payload) {
@@ -226,10 +267,9 @@ int pdshm__shmfs_space(int fd, uint64_t *total, uint64_t *avail);
 /* ENOSPC, with the message every part of pdshm gives for a full /dev/shm:
  * what was wanted, what is free of how much, and --shm-size. */
 int pdshm__shmfs_full(int fd, uint64_t wanted);
-/* The size of a segment created without one: PDSHM_SIZE_DEFAULT, or half of
- * what /dev/shm has free when that is less (at least PDSHM_SIZE_DEFAULT_MIN);
- * a lowered size leaves a note in pdshm_last_error(). */
-uint64_t pdshm__shmfs_default_size(void);
+/* The most a segment grows to without a max_size: /dev/shm's size, at most
+ * PDSHM_SIZE_MAX. */
+uint64_t pdshm__shmfs_max_size(void);
 
 /* ---- pin.c ---------------------------------------------------------------- */
 /* Detach: drops every pin the attachment holds (when it still may: not in a

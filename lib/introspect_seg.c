@@ -12,13 +12,15 @@ PDSHM_API int pdshm_inspect_seg(pdshm_seg *seg, pdshm_seg_info *out) {
   int rc = pdshm__inspect_begin(seg, out != NULL, "output", 0);
   if (rc) return rc;
   const struct pdshm_hdr *h = seg->hdr;
+  const uint64_t end = pdshm__seg_end(seg);
   *out = (pdshm_seg_info){
-      .size = seg->size, .layout_version = h->layout_version, .max_procs = h->max_procs,
+      .size = end, .max_size = h->max_size, .first_size = h->size,
+      .growths = __atomic_load_n(&h->heap.growths, __ATOMIC_RELAXED), .layout_version = h->layout_version, .max_procs = h->max_procs,
       .max_locks = h->max_locks, .creator_pid = h->creator_pid, .creator_uid = h->creator_uid,
       .daemon_pid = atomic_load(&h->daemon_pid), .created_ns = h->created_ns,
       .daemon_beat_ns = atomic_load(&h->daemon_beat_ns), .reaped = atomic_load(&h->reaped),
       .poisoned = atomic_load(&h->poisoned) != 0};
-  if (pdshm__arena_sane(seg)) out->arena = h->arena_end - h->arena_off;
+  if (pdshm__arena_sane(seg, end)) out->arena = end - h->arena_off;
   return 0;
 }
 

@@ -117,7 +117,7 @@ int pdshm__j_alloc_keep(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes,
 static void jrn_redo(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uint64_t val,
                      pdshm_off_t bump) {
   struct pdshm_journal *j = jrn(ln);
-  assert(j->nredo < PDSHM_J_REDO && at % 8 == 0 && at < seg->size);
+  assert(j->nredo < PDSHM_J_REDO && at % 8 == 0 && at < seg->size); /* our own word */
   j->redo[j->nredo] = (struct pdshm_redo){.at = at | bump, .val = val};
   atomic_thread_fence(memory_order_release);
   j->nredo++;
@@ -177,7 +177,7 @@ static bool jrn_marked(pdshm_seg *seg, pdshm_off_t payload, uint16_t tag) {
 /* A bumped word is a version: a 64-bit counter followed by the 32-bit count
  * of its waiters (struct pdshm_var_rec); a bump wakes them (futex.c). */
 static void jrn_bump_wake(pdshm_seg *seg, pdshm_off_t at) {
-  if (at + 12 > seg->size) return;
+  if (!pdshm__seg_holds(seg, at, 12)) return;
   pdshm__futex_wake(pdshm__futex_low(jrn_word(seg, at)),
                     PDSHM_AT(seg->base, at + 8, _Atomic uint32_t));
 }
@@ -271,15 +271,14 @@ void pdshm__j_abort(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
 /* Redo entries must stay inside the segment and aligned, even when the dead
  * process scribbled over its journal: refuse rather than write wild. */
 static int jrn_sane(pdshm_seg *seg, const struct pdshm_journal *j) {
+  const pdshm_off_t lo = seg->hdr->arena_off + PDSHM_BLK_HDR, hi = pdshm__seg_end(seg);
   if (j->nredo > PDSHM_J_REDO || j->nnew > PDSHM_J_BLOCKS || j->nold > PDSHM_J_BLOCKS)
     return PDSHM_EBADSEG;
   for (uint32_t i = 0; i < j->nredo; i++) {
     pdshm_off_t at = j->redo[i].at & ~(pdshm_off_t)JRN_BUMP;
     bool registry = at == offsetof(struct pdshm_hdr, groups); /* group.c's list head */
-    if (at % 8 || (at < seg->hdr->slots_off && !registry) || at >= seg->size)
-      return PDSHM_EBADSEG;
+    if (at % 8 || (at < seg->hdr->slots_off && !registry) || at >= hi) return PDSHM_EBADSEG;
   }
-  const pdshm_off_t lo = seg->hdr->arena_off + PDSHM_BLK_HDR, hi = seg->hdr->arena_end;
   for (uint32_t i = 0; i < j->nnew; i++) {
     pdshm_off_t b = jrn_off(j->newb[i]);
     if (b < lo || b >= hi || b % PDSHM_ALIGN) return PDSHM_EBADSEG;
@@ -287,7 +286,7 @@ static int jrn_sane(pdshm_seg *seg, const struct pdshm_journal *j) {
   for (uint32_t i = 0; i < j->nold; i++)
     if (jrn_off(j->oldb[i]) < lo || jrn_off(j->oldb[i]) >= hi || jrn_off(j->oldb[i]) % PDSHM_ALIGN)
       return PDSHM_EBADSEG;
-  if (j->seq && (j->seq % 8 || j->seq >= seg->size)) return PDSHM_EBADSEG;
+  if (j->seq && (j->seq % 8 || j->seq >= hi)) return PDSHM_EBADSEG;
   return 0;
 }
 

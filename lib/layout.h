@@ -10,14 +10,20 @@
  *   0           struct pdshm_hdr       magic first: any damage there is EBADSEG
  *   slots_off   struct pdshm_slot[max_procs]
  *   locks_off   struct pdshm_lock[max_locks]
- *   arena_off   blocks, back to back, up to arena_end (== size)
+ *   arena_off   blocks, back to back, up to arena_end: the segment's current
+ *               size, which grows (heap.c, heap_grow) up to max_size
+ *   arena_end   bytes of the file nobody counts yet (a grower that died before
+ *               its publication), up to max_size; the mapping covers
+ *               max_size, and nothing touches a byte at or past arena_end
  *
  * Invariants (checked by pdshm__heap_check and pdshm_check; how a death at
  * any instruction keeps them: lib/CRASH-SAFETY.md):
  *  1. Nothing in the segment holds a pointer: links are pdshm_off_t offsets from
  *     the start of the segment, 0 meaning none.
  *  2. The arena is a chain of blocks: from arena_off, adding each block's size
- *     lands exactly on arena_end.  Every size is a multiple of PDSHM_ALIGN and at
+ *     lands exactly on arena_end, which only grows: under the heap lock, by one
+ *     release store made after the file holds the new bytes and the new last
+ *     block's header is written past the old end.  Every size is a multiple of PDSHM_ALIGN and at
  *     least PDSHM_BLK_MIN.  A block's size only changes under the heap lock, and
  *     always by one 8-byte store that keeps the chain walkable (a split writes
  *     the tail's header before shrinking the head; a merge grows the head over
@@ -147,6 +153,10 @@ struct pdshm_heap {
                                           punch and a re-reserve each; a hint     */
   uint64_t retained_ns;                /* CLOCK_MONOTONIC instant of the last
                                           large free kept backed; a hint          */
+  pdshm_off_t tail;                    /* the last block of the chain: a hint,
+                                          checked before use and set again by
+                                          every rebuild                          */
+  uint64_t growths;                    /* growths of arena_end since create      */
 };
 
 /* ---- Locks -------------------------------------------------------------- */
@@ -330,7 +340,8 @@ struct pdshm_hdr {
   uint32_t layout_version;
   uint32_t hdr_bytes;       /* sizeof(struct pdshm_hdr)                        */
   uint64_t fingerprint;     /* pdshm__layout_fingerprint()                     */
-  uint64_t size;            /* bytes of the segment file                       */
+  uint64_t size;            /* bytes of the segment at create: where arena_end
+                               started (the current size is arena_end)        */
   uint32_t max_procs;
   uint32_t max_locks;
   uint32_t page_size;
@@ -338,11 +349,17 @@ struct pdshm_hdr {
   pdshm_off_t slots_off;    /* struct pdshm_slot[max_procs]                    */
   pdshm_off_t locks_off;    /* struct pdshm_lock[max_locks]                    */
   pdshm_off_t arena_off;    /* first block                                     */
-  pdshm_off_t arena_end;    /* one past the last block                         */
+  pdshm_off_t arena_end;    /* one past the last block: the segment's current
+                               size (layout invariant 2: grows under the heap
+                               lock by one release store, never shrinks); read
+                               it through pdshm__seg_end, which checks it
+                               against the file                                */
   uint64_t created_ns;      /* CLOCK_REALTIME                                  */
   uint32_t creator_pid;
   uint32_t pad0;
-  uint64_t reserved[8];
+  uint64_t max_size;        /* the most arena_end grows to (== size: fixed);
+                               every attachment maps this many bytes          */
+  uint64_t reserved[7];
 
   /* Mutable counters, each changed by one atomic operation. */
   alignas(PDSHM_CACHELINE) _Atomic uint32_t poisoned; /* nonzero: a repair

@@ -234,7 +234,7 @@ void pdshm__pin_drop_all(pdshm_seg *seg) {
 static bool pin_parent_holds(const pdshm_seg *seg, const pdshm_pin *in) {
   const struct pdshm_hdr *h = seg->hdr;
   if (in->slot >= h->max_procs || in->rec % PDSHM_ALIGN ||
-      in->rec < h->arena_off + PDSHM_BLK_HDR || in->rec > h->arena_end - PDSHM_BLK_MIN)
+      in->rec < h->arena_off + PDSHM_BLK_HDR || in->rec > pdshm__seg_end(seg) - PDSHM_BLK_MIN)
     return false;
   const struct pdshm_blk *b = pdshm__blk(seg, in->rec);
   uint64_t w = atomic_load_explicit(&b->word, memory_order_acquire);

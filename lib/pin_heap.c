@@ -61,7 +61,7 @@ static struct pdshm_tensor_buf *ph_tbuf(const pdshm_seg *seg, pdshm_off_t at) {
 static struct pdshm_tensor_buf *ph_target(const pdshm_seg *seg, pdshm_off_t target) {
   const struct pdshm_hdr *h = seg->hdr;
   if (target % PDSHM_ALIGN || target < h->arena_off + PDSHM_BLK_HDR ||
-      target > h->arena_end - PDSHM_BLK_MIN + PDSHM_BLK_HDR)
+      target > pdshm__seg_end(seg) - PDSHM_BLK_MIN + PDSHM_BLK_HDR)
     return NULL;
   return ph_tbuf(seg, target - PDSHM_BLK_HDR);
 }

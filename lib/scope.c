@@ -162,8 +162,8 @@ static int scope_handle_new(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off
 }
 
 static bool handle_ok(pdshm_seg *seg, pdshm_off_t h, uint16_t tag) {
-  const struct pdshm_hdr *hd = seg->hdr;
-  if (h % PDSHM_ALIGN || h < hd->arena_off + PDSHM_BLK_HDR || h >= hd->arena_end) return false;
+  if (h % PDSHM_ALIGN || h < seg->hdr->arena_off + PDSHM_BLK_HDR || h >= pdshm__seg_end(seg))
+    return false;
   struct pdshm_blk *b = pdshm__blk(seg, h);
   return pdshm__blk_state(atomic_load(&b->word)) == PDSHM_BLK_USED && pdshm__blk_owner(b) == tag &&
          pdshm__blk_type(b) == PDSHM_T_HANDLE;
@@ -194,7 +194,7 @@ static int kid_link(const pdshm_seg *seg, pdshm_off_t k) {
 /* Bound on a kid-list walk: more kids than the arena holds scope records
  * is a cycle (a damaged list), walked no farther. */
 static uint64_t kids_max(const pdshm_seg *seg) {
-  return (seg->hdr->arena_end - seg->hdr->arena_off) /
+  return (pdshm__seg_end(seg) - seg->hdr->arena_off) /
              (PDSHM_BLK_HDR + sizeof(struct pdshm_scope_rec)) + 1;
 }
 

@@ -8,11 +8,16 @@
  * Invariants:
  *  1. A segment file either has no magic (being created, or half-made by a
  *     creator that died: attach answers EBADSEG) or a complete header: create
- *     reserves every byte (posix_fallocate), lays out slots, locks and arena,
- *     and stores the magic last with a release store.
+ *     reserves every byte of its first size (posix_fallocate), lays out
+ *     slots, locks and arena, and stores the magic last with a release store.
  *  2. Attach trusts nothing it has not checked: the header is read with pread
  *     and validated (magic, version, fingerprint, sizes, and a layout
- *     recomputed from them) against the file's real size before it is mapped.
+ *     recomputed from them) against the file's real size before it is mapped:
+ *     size <= arena_end <= file size <= max_size.
+ *  5. Every attachment maps max_size bytes (MAP_NORESERVE), of which only
+ *     those below the published arena_end are ever touched (pdshm__seg_end):
+ *     a growth (heap.c) extends the file, and every process sees the new
+ *     bytes at the same offsets with no remap.
  *  3. A creator holds a write lock on byte PDSHM_OFD_INIT while it builds the
  *     segment; attach waits for it, so a racing attach sees a finished header.
  *  4. fork(): the child inherits neither the mapping (MADV_DONTFORK) nor the
@@ -40,6 +45,8 @@
 #define SEG_ARENA_MIN (256u << 10) /* smallest arena a segment may have      */
 #define SEG_INIT_WAIT_MS 2000      /* how long attach waits for a creator     */
 #define SEG_LOCK_BYTES (16u << 10) /* default: one robust lock per 16 KiB     */
+#define SEG_GROW_LOCKS 8192u       /* ... of max_size when it grows: at most  */
+#define SEG_ARENA_START (2u << 20) /* a segment made with no size: this arena */
 
 static pthread_once_t seg_once = PTHREAD_ONCE_INIT;
 
@@ -66,15 +73,14 @@ static int seg_path(const char *name, char *path, size_t cap) {
 }
 
 struct seg_geometry {
-  uint64_t size, slots_off, locks_off, arena_off;
+  uint64_t size, max_size, slots_off, locks_off, arena_off;
   uint32_t max_procs, max_locks;
 };
 
 static uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-/* Where everything goes, from the three numbers the header records. */
-static int seg_geometry(uint64_t size, uint32_t procs, uint32_t locks, struct seg_geometry *g) {
-  g->size = size;
+/* Where slots, locks and the arena start. */
+static void seg_offsets(uint32_t procs, uint32_t locks, struct seg_geometry *g) {
   g->max_procs = procs;
   g->max_locks = locks;
   g->slots_off = round_up(sizeof(struct pdshm_hdr), PDSHM_REGION_ALIGN);
@@ -82,6 +88,12 @@ static int seg_geometry(uint64_t size, uint32_t procs, uint32_t locks, struct se
                           PDSHM_REGION_ALIGN);
   g->arena_off = round_up(g->locks_off + (uint64_t)locks * sizeof(struct pdshm_lock),
                           PDSHM_REGION_ALIGN);
+}
+
+/* Where everything goes, from the three numbers the header records. */
+static int seg_geometry(uint64_t size, uint32_t procs, uint32_t locks, struct seg_geometry *g) {
+  g->size = size;
+  seg_offsets(procs, locks, g);
   if (g->arena_off + SEG_ARENA_MIN > size)
     return pdshm__fail(PDSHM_EINVAL,
                        "%llu bytes cannot hold %u process slots, %u locks and a %u KiB arena",
@@ -89,26 +101,61 @@ static int seg_geometry(uint64_t size, uint32_t procs, uint32_t locks, struct se
   return 0;
 }
 
+/* The robust locks by default: one per SEG_LOCK_BYTES of the first size (at
+ * least 1024), and for a segment that grows, of max_size up to
+ * SEG_GROW_LOCKS: the table cannot grow with the arena. */
+static uint64_t seg_default_locks(uint64_t size, uint64_t max_size) {
+  uint64_t locks = size / SEG_LOCK_BYTES, grow = max_size / SEG_LOCK_BYTES;
+  if (grow > SEG_GROW_LOCKS) grow = SEG_GROW_LOCKS;
+  if (locks < grow) locks = grow;
+  return locks < 1024 ? 1024 : locks > PDSHM_LOCKS_MAX ? PDSHM_LOCKS_MAX : locks;
+}
+
+/* Without a size: what slots and locks take, and a small arena, at least
+ * PDSHM_SIZE_DEFAULT; the segment grows from there. */
+static uint64_t seg_default_size(unsigned procs, const pdshm_options *o, uint64_t max_size) {
+  struct seg_geometry g;
+  uint64_t locks = o && o->max_locks ? o->max_locks : seg_default_locks(PDSHM_SIZE_DEFAULT, max_size);
+  seg_offsets(procs, (uint32_t)locks, &g);
+  uint64_t size = round_up(g.arena_off + SEG_ARENA_START, 1u << 20);
+  return size < PDSHM_SIZE_DEFAULT ? PDSHM_SIZE_DEFAULT : size;
+}
+
 static int seg_options(const pdshm_options *o, struct seg_geometry *g, unsigned *mode) {
-  uint64_t size = o && o->size ? o->size : pdshm__shmfs_default_size();
-  unsigned procs = o && o->max_procs ? o->max_procs : PDSHM_PROCS_DEFAULT;
-  unsigned flags = o ? o->flags : 0;
   *mode = o && o->mode ? o->mode : 0600;
+  unsigned procs = o && o->max_procs ? o->max_procs : PDSHM_PROCS_DEFAULT;
+  uint64_t max_size = o && o->max_size ? o->max_size : pdshm__shmfs_max_size();
+  if (max_size > PDSHM_SIZE_MAX) max_size = PDSHM_SIZE_MAX;
+  if (procs > PDSHM_PROCS_MAX)
+    return pdshm__fail(PDSHM_EINVAL, "max_procs %u exceeds %u", procs, PDSHM_PROCS_MAX);
+  uint64_t size = o && o->size ? o->size : seg_default_size(procs, o, max_size);
+  unsigned flags = o ? o->flags : 0;
   if (size < PDSHM_SIZE_MIN || size > PDSHM_SIZE_MAX)
     return pdshm__fail(PDSHM_EINVAL, "size %llu is outside [%llu, %llu]",
                        (unsigned long long)size, PDSHM_SIZE_MIN, PDSHM_SIZE_MAX);
-  if (procs > PDSHM_PROCS_MAX)
-    return pdshm__fail(PDSHM_EINVAL, "max_procs %u exceeds %u", procs, PDSHM_PROCS_MAX);
   if (*mode & ~0777u) return pdshm__fail(PDSHM_EINVAL, "mode %#o has bits beyond 0777", *mode);
   if (flags) return pdshm__fail(PDSHM_EINVAL, "flags %#x do not apply to create", flags);
   size = round_up(size, PDSHM_REGION_ALIGN);
-  uint64_t locks = size / SEG_LOCK_BYTES;
-  locks = locks < 1024 ? 1024 : locks > PDSHM_LOCKS_MAX ? PDSHM_LOCKS_MAX : locks;
+  if (o && o->max_size > PDSHM_SIZE_MAX)
+    return pdshm__fail(PDSHM_EINVAL, "max_size %llu exceeds %llu",
+                       (unsigned long long)o->max_size, PDSHM_SIZE_MAX);
+  if (o && o->max_size) { /* rounded as the size is: == size stays a fixed size */
+    max_size = round_up(o->max_size, PDSHM_REGION_ALIGN);
+    if (max_size < size)
+      return pdshm__fail(PDSHM_EINVAL, "max_size %llu is less than the size %llu",
+                         (unsigned long long)o->max_size, (unsigned long long)size);
+  } else { /* /dev/shm smaller than the size asked: create's reservation says so */
+    max_size = max_size / PDSHM_REGION_ALIGN * PDSHM_REGION_ALIGN;
+    if (max_size < size) max_size = size;
+  }
+  uint64_t locks = seg_default_locks(size, o && o->size ? size : max_size);
   if (o && o->max_locks) locks = o->max_locks;
   if (locks < PDSHM_LOCKS_MIN || locks > PDSHM_LOCKS_MAX)
     return pdshm__fail(PDSHM_EINVAL, "max_locks %llu is outside [%u, %u]",
                        (unsigned long long)locks, PDSHM_LOCKS_MIN, PDSHM_LOCKS_MAX);
-  return seg_geometry(size, procs, (uint32_t)locks, g);
+  int rc = seg_geometry(size, procs, (uint32_t)locks, g);
+  g->max_size = max_size;
+  return rc;
 }
 
 /* ---- the layout fingerprint ------------------------------------------------- */
@@ -129,6 +176,7 @@ uint64_t pdshm__layout_fingerprint(void) {
       _Alignof(struct pdshm_slot), sizeof(struct pdshm_tensor_buf), sizeof(struct pdshm_pin_rec),
       PDSHM_T_COUNT, sizeof(struct pdshm_group_rec), sizeof(struct pdshm_group_rank),
       offsetof(struct pdshm_hdr, groups), offsetof(struct pdshm_var_rec, vwaiters),
+      offsetof(struct pdshm_hdr, max_size), offsetof(struct pdshm_heap, tail),
       PDSHM_GROUP_MAX, 0x0102030405060708ull /* byte order */};
   uint64_t h = 0xcbf29ce484222325ull;
   for (size_t i = 0; i < sizeof facts / sizeof facts[0]; i++) h = fnv1a(h, facts[i]);
@@ -180,9 +228,11 @@ static void seg_handle_free(pdshm_seg *seg) {
 
 /* The mapping is not inherited by fork() children: it holds a reference to
  * the open file description, which would keep our slot's OFD lock, and so
- * our slot, alive after our death (invariant 4). */
-static int seg_map(pdshm_seg *seg, size_t size, int prot) {
-  void *p = mmap(NULL, size, prot, MAP_SHARED, seg->fd, 0);
+ * our slot, alive after our death (invariant 4).  It covers max_size, past
+ * the file's end: those pages cost nothing until the file grows under them
+ * (invariant 5). */
+static int seg_map(pdshm_seg *seg, size_t size, uint64_t end, int prot) {
+  void *p = mmap(NULL, size, prot, MAP_SHARED | MAP_NORESERVE, seg->fd, 0);
   if (p == MAP_FAILED) return pdshm__fail(-errno, "mmap of %zu bytes: %s", size, strerror(errno));
   if (madvise(p, size, MADV_DONTFORK) < 0) {
     int err = errno;
@@ -192,6 +242,7 @@ static int seg_map(pdshm_seg *seg, size_t size, int prot) {
   seg->base = p;
   seg->hdr = p;
   seg->size = size;
+  atomic_store(&seg->end, end);
   seg->mapped = true;
   return 0;
 }
@@ -237,6 +288,7 @@ static void seg_init_header(pdshm_seg *seg, const struct seg_geometry *g) {
   h->locks_off = g->locks_off;
   h->arena_off = g->arena_off;
   h->arena_end = g->size;
+  h->max_size = g->max_size;
   h->created_ns = pdshm__now_ns(CLOCK_REALTIME);
   atomic_store(&h->id_counter, 1);
 }
@@ -245,7 +297,7 @@ static void seg_init_header(pdshm_seg *seg, const struct seg_geometry *g) {
 static int seg_build(pdshm_seg *seg, const struct seg_geometry *g) {
   int rc = seg_reserve(seg->fd, g->size);
   if (rc) return rc;
-  if ((rc = seg_map(seg, g->size, PROT_READ | PROT_WRITE))) return rc;
+  if ((rc = seg_map(seg, g->max_size, g->size, PROT_READ | PROT_WRITE))) return rc;
   seg_init_header(seg, g);
   pdshm__lock_init_table(seg);
   pdshm__heap_init(seg);
@@ -318,13 +370,19 @@ static int seg_validate(const struct pdshm_hdr *h, uint64_t file_size) {
                        h->layout_version, PDSHM_LAYOUT_VERSION);
   if (h->fingerprint != pdshm__layout_fingerprint())
     return pdshm__fail(PDSHM_EBADSEG, "layout fingerprint differs (built with another ABI)");
-  if (h->size != file_size)
-    return pdshm__fail(PDSHM_EBADSEG, "header says %llu bytes, the file has %llu",
-                       (unsigned long long)h->size, (unsigned long long)file_size);
+  if (h->max_size > PDSHM_SIZE_MAX || h->max_size % PDSHM_REGION_ALIGN || h->max_size < h->size ||
+      h->arena_end < h->size || h->arena_end > h->max_size || h->arena_end % PDSHM_ALIGN)
+    return pdshm__fail(PDSHM_EBADSEG, "header says %llu bytes now, %llu at first, %llu at most",
+                       (unsigned long long)h->arena_end, (unsigned long long)h->size,
+                       (unsigned long long)h->max_size);
+  if (file_size < h->arena_end || file_size > h->max_size)
+    return pdshm__fail(PDSHM_EBADSEG, "header says %llu bytes (at most %llu), the file has %llu",
+                       (unsigned long long)h->arena_end, (unsigned long long)h->max_size,
+                       (unsigned long long)file_size);
   if (h->size % PDSHM_REGION_ALIGN || h->max_procs == 0 || h->max_procs > PDSHM_PROCS_MAX ||
       h->max_locks < PDSHM_LOCKS_MIN || h->max_locks > PDSHM_LOCKS_MAX ||
       seg_geometry(h->size, h->max_procs, h->max_locks, &g) || g.slots_off != h->slots_off ||
-      g.locks_off != h->locks_off || g.arena_off != h->arena_off || h->arena_end != h->size)
+      g.locks_off != h->locks_off || g.arena_off != h->arena_off)
     return pdshm__fail(PDSHM_EBADSEG, "header geometry is inconsistent");
   if (h->page_size < 512 || h->page_size & (h->page_size - 1)) /* the heap divides by it */
     return pdshm__fail(PDSHM_EBADSEG, "header says pages of %u bytes", h->page_size);
@@ -363,14 +421,16 @@ static int seg_open_file(const char *path, unsigned flags) {
   return fd;
 }
 
-static int seg_open_existing(const char *path, unsigned flags, struct stat *st, int *fdp) {
+static int seg_open_existing(const char *path, unsigned flags, struct pdshm_hdr *hp, int *fdp) {
   int fd = seg_open_file(path, flags);
   if (fd < 0) return fd;
   seg_wait_creator(fd);
+  struct stat st;
   struct pdshm_hdr h;
-  int rc = seg_read_header(fd, &h, st);
-  if (!rc) rc = seg_check_owner(st, flags, path);
-  if (!rc) rc = seg_validate(&h, (uint64_t)st->st_size);
+  int rc = seg_read_header(fd, &h, &st);
+  if (!rc) rc = seg_check_owner(&st, flags, path);
+  if (!rc) rc = seg_validate(&h, (uint64_t)st.st_size);
+  *hp = h;
   if (rc) {
     close(fd);
     return rc;
@@ -381,7 +441,7 @@ static int seg_open_existing(const char *path, unsigned flags, struct stat *st, 
 
 PDSHM_API int pdshm_attach(const char *name, const pdshm_options *o, pdshm_seg **out) {
   char path[PDSHM_SEG_NAME_MAX + 16];
-  struct stat st;
+  struct pdshm_hdr h;
   int fd = -1, rc;
   pdshm__fail_clear();
   if (!out) return pdshm__fail(PDSHM_EINVAL, "NULL out pointer");
@@ -391,14 +451,14 @@ PDSHM_API int pdshm_attach(const char *name, const pdshm_options *o, pdshm_seg *
     return pdshm__fail(PDSHM_EINVAL, "unknown attach flags %#x", flags);
   if ((rc = seg_path(name, path, sizeof path))) return rc;
   pthread_once(&seg_once, seg_init_process);
-  if ((rc = seg_open_existing(path, flags, &st, &fd))) return rc;
+  if ((rc = seg_open_existing(path, flags, &h, &fd))) return rc;
   pdshm_seg *seg = seg_handle_new(name, fd, flags);
   if (!seg) {
     close(fd);
     return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
   }
   int prot = flags & PDSHM_RDONLY ? PROT_READ : PROT_READ | PROT_WRITE;
-  rc = seg_map(seg, (size_t)st.st_size, prot);
+  rc = seg_map(seg, (size_t)h.max_size, h.arena_end, prot);
   if (!rc && !(flags & PDSHM_RDONLY)) rc = pdshm__reap_claim_own(seg);
   if (rc) {
     seg_handle_free(seg);

@@ -39,7 +39,7 @@
 static bool inherit_same_file(int fd, const pdshm_seg *seg) {
   struct stat st;
   return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_dev == seg->dev &&
-         (uint64_t)st.st_ino == seg->ino && (uint64_t)st.st_size >= seg->size;
+         (uint64_t)st.st_ino == seg->ino && (uint64_t)st.st_size >= atomic_load(&seg->end);
 }
 
 /* "/proc/self/fd/<fd>", without stdio (we run in an atfork handler). */

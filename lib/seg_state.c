@@ -38,3 +38,4 @@ pdshm_seg *pdshm__seg_of_checked(const void *p, int *rc, bool writable) {
   else *rc = writable ? pdshm__seg_writable(seg) : pdshm__seg_usable(seg);
   return *rc ? NULL : seg;
 }
+

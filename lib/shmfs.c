@@ -1,7 +1,7 @@
 /*
  * shmfs.c - the shared-memory file system under the segments (/dev/shm on
- * Linux): how big it is, how much is free, the default segment size it can
- * hold, and the one way every part of pdshm says that it is full.
+ * Linux): how big it is, how much is free, the most a segment grows to by
+ * default, and the one way every part of pdshm says that it is full.
  *
  * Containers commonly give /dev/shm 64 MiB (Docker's default), so a full
  * /dev/shm is a normal condition: the message always names its size, what is
@@ -41,16 +41,11 @@ int pdshm__shmfs_full(int fd, uint64_t wanted) {
                      SHMFS_DIR, MIB(wanted + (1u << 20) - 1), MIB(avail), MIB(total));
 }
 
-uint64_t pdshm__shmfs_default_size(void) {
+/* What a segment grows to when no max_size is given: the size of the file
+ * system (what it has free changes; a growth that finds it full says so),
+ * PDSHM_SIZE_MAX when it cannot be asked. */
+uint64_t pdshm__shmfs_max_size(void) {
   uint64_t total = 0, avail = 0;
-  if (pdshm__shmfs_space(-1, &total, &avail) || avail / 2 >= PDSHM_SIZE_DEFAULT)
-    return PDSHM_SIZE_DEFAULT;
-  uint64_t size = avail / 2 & ~((uint64_t)(1u << 20) - 1);
-  if (size < PDSHM_SIZE_DEFAULT_MIN) size = PDSHM_SIZE_DEFAULT_MIN;
-  /* Not a failure: a note that pdshm_last_error() shows after the create. */
-  pdshm__fail(0,
-              "default size lowered to %llu MiB: %s has %llu MiB free of %llu MiB "
-              "(in a container, raise it with --shm-size)",
-              MIB(size), SHMFS_DIR, MIB(avail), MIB(total));
-  return size;
+  if (pdshm__shmfs_space(-1, &total, &avail) || total > PDSHM_SIZE_MAX) return PDSHM_SIZE_MAX;
+  return total;
 }

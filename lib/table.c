@@ -38,17 +38,31 @@ PDSHM_SEQLOCK_READ static uint64_t ld(const void *p) { return __atomic_load_n((c
 
 /* ---- bounds-checked views --------------------------------------------------- */
 
-PDSHM_SEQLOCK_READ static const struct pdshm_table *tab_at(const pdshm_seg *seg, pdshm_off_t off, uint64_t *cap) {
-  const struct pdshm_hdr *h = seg->hdr;
-  if (!off || off % 16 || off < h->arena_off || off >= h->arena_end - sizeof(struct pdshm_table))
-    return NULL;
+/* The table at off when it fits below `end`, else NULL. */
+PDSHM_SEQLOCK_READ static inline const struct pdshm_table *tab_within(const pdshm_seg *seg,
+                                                                      pdshm_off_t off,
+                                                                      uint64_t *cap, uint64_t end) {
+  if (off % 16 || off < seg->hdr->arena_off || off >= end - sizeof(struct pdshm_table)) return NULL;
   const struct pdshm_table *t = PDSHM_AT(seg->base, off, const struct pdshm_table);
   uint64_t c = ld(&t->cap);
   if (c < TABLE_MIN_CAP || (c & (c - 1)) ||
-      c > (h->arena_end - off - sizeof *t) / sizeof(struct pdshm_table_ent))
+      c > (end - off - sizeof *t) / sizeof(struct pdshm_table_ent))
     return NULL;
   *cap = c;
   return t;
+}
+
+/* Past the size this process knows: the published size decides (a growth
+ * it has not seen yet, or damage). */
+PDSHM_SEQLOCK_READ __attribute__((noinline, cold)) static const struct pdshm_table *
+tab_at_published(const pdshm_seg *seg, pdshm_off_t off, uint64_t *cap) {
+  return tab_within(seg, off, cap, pdshm__seg_end(seg));
+}
+
+PDSHM_SEQLOCK_READ static const struct pdshm_table *tab_at(const pdshm_seg *seg, pdshm_off_t off, uint64_t *cap) {
+  if (!off) return NULL;
+  const struct pdshm_table *t = tab_within(seg, off, cap, pdshm__seg_known(seg));
+  return t ? t : tab_at_published(seg, off, cap);
 }
 
 struct pdshm_table *pdshm__table_at(const pdshm_seg *seg, pdshm_off_t off, uint64_t *cap) {
@@ -74,8 +88,8 @@ PDSHM_SEQLOCK_READ static bool name_equals(const struct pdshm_name *nm, const ch
 }
 
 PDSHM_SEQLOCK_READ static bool var_is(const pdshm_seg *seg, pdshm_off_t v, const char *name, size_t len) {
-  const struct pdshm_hdr *h = seg->hdr;
-  if (v % 16 || v < h->arena_off || v >= h->arena_end - sizeof(struct pdshm_var_rec)) return false;
+  if (v % 16 || v < seg->hdr->arena_off || !pdshm__seg_holds(seg, v, sizeof(struct pdshm_var_rec) + 1))
+    return false;
   const struct pdshm_var_rec *r = pdshm__var_at(seg, v);
   const struct pdshm_name *nm = pdshm__name_at(seg, ld(&r->name));
   return nm && name_equals(nm, name, len);

@@ -402,7 +402,7 @@ PDSHM_API pdshm_var *pdshm_varref_get(pdshm_seg *seg, pdshm_varref ref) {
   if (pdshm__seg_usable(seg)) return NULL;
   const struct pdshm_hdr *h = seg->hdr;
   if (ref.off % PDSHM_ALIGN || ref.off < h->arena_off + PDSHM_BLK_HDR ||
-      ref.off > h->arena_end - sizeof(struct pdshm_var_rec))
+      ref.off > pdshm__seg_end(seg) - sizeof(struct pdshm_var_rec))
     return NULL;
   struct pdshm_blk *b = pdshm__blk(seg, ref.off);
   if (pdshm__blk_state(atomic_load_explicit(&b->word, memory_order_acquire)) != PDSHM_BLK_USED ||

@@ -113,10 +113,14 @@ static int run_resize_zero(struct cx *c) {
 static int run_resize_large(struct cx *c) {
   return pdshm_tensor_resize(c->v, PDSHM_U8, 1, (int64_t[]){300 << 10});
 }
-/* More than the segment holds: the allocator flushes its caches and takes
- * dead processes' before it answers ENOMEM, and nothing changes. */
+/* More than the segment grows to: the allocator flushes its caches and
+ * takes dead processes' before it answers ENOMEM, and nothing changes. */
 static int run_resize_enomem(struct cx *c) {
-  return pdshm_tensor_resize(c->v, PDSHM_U8, 1, (int64_t[]){CRASH_SEG_SIZE}) != PDSHM_ENOMEM;
+  return pdshm_tensor_resize(c->v, PDSHM_U8, 1, (int64_t[]){CRASH_SEG_MAX}) != PDSHM_ENOMEM;
+}
+/* More than the segment holds now: it grows (heap.c, heap_grow). */
+static int run_resize_beyond(struct cx *c) {
+  return pdshm_tensor_resize(c->v, PDSHM_U8, 1, (int64_t[]){3 * CRASH_SEG_SIZE / 2});
 }
 static int run_lock_excl(struct cx *c) { return pdshm_var_lock(c->v, 1) || pdshm_var_unlock(c->v); }
 static int run_lock_shared(struct cx *c) {
@@ -212,6 +216,7 @@ const struct op crash_ops[] = {
     {"resize_large", prep_e, run_resize_large, NULL, false, NULL, NULL},
     {"resize_reserve_again", prep_holey, run_resize_large, NULL, false, NULL, NULL},
     {"resize_enomem", prep_b, run_resize_enomem, NULL, false, NULL, NULL},
+    {"resize_grows_segment", prep_e, run_resize_beyond, NULL, false, NULL, NULL},
     {"var_lock_first", prep_e, run_lock_excl, NULL, false, NULL, NULL},
     {"var_lock_exclusive", prep_lk, run_lock_excl, NULL, false, NULL, NULL},
     {"var_lock_shared", prep_lk, run_lock_shared, NULL, false, NULL, NULL},

@@ -49,7 +49,8 @@ static void kid(pdshm_scope *p, const char *name, const char *var, int64_t elems
 }
 
 pdshm_seg *crash_world(void) {
-  pdshm_options o = {.size = CRASH_SEG_SIZE, .max_procs = 8, .max_locks = PDSHM_LOCKS_MIN};
+  pdshm_options o = {.size = CRASH_SEG_SIZE, .max_procs = 8, .max_locks = PDSHM_LOCKS_MIN,
+                     .max_size = CRASH_SEG_MAX};
   pdshm_seg *seg = tu_create_opts(crash_seg_name, &o);
   pdshm_scope *root, *params, *anon, *full, *sub;
   ck_assert_int_eq(pdshm_root(seg, &root), 0);

@@ -20,7 +20,8 @@
 #include "model_int.h"
 #include "testutil.h"
 
-#define CRASH_SEG_SIZE (2u << 20) /* bytes of the world's segment */
+#define CRASH_SEG_SIZE (2u << 20) /* bytes of the world's segment at first */
+#define CRASH_SEG_MAX (8u << 20)  /* ... and the most it grows to          */
 #define CRASH_MAX_REFS 64         /* states an operation may leave   */
 
 /* ---- the committed world (crashrun.c) ---- */

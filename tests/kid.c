@@ -27,7 +27,7 @@ void teardown(void) {
 }
 
 void make(size_t size, unsigned procs, unsigned locks) {
-  pdshm_options o = {.size = size, .max_procs = procs, .max_locks = locks};
+  pdshm_options o = {.size = size, .max_procs = procs, .max_locks = locks, .max_size = size};
   snprintf(g_name, sizeof g_name, "%s", tu_name("proc"));
   g_seg = tu_create_opts(g_name, &o);
 }

@@ -25,7 +25,8 @@ P = ctypes.c_void_p
 
 class Options(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("max_procs", ctypes.c_uint), ("mode", ctypes.c_uint),
-                ("flags", ctypes.c_uint), ("max_locks", ctypes.c_uint)]
+                ("flags", ctypes.c_uint), ("max_locks", ctypes.c_uint),
+                ("max_size", ctypes.c_size_t)]
 
 for fn, args, res in [("pdshm_create", [ctypes.c_char_p, P, P], ctypes.c_int),
                       ("pdshm_attach", [ctypes.c_char_p, P, P], ctypes.c_int),

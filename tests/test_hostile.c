@@ -92,6 +92,43 @@ START_TEST(extended_file_is_ebadseg) {
 }
 END_TEST
 
+/* A segment that grew: the size field (arena_end) past the file or past
+ * max_size, or a file past max_size, is EBADSEG; a file longer than
+ * arena_end (a grower that died before its publication) is not. */
+START_TEST(grown_size_past_file_is_ebadseg) {
+  const char *name = tu_name("grown");
+  pdshm_options o = {.size = 4u << 20, .max_size = 32u << 20, .max_procs = 4};
+  pdshm_seg *s = tu_create_opts(name, &o);
+  pdshm_scope *root;
+  pdshm_var *v;
+  ck_assert_int_eq(pdshm_root(s, &root), 0);
+  ck_assert_int_eq(pdshm_var_create(root, "t", &v), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_U8, 1, (int64_t[]){6 << 20}), 0);
+  ck_assert_int_eq(pdshm_scope_release(root), 0);
+  ck_assert_int_eq(pdshm_detach(s), 0);
+  off_t size = stat_of(name).st_size;
+  struct pdshm_hdr good, h;
+  read_hdr(name, &good);
+  ck_assert_uint_eq(good.arena_end, (uint64_t)size);
+  ck_assert_uint_gt(good.arena_end, good.size);
+  h = good;
+  h.arena_end += 1u << 20;
+  write_at(name, 0, &h, sizeof h);
+  assert_badseg(name, "arena_end past the file");
+  h.arena_end = good.max_size + 4096;
+  write_at(name, 0, &h, sizeof h);
+  resize_file(name, (off_t)h.arena_end);
+  assert_badseg(name, "arena_end and file past max_size");
+  write_at(name, 0, &good, sizeof good);
+  assert_badseg(name, "file past max_size");
+  resize_file(name, size + (1 << 20));
+  ck_assert_int_eq(attach_rc(name, 0), 0);
+  ck_assert_int_eq(pdshm_attach(name, NULL, &s), 0);
+  ck_assert_int_eq(pdshm_check(s, stderr), 0);
+  ck_assert_int_eq(pdshm_detach(s), 0);
+}
+END_TEST
+
 START_TEST(empty_file_is_ebadseg) {
   const char *name = tu_name("empty");
   tu_track(name);
@@ -131,8 +168,9 @@ START_TEST(altered_geometry_is_ebadseg) {
                         "locks_off 0",     "arena_off + 4096", "arena_off - 4096",
                         "arena_end - 4096", "arena_end + 4096", "max_procs 0",
                         "max_procs > PDSHM_PROCS_MAX", "max_procs * 2", "max_locks 1",
-                        "max_locks * 2", "max_locks > PDSHM_LOCKS_MAX", "size field - 4096",
-                        "size field + 4096", "size field 0"};
+                        "max_locks * 2", "max_locks > PDSHM_LOCKS_MAX", "max_size - 4096",
+                        "size field + 4096", "size field 0", "max_size > PDSHM_SIZE_MAX",
+                        "max_size + 1", "arena_end + 16", "max_size 0"};
   for (unsigned k = 0; k < sizeof what / sizeof what[0]; k++) {
     h = good;
     switch (k) {
@@ -150,9 +188,13 @@ START_TEST(altered_geometry_is_ebadseg) {
     case 11: h.max_locks = 1; break;
     case 12: h.max_locks *= 2; break;
     case 13: h.max_locks = PDSHM_LOCKS_MAX + 1; break;
-    case 14: h.size -= 4096; break;
+    case 14: h.max_size -= 4096; break;
     case 15: h.size += 4096; break;
     case 16: h.size = 0; break;
+    case 17: h.max_size = PDSHM_SIZE_MAX + 4096; break;
+    case 18: h.max_size += 1; break;
+    case 19: h.arena_end += 16; break;
+    case 20: h.max_size = 0; break;
     }
     write_at(name, 0, &h, sizeof h);
     assert_badseg(name, what[k]);
@@ -345,6 +387,7 @@ static Suite *hostile_suite(void) {
   tcase_add_test(tc, wrong_version_or_fingerprint_is_ebadseg);
   tcase_add_test(tc, truncated_file_is_ebadseg);
   tcase_add_test(tc, extended_file_is_ebadseg);
+  tcase_add_test(tc, grown_size_past_file_is_ebadseg);
   tcase_add_test(tc, empty_file_is_ebadseg);
   tcase_add_test(tc, random_file_is_ebadseg);
   tcase_add_test(tc, altered_geometry_is_ebadseg);

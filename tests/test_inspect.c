@@ -88,9 +88,12 @@ START_TEST(procs_on_a_damaged_table) {
   g_seg->hdr->max_procs = PDSHM_PROCS_MAX + 1; /* scribbled after attach */
   ck_assert_int_eq(pdshm_procs(ro, pi, 8), PDSHM_EBADSEG);
   g_seg->hdr->max_procs = 8;
-  g_seg->hdr->arena_end = g_seg->size + 4096;
+  const pdshm_off_t end = g_seg->hdr->arena_end;
+  g_seg->hdr->arena_end = g_seg->size + 4096; /* past the mapping */
   ck_assert_int_eq(pdshm_procs(ro, pi, 8), PDSHM_EBADSEG);
-  g_seg->hdr->arena_end = g_seg->size;
+  g_seg->hdr->arena_end = end + (1u << 20); /* inside it, past the file */
+  ck_assert_int_eq(pdshm_procs(ro, pi, 8), PDSHM_EBADSEG);
+  g_seg->hdr->arena_end = end;
   struct pdshm_blk *first = pdshm__blk(g_seg, g_seg->hdr->arena_off + PDSHM_BLK_HDR);
   uint64_t word = first->word;
   first->word = 17; /* size 16: less than a block */

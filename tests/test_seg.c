@@ -209,25 +209,33 @@ static void assert_create_refused(const pdshm_options *o, int want, const char *
   ck_assert_msg(!exists(tu_path(name)), "%s: a refused create left %s", what, tu_path(name));
 }
 
-/* The size a create without one gets here: PDSHM_SIZE_DEFAULT, or half of
- * what /dev/shm has free when that is less (pdshm.h, pdshm_create). */
-static off_t default_size_here(void) {
+/* What a segment made without a max_size grows to here: /dev/shm's size. */
+static uint64_t dev_shm_size(void) {
   struct statvfs vfs;
   ck_assert_int_eq(statvfs("/dev/shm", &vfs), 0);
-  uint64_t half = (uint64_t)vfs.f_bavail * vfs.f_frsize / 2 & ~((1ull << 20) - 1);
-  return (off_t)(half >= PDSHM_SIZE_DEFAULT   ? PDSHM_SIZE_DEFAULT
-                 : half < PDSHM_SIZE_DEFAULT_MIN ? PDSHM_SIZE_DEFAULT_MIN
-                                                 : half);
+  uint64_t total = (uint64_t)vfs.f_blocks * vfs.f_frsize;
+  return (total > PDSHM_SIZE_MAX ? PDSHM_SIZE_MAX : total) / 4096 * 4096;
+}
+
+/* A segment made with no size starts small, at least PDSHM_SIZE_DEFAULT,
+ * and grows up to what /dev/shm holds. */
+static void assert_default_geometry(const char *name, pdshm_seg *s) {
+  off_t size = stat_of(name).st_size;
+  ck_assert_int_ge(size, PDSHM_SIZE_DEFAULT);
+  ck_assert_int_le(size, 8 << 20);
+  ck_assert_uint_eq(s->hdr->max_size, dev_shm_size() < (uint64_t)size ? (uint64_t)size
+                                                                        : dev_shm_size());
+  ck_assert_uint_eq(s->hdr->arena_end, (uint64_t)size);
+  ck_assert_uint_ge(s->hdr->arena_end - s->hdr->arena_off, 1u << 20);
 }
 
 START_TEST(null_options_take_defaults) {
   const char *name = tu_name("defaults");
   pdshm_seg *s;
   tu_track(name);
-  off_t size = default_size_here();
   ck_assert_int_eq(pdshm_create(name, NULL, &s), 0);
   struct stat st = stat_of(name);
-  ck_assert_int_eq(st.st_size, size);
+  assert_default_geometry(name, s);
   ck_assert_int_eq(st.st_mode & 07777, 0600);
   ck_assert_uint_eq(s->hdr->max_procs, PDSHM_PROCS_DEFAULT);
   ck_assert_uint_ge(s->hdr->max_locks, 1024);
@@ -235,9 +243,8 @@ START_TEST(null_options_take_defaults) {
   ck_assert_int_eq(pdshm_unlink(name), 0);
   /* an options struct of zeroes is the same as none */
   pdshm_options zero = {0};
-  size = default_size_here();
   ck_assert_int_eq(pdshm_create(name, &zero, &s), 0);
-  ck_assert_int_eq(stat_of(name).st_size, size);
+  assert_default_geometry(name, s);
   ck_assert_uint_eq(s->hdr->max_procs, PDSHM_PROCS_DEFAULT);
   ck_assert_int_eq(pdshm_detach(s), 0);
 }
@@ -256,29 +263,39 @@ static bool small_dev_shm(unsigned mib) {
   return false;
 }
 
+/* In a 24 MiB /dev/shm, segments made without a size start small, several
+ * fit, and each grows to what it needs until /dev/shm is full: then an
+ * allocation's ENOSPC says so, and the segment is intact. */
 START_TEST(default_size_fits_a_small_dev_shm) {
   if (!small_dev_shm(24)) return;
-  const char *name = tu_name("small");
-  pdshm_seg *s;
-  ck_assert_int_eq(pdshm_create(name, NULL, &s), 0);
-  ck_assert_int_eq(stat_of(name).st_size, 12 << 20);
-  ck_assert_msg(strstr(pdshm_last_error(), "lowered to 12 MiB") &&
-                    strstr(pdshm_last_error(), "--shm-size"),
-                "no note of the lowered size: \"%s\"", pdshm_last_error());
-  ck_assert_int_eq(pdshm_detach(s), 0);
-  /* what a second default-sized create finds free then */
-  const char *name2 = tu_name("small");
-  ck_assert_int_eq(pdshm_create(name2, NULL, &s), 0);
-  ck_assert_int_eq(stat_of(name2).st_size, 6 << 20);
-  ck_assert_int_eq(pdshm_detach(s), 0);
-  /* half of 6 MiB is below the floor: the floor, while it fits */
-  ck_assert_int_eq(pdshm_create(tu_name("small"), NULL, &s), 0);
-  ck_assert_int_eq(pdshm_detach(s), 0);
-  /* and once it does not, ENOSPC, nothing left behind */
-  const char *name4 = tu_name("small");
-  ck_assert_int_eq(pdshm_create(name4, NULL, &s), PDSHM_ENOSPC);
+  pdshm_seg *s[3];
+  const char *names[3];
+  for (int i = 0; i < 3; i++) {
+    names[i] = tu_name("small");
+    ck_assert_int_eq(pdshm_create(names[i], NULL, &s[i]), 0);
+    assert_default_geometry(names[i], s[i]);
+    ck_assert_uint_eq(s[i]->hdr->max_size, 24u << 20);
+  }
+  pdshm_scope *root;
+  pdshm_var *v;
+  ck_assert_int_eq(pdshm_root(s[0], &root), 0);
+  ck_assert_int_eq(pdshm_var_create(root, "t", &v), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_U8, 1, (int64_t[]){6 << 20}), 0);
+  memset(pdshm_tensor_data(v), 1, 6u << 20);
+  ck_assert_int_gt(stat_of(names[0]).st_size, 6 << 20);
+  off_t before = stat_of(names[0]).st_size;
+  /* within max_size (24 MiB), beyond what /dev/shm has left */
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_U8, 1, (int64_t[]){9 << 20}), PDSHM_ENOSPC);
   ck_assert_msg(strstr(pdshm_last_error(), "--shm-size"), "\"%s\"", pdshm_last_error());
-  ck_assert(!exists(tu_path(name4)));
+  ck_assert_int_eq(stat_of(names[0]).st_size, before);
+  /* beyond max_size */
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_U8, 1, (int64_t[]){20 << 20}), PDSHM_ENOMEM);
+  ck_assert_msg(strstr(pdshm_last_error(), "at most 24 MiB"), "\"%s\"", pdshm_last_error());
+  ck_assert_int_eq(stat_of(names[0]).st_size, before);
+  ck_assert_uint_eq(pdshm_tensor_nbytes(v), 6u << 20);
+  ck_assert_int_eq(pdshm_check(s[0], stderr), 0);
+  ck_assert_int_eq(pdshm_scope_release(root), 0);
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(pdshm_detach(s[i]), 0);
 }
 END_TEST
 
@@ -306,6 +323,26 @@ START_TEST(size_limits) {
   const char *name = tu_name("minsize");
   pdshm_seg *s = tu_create_opts(name, &o);
   ck_assert_int_eq(stat_of(name).st_size, (off_t)PDSHM_SIZE_MIN);
+  ck_assert_int_eq(pdshm_detach(s), 0);
+  /* max_size: not below the size, not above PDSHM_SIZE_MAX */
+  o = (pdshm_options){.size = 4u << 20, .max_procs = 4, .max_size = 2u << 20};
+  assert_create_refused(&o, PDSHM_EINVAL, "max_size below size");
+  o.max_size = PDSHM_SIZE_MAX + 4096;
+  assert_create_refused(&o, PDSHM_EINVAL, "max_size above PDSHM_SIZE_MAX");
+  /* == size: fixed; above it: what was asked, rounded up as the size is */
+  o.max_size = 4u << 20;
+  s = tu_create_opts(name, &o);
+  ck_assert_uint_eq(s->hdr->max_size, 4u << 20);
+  ck_assert_int_eq(pdshm_detach(s), 0);
+  o.max_size = (64u << 20) + 100;
+  s = tu_create_opts(name, &o);
+  ck_assert_uint_eq(s->hdr->max_size, (64u << 20) + 4096);
+  ck_assert_int_eq(stat_of(name).st_size, 4 << 20);
+  ck_assert_int_eq(pdshm_detach(s), 0);
+  o.size = o.max_size = (4u << 20) + 1; /* equal, unaligned: still fixed */
+  s = tu_create_opts(name, &o);
+  ck_assert_uint_eq(s->hdr->max_size, s->hdr->size);
+  ck_assert_int_eq(stat_of(name).st_size, (4 << 20) + 4096);
   ck_assert_int_eq(pdshm_detach(s), 0);
 }
 END_TEST

@@ -24,7 +24,8 @@
  * process in the middle of pdshm_reap.  After each round every process is
  * killed and the driver reaps, then requires: pdshm_check clean, every slot
  * and lock free, the parameters unchanged, and, once the named scopes the
- * workers made are dropped, `used` back to its baseline.
+ * workers made are dropped, `used` back to its baseline.  The segment
+ * starts small and grows while they work and die (lib/heap.c, heap_grow).
  *
  * make check runs it for TORTURE_SECONDS (default 20); make torture runs
  * TORTURE_KILLS kills (default 10000).  Every random choice (the driver's
@@ -59,7 +60,9 @@
 #define WORKERS 4
 #define KILLS_PER_ROUND 25
 #define NPARAMS 6
-#define SEG_SIZE (20u << 20) /* small enough to be filled now and then */
+#define SEG_SIZE (8u << 20)      /* at first: the workers grow it ...           */
+#define SEG_MAX_SIZE (24u << 20) /* ... to this, small enough to be filled now
+                                    and then (and to fit CI's 64 MiB /dev/shm) */
 #define WPINS 3              /* pins a worker thread keeps at most          */
 #define GFLOATS 40000        /* the group's allreduce: 160 KiB a member     */
 
@@ -478,7 +481,7 @@ struct driver {
 };
 
 static void build(struct driver *d) {
-  pdshm_options o = {.size = SEG_SIZE, .max_procs = 16};
+  pdshm_options o = {.size = SEG_SIZE, .max_procs = 16, .max_size = SEG_MAX_SIZE};
   d->seg = tu_create_opts(g_name, &o);
   pdshm_scope *root, *params;
   ck_assert_int_eq(pdshm_root(d->seg, &root), 0);
@@ -599,6 +602,12 @@ START_TEST(workers_killed_at_random) {
          (unsigned long long)d.rounds, (double)(tu_now_ns() - t0) / 1e9,
          (unsigned long long)g_board->ops, (unsigned long long)g_board->nomem,
          (unsigned long long)g_board->group_rounds, (unsigned long long)g_board->regroups);
+  pdshm_seg_info si;
+  ck_assert_int_eq(pdshm_inspect_seg(d.seg, &si), 0);
+  printf("torture: the segment grew %llu times, from %llu MiB to %llu MiB (at most %llu MiB)\n",
+         (unsigned long long)si.growths, (unsigned long long)(si.first_size >> 20),
+         (unsigned long long)(si.size >> 20), (unsigned long long)(si.max_size >> 20));
+  ck_assert_uint_ge(si.growths, 1);
   free(d.params_text);
   ck_assert_int_eq(pdshm_detach(d.seg), 0);
 }

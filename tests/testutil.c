@@ -36,7 +36,8 @@ pdshm_seg *tu_create(const char *tag, size_t size, unsigned procs) {
 }
 
 pdshm_seg *tu_create_as(const char *name, size_t size, unsigned procs) {
-  pdshm_options o = {.size = size ? size : (8u << 20), .max_procs = procs};
+  size = size ? size : (8u << 20);
+  pdshm_options o = {.size = size, .max_procs = procs, .max_size = size};
   pdshm_seg *seg = NULL;
   pdshm_unlink(name);
   int rc = pdshm_create(name, &o, &seg);

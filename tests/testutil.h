@@ -10,8 +10,10 @@
 
 /* A segment name of its own for each test: "t-<tag>-<pid>-<n>". */
 const char *tu_name(const char *tag);
-/* pdshm_create with `size` bytes (0: 8 MiB) and `procs` slots (0: default);
- * registers the name so tu_cleanup() unlinks it.  Fails the test on error. */
+/* pdshm_create of a fixed segment of `size` bytes (0: 8 MiB; max_size ==
+ * size: it never grows) and `procs` slots (0: default); registers the name
+ * so tu_cleanup() unlinks it.  Fails the test on error.  A growing segment:
+ * tu_create_opts with a max_size. */
 pdshm_seg *tu_create(const char *tag, size_t size, unsigned procs);
 /* The same under a given name (e.g. one kept from tu_name). */
 pdshm_seg *tu_create_as(const char *name, size_t size, unsigned procs);

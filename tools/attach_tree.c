@@ -140,6 +140,12 @@ static void summary_text(struct ctx *c, const struct totals *t, size_t nscopes) 
   fprintf(f, "size        %s  (arena %s), layout %u, %u slots, %u locks\n",
           human(t->info.size, a, sizeof a), human(al->arena, b, sizeof b),
           t->info.layout_version, t->info.max_procs, t->info.max_locks);
+  if (t->info.max_size > t->info.first_size)
+    fprintf(f, "growth      up to %s, from %s at create: grew %llu times\n",
+            human(t->info.max_size, a, sizeof a), human(t->info.first_size, b, sizeof b),
+            (unsigned long long)t->info.growths);
+  else
+    fprintf(f, "growth      none: a fixed size\n");
   fprintf(f, "created     %s by pid %u (uid %u)\n", when(t->info.created_ns, d, sizeof d),
           t->info.creator_pid, t->info.creator_uid);
   fprintf(f, "used        %s (%.1f%% of the arena), free %s\n", human(al->used, a, sizeof a), pct,
@@ -213,14 +219,16 @@ static void summary_json(struct ctx *c, const struct totals *t, const struct sco
           "\"layout_version\":%u,\"max_procs\":%u,\"max_locks\":%u,\"created_ns\":%llu,"
           "\"creator_pid\":%u,\"creator_uid\":%u,\"daemon_pid\":%u,\"daemon_beat_ns\":%llu,"
           "\"poisoned\":%s,\"procs_alive\":%u,\"procs_dead\":%u,\"procs_reaping\":%u,"
-          "\"reaped\":%llu,\"scopes\":%zu,\"vars\":%llu,\"tensor_bytes\":%llu,\"tree\":[",
+          "\"reaped\":%llu,\"scopes\":%zu,\"vars\":%llu,\"tensor_bytes\":%llu,"
+          "\"max_size\":%llu,\"first_size\":%llu,\"growths\":%llu,\"tree\":[",
           (unsigned long long)in->size, (unsigned long long)t->alloc.arena,
           (unsigned long long)t->alloc.used, (unsigned long long)t->alloc.free,
           in->layout_version, in->max_procs, in->max_locks, (unsigned long long)in->created_ns,
           in->creator_pid, in->creator_uid, in->daemon_pid, (unsigned long long)in->daemon_beat_ns,
           in->poisoned ? "true" : "false", t->alive, t->dead, t->reaping,
           (unsigned long long)in->reaped, l->n, (unsigned long long)t->vars,
-          (unsigned long long)t->tensor_bytes);
+          (unsigned long long)t->tensor_bytes, (unsigned long long)in->max_size,
+          (unsigned long long)in->first_size, (unsigned long long)in->growths);
   for (size_t i = 0; i < l->n; i++) {
     if (i) fputc(',', f);
     scope_json(f, &l->row[i]);

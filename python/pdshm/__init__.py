@@ -2,7 +2,7 @@
 shared-memory segment, shared by the trainer processes of a host.
 
     import pdshm
-    with pdshm.create("demo", size=64 << 20) as seg:
+    with pdshm.create("demo") as seg:               # starts small, grows
         params = seg.root.new_scope("params")       # named: published
         w = params.var("w")
         w.assign(numpy.zeros((3, 4), "float32"))    # copy in, resizing

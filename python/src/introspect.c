@@ -22,11 +22,13 @@ static PyStructSequence_Field stats_fields[] = {
     F("procs_alive", "attached processes"), F("procs_dead", "dead processes not yet reaped"),
     {NULL}};
 static PyStructSequence_Field seginfo_fields[] = {
-    F("size", "bytes of the segment file"), F("arena", "bytes of the arena"),
+    F("size", "bytes of the segment now"), F("arena", "bytes of the arena"),
     F("layout_version", NULL), F("max_procs", NULL), F("max_locks", NULL),
     F("creator_pid", NULL), F("creator_uid", NULL), F("daemon_pid", "0 when none"),
     F("created_ns", "CLOCK_REALTIME"), F("daemon_beat_ns", "0 when none"),
-    F("reaped", "slots reaped since create"), F("poisoned", "a repair failed"), {NULL}};
+    F("reaped", "slots reaped since create"), F("poisoned", "a repair failed"),
+    F("max_size", "the most it grows to"), F("first_size", "bytes at create"),
+    F("growths", "times it grew"), {NULL}};
 static PyStructSequence_Field scopeinfo_fields[] = {
     F("id", "unique for the segment's life"), F("parent_id", "0 for the root"), F("depth", NULL),
     F("named", NULL), F("linked", "openable by path"), F("last", "last kid of its parent"),
@@ -138,10 +140,10 @@ PyObject *pdshmpy_seg_info(PyObject *self, PyObject *unused) {
   pdshm_seg_info i;
   int rc = pdshm_inspect_seg(seg, &i);
   if (rc) return fail(self, rc, "info");
-  return record(PDSHMPY_STATE(self)->seginfo_type, "(KKIIIIIIKKKN)", i.size, i.arena,
+  return record(PDSHMPY_STATE(self)->seginfo_type, "(KKIIIIIIKKKNKKK)", i.size, i.arena,
                 i.layout_version, i.max_procs, i.max_locks, i.creator_pid, i.creator_uid,
                 i.daemon_pid, i.created_ns, i.daemon_beat_ns, i.reaped,
-                PyBool_FromLong(i.poisoned));
+                PyBool_FromLong(i.poisoned), i.max_size, i.first_size, i.growths);
 }
 
 PyObject *pdshmpy_seg_check(PyObject *self, PyObject *unused) {

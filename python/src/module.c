@@ -27,17 +27,20 @@ static int opt_ulong(pdshmpy_state *st, PyObject *o, const char *what, unsigned 
 }
 
 static PyObject *mod_create(PyObject *module, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"name", "size", "max_procs", "mode", NULL};
-  PyObject *name, *size = Py_None, *procs = Py_None, *mode = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "U|OOO:create", kwlist, &name, &size, &procs,
-                                   &mode))
+  /* max_size last: callers that pass max_procs or mode by position keep working */
+  static char *kwlist[] = {"name", "size", "max_procs", "mode", "max_size", NULL};
+  PyObject *name, *size = Py_None, *procs = Py_None, *mode = Py_None, *max = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "U|OOOO:create", kwlist, &name, &size, &procs,
+                                   &mode, &max))
     return NULL;
-  unsigned long long sz = 0, np = 0, md = 0;
+  unsigned long long sz = 0, np = 0, md = 0, mx = 0;
   pdshmpy_state *st = PyModule_GetState(module);
   if (opt_ulong(st, size, "size", SIZE_MAX, &sz) ||
-      opt_ulong(st, procs, "max_procs", UINT_MAX, &np) || opt_ulong(st, mode, "mode", 07777, &md))
+      opt_ulong(st, procs, "max_procs", UINT_MAX, &np) ||
+      opt_ulong(st, mode, "mode", 07777, &md) || opt_ulong(st, max, "max_size", SIZE_MAX, &mx))
     return NULL;
-  pdshm_options o = {.size = (size_t)sz, .max_procs = (unsigned)np, .mode = (unsigned)md};
+  pdshm_options o = {.size = (size_t)sz, .max_procs = (unsigned)np, .mode = (unsigned)md,
+                     .max_size = (size_t)mx};
   return pdshmpy_seg_open(st, name, &o, 1);
 }
 
@@ -69,10 +72,12 @@ static PyObject *mod_strerror(PyObject *module, PyObject *code) {
 
 static PyMethodDef mod_methods[] = {
     {"create", (PyCFunction)(void (*)(void))mod_create, METH_VARARGS | METH_KEYWORDS,
-     "create(name, size=None, max_procs=None, mode=None) -> Segment\n\n"
+     "create(name, size=None, max_procs=None, mode=None, max_size=None) -> Segment\n\n"
      "Makes the segment /dev/shm/pdshm.NAME and attaches it.  None takes the\n"
-     "default (64 MiB, 128 process slots, mode 0o600).  Exists when it exists;\n"
-     "NoMemory when /dev/shm cannot hold it (nothing is left behind)."},
+     "default (a few MiB, 128 process slots, mode 0o600).  The segment grows while\n"
+     "attached, up to max_size (None: as much as /dev/shm holds; max_size=size: a\n"
+     "fixed size): every attached process sees the new bytes at once.  Exists when\n"
+     "it exists; NoMemory when /dev/shm cannot hold it (nothing is left behind)."},
     {"attach", (PyCFunction)(void (*)(void))mod_attach, METH_VARARGS | METH_KEYWORDS,
      "attach(name, readonly=False, shared_users=False) -> Segment\n\n"
      "Attaches an existing segment (releasing the GIL while it validates).\n"

@@ -77,8 +77,9 @@ def seg_name(request):
 
 @pytest.fixture
 def seg(seg_name):
-    """A fresh SEG_SIZE segment, created by this process and detached afterwards."""
-    s = pdshm.create(seg_name, size=SEG_SIZE)
+    """A fresh segment of SEG_SIZE that does not grow (max_size=SEG_SIZE), created
+    by this process and detached afterwards."""
+    s = pdshm.create(seg_name, size=SEG_SIZE, max_size=SEG_SIZE)
     yield s
     try:
         s.detach()

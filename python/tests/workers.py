@@ -433,3 +433,22 @@ def elastic_member(conn, seg_name, group, size, rank, steps):
         g.leave()
         seg.root.erase(f"{group}.e{os.getpid()}")
         return result
+
+
+def grown_reader(conn, seg_name, names, nbytes):
+    """Attached before the test grows the segment: reads, through views, the
+    tensors allocated after the growth, then writes through one for the test."""
+    with pdshm.attach(seg_name) as seg:
+        size0 = seg.stats().size
+        conn.send(("ready", size0))
+        assert conn.recv() == "check"
+        sums = []
+        for k, name in enumerate(names):
+            a = seg.root[name].numpy()
+            assert a.nbytes == nbytes
+            sums.append(int(a.sum(dtype="uint64")))
+        view = memoryview(seg.root[names[-1]])
+        view[0:4] = b"peer"
+        del view
+        conn.send(("seen", seg.stats().size, sums))
+        assert conn.recv() == "exit"

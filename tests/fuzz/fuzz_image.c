@@ -65,6 +65,7 @@ const char *fuzz_image_put(const uint8_t *data, size_t n, fuzz_image_fix fix) {
   struct pdshm_hdr *h = (struct pdshm_hdr *)fuzz_img;
   h->layout_version = PDSHM_LAYOUT_VERSION;
   h->fingerprint = pdshm__layout_fingerprint();
+  if (!h->max_size) h->max_size = size; /* inputs older than growth: a fixed segment */
   if (hi < sizeof *h) hi = sizeof *h; /* the version and fingerprint zeroed again below */
   if (fix) {
     uint64_t reach = fix(fuzz_img, size);
