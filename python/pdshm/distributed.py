@@ -12,12 +12,18 @@ nothing of the job past its initialisation, whoever is killed later (the
 memory goes back with the last process).  Each process group (new_group
 subgroups too) is one pdshm trainer group in that segment.
 
-Collectives run to completion in the call that issues them (async_op=True
-returns a completed Work whose future holds the tensor list), so an error
-is raised by that call: a member's death raises PeerDiedError (a
-RuntimeError that is also a pdshm.PeerDied) in every survivor, and so does
-every later collective of that process group (through DDP's backward, a
-plain RuntimeError whose message says PeerDiedError: C++ is in between); a
+A collective's arguments are checked in the call that issues it (a bad
+one raises there); then it is queued, and the call returns a Work.  Each
+process group runs its queue in the order of issue, in a worker thread of
+its own, so that async_op=True (and DDP, which reduces each bucket of
+gradients as soon as the backward pass filled it) goes on computing
+meanwhile; a synchronous caller, whose wait() comes at once, runs the
+queue up to its collective itself.  Work.wait() raises the collective's
+error, and Work.get_future() (whose value is the tensor list) fails with a
+RuntimeError naming it: a member's death is a PeerDiedError (a RuntimeError
+that is also a pdshm.PeerDied) in every survivor, and so is every later
+collective of that process group (through DDP's backward, a plain
+RuntimeError whose message says PeerDiedError: C++ is in between); a
 member that stops answering makes them raise CollectiveTimeout (a
 RuntimeError that is also a TimeoutError) after the process group's
 timeout.  A member that exits normally (or closes the group) while the
@@ -74,6 +80,8 @@ SIZE_ENV = "PDSHM_TORCH_SEGMENT_SIZE"
 DEFAULT_SIZE = 512 << 20
 STAGING_KEEP = 8  # staging variables kept per process group (least recently used go)
 LEFT_CHECK_S = 0.05  # seconds between two looks for a member that left, while waiting
+KEEP_WORKS = 64  # completed Works a process group keeps alive (see _Work)
+CLOSE_WAIT_S = 5.0  # seconds close() waits for a running collective to finish
 
 _RED = ReduceOp.RedOpType
 # The reductions the pdshm group does in the segment, and the dtypes it does them for.
@@ -358,15 +366,145 @@ def _one(tensors: Sequence[torch.Tensor], what: str) -> torch.Tensor:
     return t
 
 
-def _done(result) -> "dist.Work":
-    """A completed Work whose future's value is result.  Collectives run in
-    the call and raise from it, never through a Work: in torch 1.13 a failed
-    Work made by Python (its future set with the exception, its wait()
-    raising it) crashed DDP's backward (SIGSEGV), and a C++ Work (this one)
-    cannot be collected under C++'s feet, as a Python subclass of Work can."""
-    fut = torch.futures.Future()
-    fut.set_result(result)
-    return _create_work_from_future(fut)
+def _unwrap(fut: torch.futures.Future):
+    return fut.value()
+
+
+class _Work(dist.Work):
+    """The Work of one collective: completed by its process group's queue
+    (_Queue), in the order the collectives were issued.
+
+    wait() raises the collective's own error (PeerDiedError,
+    CollectiveTimeout, ...).  get_future()'s value is the result (the tensor
+    list DDP wants); on an error, waiting for it or reading its value raises
+    a RuntimeError whose message names the error.  That future is derived
+    with then() from the one the queue completes: set_exception() alone
+    completes a torch Future with the exception as its value, which C++
+    (DDP's Reducer) would take for the tensors (in torch 1.13 that crashed
+    DDP's backward), whereas an exception raised by a then() callback makes
+    the derived future fail in C++ too.
+
+    A Python Work that C++ still holds must not be collected (C++ would then
+    wait on the bare base class for ever): the process group keeps every
+    Work of its queue and the last KEEP_WORKS issued (C++ callers such as
+    DDP's take the future, or wait, right after the call)."""
+
+    def __init__(self, result, queue: "_Queue") -> None:
+        super().__init__()
+        self._result = result
+        self._queue = queue
+        self._finished = threading.Event()
+        self._error: Optional[BaseException] = None
+        self._inner = torch.futures.Future()
+        self._future = self._inner.then(_unwrap)
+
+    def _complete(self, error: Optional[Exception]) -> None:
+        self._error = error
+        if error is None:
+            self._inner.set_result(self._result)
+        else:
+            self._inner.set_exception(error)
+        self._finished.set()
+
+    def wait(self, timeout: Optional[timedelta] = None) -> bool:
+        """True once the collective completed; raises its error.  A timeout
+        (a timedelta; zero or None: none) that passes first raises
+        CollectiveTimeout, the collective going on in the background."""
+        seconds = timeout.total_seconds() if timeout is not None else 0.0
+        if not self._finished.is_set():
+            if seconds > 0:
+                if not self._finished.wait(seconds):
+                    raise CollectiveTimeout(f"pdshm: the collective did not complete within "
+                                            f"{seconds} s")
+            else:
+                self._queue.run_until(self)
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+    def is_completed(self) -> bool:
+        return self._finished.is_set()
+
+    def is_success(self) -> bool:
+        return self._finished.is_set() and self._error is None
+
+    def result(self):
+        return self._result
+
+
+class _Queue:
+    """The collectives of a process group, run one at a time in the order
+    they were issued, by the group's worker thread, or by a thread that
+    waits for one of them: the caller of a synchronous collective runs it
+    (and whatever was issued before it) itself, sparing two thread switches."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: "collections.deque[tuple]" = collections.deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._running = threading.Lock()  # held while a job runs
+        self._stopping = False
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, work: _Work, fn) -> None:
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError("pdshm: this process group was closed")
+            self._jobs.append((work, fn))
+            self._cond.notify()
+
+    def _serve(self) -> None:
+        while True:
+            with self._cond:
+                while not self._jobs and not self._stopping:
+                    self._cond.wait()
+                if not self._jobs:
+                    return
+            with self._running:
+                self._run_first()
+
+    def _run_first(self) -> bool:
+        """Runs the first job (the caller holds _running); False if there was none."""
+        with self._cond:
+            if not self._jobs:
+                return False
+            work, fn = self._jobs.popleft()
+        try:
+            fn()
+        except Exception as e:
+            work._complete(e)
+        except BaseException as e:  # Ctrl-C in a waiting caller: the Work fails, e goes on
+            work._complete(RuntimeError(f"pdshm: the collective was interrupted ({e!r})"))
+            raise
+        else:
+            work._complete(None)
+        return True
+
+    def run_until(self, work: _Work) -> None:
+        """Returns once work completed, running the queue's jobs up to it
+        unless the worker thread is running them."""
+        with self._running:
+            while not work._finished.is_set() and self._run_first():
+                pass
+        work._finished.wait()
+
+    def stop(self, timeout: float) -> bool:
+        """Fails the jobs not started, lets the worker thread finish the one
+        it runs (for at most timeout seconds); whether it finished."""
+        with self._cond:
+            self._stopping = True
+            jobs, self._jobs = list(self._jobs), collections.deque()
+            self._cond.notify()
+        for work, _ in jobs:
+            work._complete(RuntimeError("pdshm: the process group was closed before the "
+                                        "collective ran"))
+        if threading.current_thread() is self._thread:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
 
 class ProcessGroupPdshm(ProcessGroup):
@@ -388,11 +526,12 @@ class ProcessGroupPdshm(ProcessGroup):
         self._scope = seg.root.new_scope()
         self._staging = _Staging(self._scope, seg.stats().size // (2 * len(local)))
         self._exchange = _Exchange(seg, prefix, member, len(local))
-        self._lock = threading.Lock()
         self._closed = False
         self._death: Optional[str] = None  # what the first PeerDied said
         # Everyone's exchange variable exists before anyone looks it up.
         self._call(self._group.barrier)
+        self._works: "collections.deque[_Work]" = collections.deque(maxlen=KEEP_WORKS)
+        self._queue = _Queue(f"pdshm {prefix}")
         _OPEN.add(self)
 
     def getBackendName(self) -> str:
@@ -409,6 +548,10 @@ class ProcessGroupPdshm(ProcessGroup):
         if self._closed:
             return
         self._closed = True
+        if not self._queue.stop(CLOSE_WAIT_S):
+            # A collective still runs in the worker thread and uses the
+            # group: what this rank holds goes with the process.
+            return
         self._exchange.close()
         self._staging.kept.clear()
         self._group.leave()
@@ -501,52 +644,62 @@ class ProcessGroupPdshm(ProcessGroup):
 
     # ---- the collectives -----------------------------------------------------------
 
+    def _submit(self, result, fn) -> _Work:
+        """A Work of result, completed once fn() (the collective, its
+        arguments checked) ran in the queue."""
+        work = _Work(result, self._queue)
+        self._queue.submit(work, fn)
+        self._works.append(work)
+        return work
+
     def allreduce(self, tensors, opts=None):
         t = _one(tensors, "allreduce")
-        with self._lock:
-            self._allreduce1(_op(opts), t)
-        return _done(tensors)
+        op = _op(opts)
+        _fold_of(op, t.dtype, "allreduce")
+        return self._submit(tensors, lambda: self._allreduce1(op, t))
 
     def allreduce_coalesced(self, tensors, opts=None):
         if not tensors:
-            return _done(tensors)
+            return self._submit(tensors, lambda: None)
         if len({t.dtype for t in tensors}) != 1:
             raise RuntimeError("pdshm: allreduce_coalesced takes tensors of one dtype")
-        flat = torch.cat([t.reshape(-1) for t in tensors])
-        with self._lock:
-            self._allreduce1(_op(opts), flat)
-        off = 0
-        for t in tensors:
-            t.copy_(flat[off:off + t.numel()].view(t.shape))
-            off += t.numel()
-        return _done(tensors)
+        op = _op(opts)
+        _fold_of(op, tensors[0].dtype, "allreduce_coalesced")
+
+        def run():
+            flat = torch.cat([t.reshape(-1) for t in tensors])
+            self._allreduce1(op, flat)
+            off = 0
+            for t in tensors:
+                t.copy_(flat[off:off + t.numel()].view(t.shape))
+                off += t.numel()
+        return self._submit(tensors, run)
 
     def reduce(self, tensors, opts=None):
         t = _one(tensors, "reduce")
         root = _root(opts, self.size())
-        with self._lock:
-            if self.rank() == root:
-                self._allreduce1(_op(opts), t)
-            else:  # the same collective, on a copy: non-roots' tensors stay as they were
-                self._allreduce1(_op(opts), t.clone())
-        return _done(tensors)
+        op = _op(opts)
+        _fold_of(op, t.dtype, "reduce")
+        # the same collective, on a copy at non-roots: their tensors stay as they were
+        return self._submit(tensors, lambda: self._allreduce1(
+            op, t if self.rank() == root else t.clone()))
 
     def broadcast(self, tensors, opts=None):
         t = _one(tensors, "broadcast")
         root = _root(opts, self.size())
-        with self._lock:
+
+        def run():
             if self.rank() == root:
                 _as(self._exchange.mine(_bytes_of(t)), t).copy_(t)
             self._barrier()
             if self.rank() != root:
                 t.copy_(_as(self._exchange.of(root), t))
             self._barrier()
-        return _done(tensors)
+        return self._submit(tensors, run)
 
     def _gather_into(self, outs: Sequence[torch.Tensor], t: torch.Tensor) -> None:
-        """outs[r] = rank r's t, for every r (outs may be empty: contribute only)."""
-        for o in outs:
-            _check_like(o, t, "allgather/gather")
+        """outs[r] = rank r's t, for every r (outs may be empty: contribute
+        only); outs are shaped like t (_check_like)."""
         _as(self._exchange.mine(_bytes_of(t)), t).copy_(t)
         self._barrier()
         for r, o in enumerate(outs):
@@ -556,23 +709,27 @@ class ProcessGroupPdshm(ProcessGroup):
     def allgather(self, output_lists, input_list, opts=None):
         t = _one(input_list, "allgather")
         outs = _one_list(output_lists, self.size(), "allgather")
-        with self._lock:
-            self._gather_into(outs, t)
-        return _done(output_lists)
+        for o in outs:
+            _check_like(o, t, "allgather")
+        return self._submit(output_lists, lambda: self._gather_into(outs, t))
 
     def _allgather_base(self, output, input, opts=None):
         if output.numel() != input.numel() * self.size():
             raise RuntimeError(f"pdshm: _allgather_base: output has {output.numel()} elements, "
                                f"want {self.size()} x {input.numel()}")
-        chunks = list(output.view(-1).chunk(self.size())) if output.is_contiguous() else None
-        with self._lock:
-            if chunks is not None:
+        if output.dtype != input.dtype:
+            raise RuntimeError(f"pdshm: _allgather_base: output of {output.dtype}, input of "
+                               f"{input.dtype}")
+
+        def run():
+            if output.is_contiguous():
+                chunks = output.view(-1).chunk(self.size())
                 self._gather_into([c.view(input.shape) for c in chunks], input)
             else:
                 flat = output.reshape(-1).clone()
                 self._gather_into([c.view(input.shape) for c in flat.chunk(self.size())], input)
                 output.copy_(flat.view(output.shape))
-        return _done([output])
+        return self._submit([output], run)
 
     def gather(self, output_lists, input_list, opts=None):
         t = _one(input_list, "gather")
@@ -583,48 +740,54 @@ class ProcessGroupPdshm(ProcessGroup):
             raise RuntimeError("pdshm: gather: only the root passes output tensors")
         else:
             outs = []
-        with self._lock:
-            self._gather_into(outs, t)
-        return _done(output_lists)
+        for o in outs:
+            _check_like(o, t, "gather")
+        return self._submit(output_lists, lambda: self._gather_into(outs, t))
 
     def scatter(self, output_list, input_lists, opts=None):
         t = _one(output_list, "scatter")
         root = _root(opts, self.size())
         n = self.size()
-        with self._lock:
-            if self.rank() == root:
-                ins = _one_list(input_lists, n, "scatter")
-                for i in ins:
-                    _check_like(i, t, "scatter")
+        ins: List[torch.Tensor] = []
+        if self.rank() == root:
+            ins = _one_list(input_lists, n, "scatter")
+            for i in ins:
+                _check_like(i, t, "scatter")
+        elif input_lists and any(len(i) for i in input_lists):
+            raise RuntimeError("pdshm: scatter: only the root passes input tensors")
+
+        def run():
+            if ins:
                 raw = self._exchange.mine(n * _bytes_of(t))
                 for r, i in enumerate(ins):
                     _as(raw, t, r * _bytes_of(t)).copy_(i)
-            elif input_lists and any(len(i) for i in input_lists):
-                raise RuntimeError("pdshm: scatter: only the root passes input tensors")
             self._barrier()
             t.copy_(_as(self._exchange.of(root), t, self.rank() * _bytes_of(t)))
             self._barrier()
-        return _done(output_list)
+        return self._submit(output_list, run)
 
     def reduce_scatter(self, output_list, input_lists, opts=None):
         out = _one(output_list, "reduce_scatter")
         ins = _one_list(input_lists, self.size(), "reduce_scatter")
         for i in ins:
             _check_like(i, out, "reduce_scatter")
-        with self._lock:
-            self._reduce_scatter(_op(opts), out, ins)
-        return _done(output_list)
+        op = _op(opts)
+        _fold_of(op, out.dtype, "reduce_scatter")
+        return self._submit(output_list, lambda: self._reduce_scatter(op, out, ins))
 
     def _reduce_scatter_base(self, output, input, opts=None):
         n = self.size()
         if input.numel() != output.numel() * n:
             raise RuntimeError(f"pdshm: _reduce_scatter_base: input has {input.numel()} "
                                f"elements, want {n} x {output.numel()}")
+        if output.dtype != input.dtype:
+            raise RuntimeError(f"pdshm: _reduce_scatter_base: output of {output.dtype}, input "
+                               f"of {input.dtype}")
+        op = _op(opts)
+        _fold_of(op, output.dtype, "reduce_scatter")
         ins = [c.view(output.shape) for c in input.reshape(-1).chunk(n)] if output.numel() \
             else [output] * n
-        with self._lock:
-            self._reduce_scatter(_op(opts), output, ins)
-        return _done([output])
+        return self._submit([output], lambda: self._reduce_scatter(op, output, ins))
 
     def _reduce_scatter(self, op, out: torch.Tensor, ins: Sequence[torch.Tensor]) -> None:
         """out = op over every rank's ins[this rank]; ins[r] are shaped like out."""
@@ -654,17 +817,14 @@ class ProcessGroupPdshm(ProcessGroup):
         n = self.size()
         ins = _split_rows(input, input_split_sizes, n, "alltoall_base input")
         outs = _split_rows(output, output_split_sizes, n, "alltoall_base output")
-        with self._lock:
-            self._alltoall(outs, ins)
-        return _done([output])
+        return self._submit([output], lambda: self._alltoall(outs, ins))
 
     def alltoall(self, output_list, input_list, opts=None):
         n = self.size()
         if len(output_list) != n or len(input_list) != n:
             raise RuntimeError(f"pdshm: alltoall takes {n} input and {n} output tensors")
-        with self._lock:
-            self._alltoall(list(output_list), list(input_list))
-        return _done(output_list)
+        outs, ins = list(output_list), list(input_list)
+        return self._submit(output_list, lambda: self._alltoall(outs, ins))
 
     def _alltoall(self, outs: Sequence[torch.Tensor], ins: Sequence[torch.Tensor]) -> None:
         """outs[r] = rank r's ins[this rank].  Each rank's exchange bytes start
@@ -690,9 +850,7 @@ class ProcessGroupPdshm(ProcessGroup):
         self._barrier()
 
     def barrier(self, opts=None):
-        with self._lock:
-            self._barrier()
-        return _done([])
+        return self._submit([], self._barrier)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         raise RuntimeError("pdshm: allgather_coalesced is not supported")
@@ -786,41 +944,42 @@ class ProcessGroupPdshmHosts(ProcessGroupPdshm):
         out.copy_(flat[me * c:(me + 1) * c].view(out.shape))
 
     def _gather_into(self, outs: Sequence[torch.Tensor], t: torch.Tensor) -> None:
-        for o in outs:
-            _check_like(o, t, "allgather/gather")
         for o, part in zip(outs, self._world_parts(t)):
             o.copy_(part)
 
     def broadcast(self, tensors, opts=None):
         t = _one(tensors, "broadcast")
-        root = _root(opts, self.size())
-        raw = t.contiguous().reshape(-1).view(torch.uint8)
         bopts = dist.BroadcastOptions()
-        bopts.rootRank = root
-        with self._lock:
+        bopts.rootRank = _root(opts, self.size())
+
+        def run():
+            raw = t.contiguous().reshape(-1).view(torch.uint8)
             self._world.broadcast([raw], bopts).wait()
-        if raw.data_ptr() != t.data_ptr():
-            t.copy_(raw.view(t.dtype).view(t.shape))
-        return _done(tensors)
+            if raw.data_ptr() != t.data_ptr():
+                t.copy_(raw.view(t.dtype).view(t.shape))
+        return self._submit(tensors, run)
 
     def scatter(self, output_list, input_lists, opts=None):
         t = _one(output_list, "scatter")
         root = _root(opts, self.size())
         n, b = self.size(), _bytes_of(t)
-        raw = torch.empty(n * b, dtype=torch.uint8)
+        ins: List[torch.Tensor] = []
         if self.rank() == root:
             ins = _one_list(input_lists, n, "scatter")
-            for r, i in enumerate(ins):
+            for i in ins:
                 _check_like(i, t, "scatter")
-                _as(raw, t, r * b).copy_(i)
         elif input_lists and any(len(i) for i in input_lists):
             raise RuntimeError("pdshm: scatter: only the root passes input tensors")
         bopts = dist.BroadcastOptions()
         bopts.rootRank = root
-        with self._lock:
+
+        def run():
+            raw = torch.empty(n * b, dtype=torch.uint8)
+            for r, i in enumerate(ins):
+                _as(raw, t, r * b).copy_(i)
             self._world.broadcast([raw], bopts).wait()
-        t.copy_(_as(raw, t, self.rank() * b))
-        return _done(output_list)
+            t.copy_(_as(raw, t, self.rank() * b))
+        return self._submit(output_list, run)
 
     def _alltoall(self, outs: Sequence[torch.Tensor], ins: Sequence[torch.Tensor]) -> None:
         inp = torch.cat([i.contiguous().reshape(-1).view(torch.uint8) for i in ins])

@@ -233,6 +233,29 @@ def check_async(rank, n):
     dist.broadcast(b, 0, async_op=True).get_future().wait()
     assert b.item() == 0
     dist.barrier(async_op=True).wait()
+    check_async_in_background(rank, n)
+
+
+def check_async_in_background(rank, n):
+    """Rank 0 issues three all_reduces with async_op=True before the others
+    issued theirs (they wait for the store to say so): the calls return at
+    once, the Works complete later, in the order of issue."""
+    store = dist.distributed_c10d._get_default_store()
+    ts = [torch.full((NUMEL,), float(rank + i)) for i in range(3)]
+    if rank == 0:
+        works = [dist.all_reduce(t, async_op=True) for t in ts]
+        pending = [w.is_completed() for w in works]
+        store.set("async/issued", "1")
+        assert not any(pending), pending
+        works[-1].get_future().wait()
+        assert all(w.is_completed() for w in works)
+        assert works[1].get_future().value()[0] is ts[1]
+    else:
+        store.wait(["async/issued"])
+        for t in ts:
+            dist.all_reduce(t)
+    for i, t in enumerate(ts):
+        assert torch.equal(t, torch.full((NUMEL,), float(sum(range(n)) + n * i))), (i, t)
 
 
 def check_subgroups(rep, rank, n):
@@ -390,6 +413,34 @@ def main_kill_plain():
     raise AssertionError("no collective failed after the death")
 
 
+def main_kill_async():
+    """The last rank kills itself once the others issued three all_reduces
+    with async_op=True; they report what each Work's wait() and the first
+    one's future raised."""
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("pdshm", timeout=timedelta(seconds=60))
+    store = dist.distributed_c10d._get_default_store()
+    dist.all_reduce(torch.ones(4))
+    if rank == n - 1:
+        store.wait(["issued"])
+        os.kill(os.getpid(), signal.SIGKILL)
+    works = [dist.all_reduce(torch.ones(1 << 12), async_op=True) for _ in range(3)]
+    store.set("issued", "1")
+    errors = []
+    for w in works:
+        try:
+            w.wait()
+        except Exception as e:
+            errors.append([isinstance(e, RuntimeError), isinstance(e, pdshm.PeerDied)])
+    try:
+        works[0].get_future().wait()
+        future = None
+    except RuntimeError as e:
+        future = str(e)[:300]
+    return {"rank": rank, "errors": errors, "future": future,
+            "completed": [w.is_completed() for w in works], "segment": pdist.segment_of().name}
+
+
 def main_exit():
     """The last rank exits normally (no destroy_process_group) after two
     all_reduces; the others' next all_reduce and broadcast raise."""
@@ -499,6 +550,6 @@ def main_creator_dies():
 if __name__ == "__main__":
     result = {"collectives": main_collectives, "hosts": main_hosts, "kill": main_kill,
               "stop": main_stop, "torchrun": main_torchrun, "kill_plain": main_kill_plain,
-              "exit": main_exit,
+              "kill_async": main_kill_async, "exit": main_exit,
               "creator_dies": main_creator_dies}[sys.argv[1]]()
     print(json.dumps(result), flush=True)
