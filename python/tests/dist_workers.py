@@ -303,10 +303,28 @@ def check_in_place_and_reuse(rank, n):
     # staging for more sizes than the segment (16 MiB: the tests run in a
     # 64 MiB /dev/shm too) holds at once: the oldest kept staging variables
     # make room
-    for k in range(4):
-        big = torch.full(((1 << 19) + k,), float(rank))  # 2 MiB each
+    for k in range(4):  # float16: through staging, whatever the size
+        big = torch.full(((1 << 20) + k,), float(rank), dtype=torch.float16)  # 2 MiB each
         dist.all_reduce(big)
         assert big[-1].item() == sum(range(n))
+
+
+def check_shares(rep, rank, n):
+    """Private tensors of 256 KiB and more of float32, float64, int32 and
+    int64 are reduced by shares through the exchange bytes (no staging), for
+    SUM, AVG, MIN and MAX: against the local fold, bits equal on every rank."""
+    pg = dist.distributed_c10d._get_default_group()
+    kept = dict(pg._staging.kept)
+    numel = (1 << 16) + 5  # not a multiple of 2 or 3
+    for dtype in (torch.float32, torch.float64, torch.int32, torch.int64):
+        for op in (R.SUM, R.AVG, R.MIN, R.MAX):
+            case = f"shares/{dtype}/{NAMES[op]}/{n}"
+            ins = [seeded(case, r, (numel,), dtype) for r in range(n)]
+            t = ins[rank].clone()
+            dist.all_reduce(t, op)
+            same(t, fold(op, ins), case)
+            rep.add(case, t)
+    assert pg._staging.kept == kept, "a private tensor of 256 KiB went through staging"
 
 
 def train(model, xs, ys, steps, lr):
@@ -352,6 +370,7 @@ def main_collectives():
     check_reductions(rep, rank, n)
     check_async(rank, n)
     check_in_place_and_reuse(rank, n)
+    check_shares(rep, rank, n)
     check_subgroups(rep, rank, n)
     check_ddp(rank, n)
     dist.destroy_process_group()
@@ -475,6 +494,7 @@ def main_hosts():
     check_reductions(rep, rank, n)
     check_async(rank, n)
     check_in_place_and_reuse(rank, n)
+    check_shares(rep, rank, n)
     check_subgroups(rep, rank, n)
     check_ddp(rank, n)
     name = pdist.segment_of().name
