@@ -60,6 +60,7 @@ import collections
 import os
 import secrets
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -95,7 +96,8 @@ _HALF = {torch.float16, torch.bfloat16}
 _SHARE_FOLDS = {_RED.SUM: torch.add, _RED.AVG: torch.add, _RED.MIN: torch.minimum,
                 _RED.MAX: torch.maximum}
 _SHARE_DTYPES = {torch.float32, torch.float64, torch.int32, torch.int64}
-SHARES_MIN_BYTES = 256 << 10
+SHARES_MIN_BYTES = 64 << 10
+SMALL_BYTES = 64 << 10  # up to this, a reduction's bytes go through _Small
 
 
 class PeerDiedError(RuntimeError, _pdshm.PeerDied):
@@ -315,6 +317,65 @@ class _Exchange:
             pass
 
 
+class _Small:
+    """Each rank's two slots (its variable's halves) for collectives of at
+    most SMALL_BYTES: the collective numbered seq uses slot seq % 2, each
+    rank writing its own and, after one barrier, reading the others' (a
+    slot starts with a header naming the collective, so that ranks that do
+    not agree on it raise instead of reading each other's bytes: a header
+    of int64 words, seq, the op, the dtype and the element count).  One
+    barrier is enough: a rank writes a slot again two collectives later,
+    after the barrier of the one in between, which every rank reaches only
+    once it has read the slot."""
+
+    HEAD = 32  # bytes of the header: it keeps the data 32-byte aligned
+
+    def __init__(self, seg, prefix: str, rank: int, size: int) -> None:
+        self.root = seg.root
+        self.names = [f"{prefix}.y{r}" for r in range(size)]
+        self.rank = rank
+        self.slot_bytes = self.HEAD + SMALL_BYTES
+        self.own = self.root.var(self.names[rank])
+        self.own.resize("uint8", (2 * self.slot_bytes,))
+        # by rank: each slot's bytes after the header, and the headers as
+        # numpy int64 arrays (cheaper to read and write than tensors)
+        self.views: Dict[int, tuple] = {}
+        self._view_of(rank, self.own)
+
+    def _view_of(self, r: int, var) -> tuple:
+        raw = torch.from_dlpack(var)
+        n, h = self.slot_bytes, self.HEAD
+        view = self.views[r] = (
+            (raw[h:n], raw[n + h:2 * n]),
+            (raw[:h].view(torch.int64).numpy(), raw[n:n + h].view(torch.int64).numpy()))
+        return view
+
+    def slot(self, r: int, seq: int) -> Tuple[torch.Tensor, "object"]:
+        """Rank r's slot of collective seq, its bytes and its header (after
+        the barrier, for another rank)."""
+        view = self.views.get(r)
+        if view is None:
+            var = self.root.find_var(self.names[r])
+            if var is None:
+                raise PeerDiedError(f"pdshm: rank {r} left the process group")
+            view = self._view_of(r, var)
+        return view[0][seq & 1], view[1][seq & 1]
+
+    def close(self) -> None:
+        self.views.clear()
+        try:
+            self.root.erase(self.names[self.rank])
+        except _pdshm.Error:
+            pass
+
+
+_DTYPE_CODES: Dict[torch.dtype, int] = {}
+
+
+def _dtype_code(dtype: torch.dtype) -> int:
+    return _DTYPE_CODES.setdefault(dtype, len(_DTYPE_CODES) + 1)
+
+
 def _bytes_of(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
@@ -329,6 +390,20 @@ def _fold_of(op, dtype: torch.dtype, what: str):
     """The binary torch function that folds dtype's values by op; a
     RuntimeError naming `what` when op is not defined for dtype (checked
     before any communication, so every rank refuses alike)."""
+    fold = _FOLDS.get((op, dtype))
+    if fold is None:
+        fold = _FOLDS[(op, dtype)] = _find_fold(op, dtype)
+    if fold is _NO_FOLD:
+        raise RuntimeError(f"pdshm: {what} with {op.name} of {dtype} is not supported")
+    return fold
+
+
+_FOLDS: Dict[tuple, object] = {}
+_NO_FOLD = object()
+
+
+def _find_fold(op, dtype: torch.dtype):
+    """_fold_of's answer (_NO_FOLD: none), before it is cached."""
     if dtype == torch.bool:
         fold = {_RED.SUM: torch.logical_or, _RED.MAX: torch.logical_or,
                 _RED.BOR: torch.logical_or, _RED.PRODUCT: torch.logical_and,
@@ -342,17 +417,28 @@ def _fold_of(op, dtype: torch.dtype, what: str):
         fold = {_RED.SUM: torch.add, _RED.AVG: torch.add, _RED.PRODUCT: torch.mul,
                 _RED.MIN: torch.minimum, _RED.MAX: torch.maximum, _RED.BAND: torch.bitwise_and,
                 _RED.BOR: torch.bitwise_or, _RED.BXOR: torch.bitwise_xor}.get(op)
-    if fold is None:
-        raise RuntimeError(f"pdshm: {what} with {op.name} of {dtype} is not supported")
-    return fold
+    return _NO_FOLD if fold is None else fold
 
 
 def _reduce_local(op, parts: Sequence[torch.Tensor], out: torch.Tensor) -> None:
     """out = op over parts, in their order (out may alias none of them)."""
     dtype = out.dtype
     fold = _fold_of(op, dtype, "a reduction")
+    if dtype not in _HALF:  # folded straight into out
+        if len(parts) == 1:
+            out.copy_(parts[0])
+        else:
+            fold(parts[0], parts[1], out=out)
+            for p in parts[2:]:
+                fold(out, p, out=out)
+        if op == _RED.AVG:
+            if dtype.is_floating_point or dtype.is_complex:
+                out.div_(len(parts))
+            else:
+                out.copy_(torch.div(out, len(parts), rounding_mode="trunc"))
+        return
     # float16 and bfloat16 compute in float32 and round once, as the group does.
-    wide = torch.float32 if dtype in _HALF else dtype
+    wide = torch.float32
     acc = parts[0].to(wide, copy=True)
     for p in parts[1:]:
         fold(acc, p.to(wide), out=acc)
@@ -385,11 +471,12 @@ class _Work(dist.Work):
     CollectiveTimeout, ...).  get_future()'s value is the result (the tensor
     list DDP wants); on an error, waiting for it or reading its value raises
     a RuntimeError whose message names the error.  That future is derived
-    with then() from the one the queue completes: set_exception() alone
+    with then() from one that the queue completes: set_exception() alone
     completes a torch Future with the exception as its value, which C++
     (DDP's Reducer) would take for the tensors (in torch 1.13 that crashed
     DDP's backward), whereas an exception raised by a then() callback makes
-    the derived future fail in C++ too.
+    the derived future fail in C++ too.  The futures are made when first
+    asked for (a synchronous collective never needs them).
 
     A Python Work that C++ still holds must not be collected (C++ would then
     wait on the bare base class for ever): the process group keeps every
@@ -400,27 +487,34 @@ class _Work(dist.Work):
         super().__init__()
         self._result = result
         self._queue = queue
-        self._finished = threading.Event()
-        self._error: Optional[BaseException] = None
-        self._inner = torch.futures.Future()
-        self._future = self._inner.then(_unwrap)
+        self._finished = False  # these three change under queue.cond
+        self._error: Optional[Exception] = None
+        self._inner: Optional[torch.futures.Future] = None
+        self._future: Optional[torch.futures.Future] = None
 
     def _complete(self, error: Optional[Exception]) -> None:
-        self._error = error
-        if error is None:
-            self._inner.set_result(self._result)
+        with self._queue.cond:
+            self._error = error
+            self._finished = True
+            inner = self._inner
+            self._queue.cond.notify_all()
+        if inner is not None:
+            self._settle(inner)
+
+    def _settle(self, inner: torch.futures.Future) -> None:
+        if self._error is None:
+            inner.set_result(self._result)
         else:
-            self._inner.set_exception(error)
-        self._finished.set()
+            inner.set_exception(self._error)
 
     def wait(self, timeout: Optional[timedelta] = None) -> bool:
         """True once the collective completed; raises its error.  A timeout
         (a timedelta; zero or None: none) that passes first raises
         CollectiveTimeout, the collective going on in the background."""
         seconds = timeout.total_seconds() if timeout is not None else 0.0
-        if not self._finished.is_set():
+        if not self._finished:
             if seconds > 0:
-                if not self._finished.wait(seconds):
+                if not self._queue.wait_for(self, seconds):
                     raise CollectiveTimeout(f"pdshm: the collective did not complete within "
                                             f"{seconds} s")
             else:
@@ -430,13 +524,26 @@ class _Work(dist.Work):
         return True
 
     def get_future(self) -> torch.futures.Future:
+        with self._queue.cond:
+            if self._future is None:
+                self._inner = torch.futures.Future()
+                self._future = self._inner.then(_unwrap)
+                settle = self._finished
+            else:
+                settle = False
+        if settle:
+            self._settle(self._inner)
+        else:
+            self._queue.wake()
         return self._future
 
     def is_completed(self) -> bool:
-        return self._finished.is_set()
+        if not self._finished:
+            self._queue.wake()
+        return self._finished
 
     def is_success(self) -> bool:
-        return self._finished.is_set() and self._error is None
+        return self._finished and self._error is None
 
     def result(self):
         return self._result
@@ -445,29 +552,43 @@ class _Work(dist.Work):
 class _Queue:
     """The collectives of a process group, run one at a time in the order
     they were issued, by the group's worker thread, or by a thread that
-    waits for one of them: the caller of a synchronous collective runs it
-    (and whatever was issued before it) itself, sparing two thread switches."""
+    waits for one of them (running the queue up to it).  A collective issued
+    by one of torch.distributed's functions with async_op=False, which waits
+    for it at once, does not wake the worker thread: its caller runs it,
+    sparing two thread switches.  Whoever asks a Work for its future or
+    whether it completed wakes the worker, so nothing waits for a job
+    nobody runs."""
 
     def __init__(self, name: str) -> None:
         self._jobs: "collections.deque[tuple]" = collections.deque()
-        self._cond = threading.Condition(threading.Lock())
+        self.cond = threading.Condition(threading.Lock())
         self._running = threading.Lock()  # held while a job runs
+        self._awake = False  # the worker thread was told of the jobs queued
         self._stopping = False
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, work: _Work, fn) -> None:
-        with self._cond:
+    def submit(self, work: _Work, fn, wake: bool) -> None:
+        with self.cond:
             if self._stopping:
                 raise RuntimeError("pdshm: this process group was closed")
             self._jobs.append((work, fn))
-            self._cond.notify()
+            if wake:
+                self._awake = True
+                self.cond.notify_all()
+
+    def wake(self) -> None:
+        """Lets the worker thread run the jobs queued."""
+        with self.cond:
+            if self._jobs and not self._awake:
+                self._awake = True
+                self.cond.notify_all()
 
     def _serve(self) -> None:
         while True:
-            with self._cond:
-                while not self._jobs and not self._stopping:
-                    self._cond.wait()
+            with self.cond:
+                while not (self._jobs and self._awake) and not self._stopping:
+                    self.cond.wait()
                 if not self._jobs:
                     return
             with self._running:
@@ -475,10 +596,13 @@ class _Queue:
 
     def _run_first(self) -> bool:
         """Runs the first job (the caller holds _running); False if there was none."""
-        with self._cond:
+        with self.cond:
             if not self._jobs:
+                self._awake = False
                 return False
             work, fn = self._jobs.popleft()
+            if not self._jobs:
+                self._awake = False
         try:
             fn()
         except Exception as e:
@@ -494,17 +618,26 @@ class _Queue:
         """Returns once work completed, running the queue's jobs up to it
         unless the worker thread is running them."""
         with self._running:
-            while not work._finished.is_set() and self._run_first():
+            while not work._finished and self._run_first():
                 pass
-        work._finished.wait()
+        self.wait_for(work, None)
+
+    def wait_for(self, work: _Work, timeout: Optional[float]) -> bool:
+        """Whether work completed within timeout seconds (None: no limit),
+        the worker thread running it."""
+        with self.cond:
+            if not work._finished and self._jobs and not self._awake:
+                self._awake = True
+                self.cond.notify_all()
+            return self.cond.wait_for(lambda: work._finished, timeout)
 
     def stop(self, timeout: float) -> bool:
         """Fails the jobs not started, lets the worker thread finish the one
         it runs (for at most timeout seconds); whether it finished."""
-        with self._cond:
+        with self.cond:
             self._stopping = True
             jobs, self._jobs = list(self._jobs), collections.deque()
-            self._cond.notify()
+            self.cond.notify_all()
         for work, _ in jobs:
             work._complete(RuntimeError("pdshm: the process group was closed before the "
                                         "collective ran"))
@@ -512,6 +645,22 @@ class _Queue:
             return True
         self._thread.join(timeout)
         return not self._thread.is_alive()
+
+
+def _issued_synchronously() -> bool:
+    """Whether the collective being issued (the caller's caller called a
+    process group's method, which called _submit) comes from one of
+    torch.distributed's functions called with async_op=False: such a
+    function waits for the Work at once."""
+    try:
+        frame = sys._getframe(3)
+    except ValueError:  # called from C++ in a thread with no Python frames
+        return False
+    return (frame.f_code.co_filename == _C10D_FILE and "async_op" in frame.f_code.co_varnames
+            and frame.f_locals.get("async_op") is False)
+
+
+_C10D_FILE = dist.distributed_c10d.__file__
 
 
 class ProcessGroupPdshm(ProcessGroup):
@@ -533,6 +682,8 @@ class ProcessGroupPdshm(ProcessGroup):
         self._scope = seg.root.new_scope()
         self._staging = _Staging(self._scope, seg.stats().size // (2 * len(local)))
         self._exchange = _Exchange(seg, prefix, member, len(local))
+        self._small = _Small(seg, prefix, member, len(local))
+        self._seq = 0  # collectives through _Small so far
         self._closed = False
         self._death: Optional[str] = None  # what the first PeerDied said
         # Everyone's exchange variable exists before anyone looks it up.
@@ -560,6 +711,7 @@ class ProcessGroupPdshm(ProcessGroup):
             # group: what this rank holds goes with the process.
             return
         self._exchange.close()
+        self._small.close()
         self._staging.kept.clear()
         self._group.leave()
         self._scope.release()
@@ -685,11 +837,33 @@ class ProcessGroupPdshm(ProcessGroup):
                 flat[bounds[k]:bounds[k + 1]].copy_(theirs[k][bounds[k]:bounds[k + 1]])
         self._barrier()  # before anyone writes its exchange bytes again
 
+    def _reduce_small(self, op, t: torch.Tensor) -> None:
+        """t (at most SMALL_BYTES) reduced over the group with one barrier:
+        each rank writes t into its slot and folds every rank's in rank order."""
+        seq, me = self._seq, self.rank()
+        self._seq += 1
+        head = [seq, 1 + int(op), _dtype_code(t.dtype), t.numel()]
+        mine, mine_head = self._small.slot(me, seq)
+        mine_head[:] = head
+        _as(mine, t).copy_(t)
+        self._barrier()
+        parts = []
+        for r in range(self.size()):
+            theirs, their_head = self._small.slot(r, seq)
+            if r != me and their_head.tolist() != head:
+                raise RuntimeError(f"pdshm: rank {r} did not take part in the same collective "
+                                   f"(this rank: all_reduce of {t.dtype}[{t.numel()}] by "
+                                   f"{op.name})")
+            parts.append(_as(theirs, t))
+        _reduce_local(op, parts, t)
+
     def _allreduce1(self, op, t: torch.Tensor) -> None:
         _fold_of(op, t.dtype, "allreduce")
         if not t.numel():
             return
-        if (self.size() > 1 and op in _SHARE_FOLDS and t.dtype in _SHARE_DTYPES
+        if _bytes_of(t) <= SMALL_BYTES:
+            self._reduce_small(op, t)
+        elif (self.size() > 1 and op in _SHARE_FOLDS and t.dtype in _SHARE_DTYPES
                 and _bytes_of(t) >= SHARES_MIN_BYTES and t.is_contiguous()
                 and not self._group.holds(t)):
             self._reduce_by_shares(op, t)
@@ -702,7 +876,7 @@ class ProcessGroupPdshm(ProcessGroup):
         """A Work of result, completed once fn() (the collective, its
         arguments checked) ran in the queue."""
         work = _Work(result, self._queue)
-        self._queue.submit(work, fn)
+        self._queue.submit(work, fn, wake=not _issued_synchronously())
         self._works.append(work)
         return work
 

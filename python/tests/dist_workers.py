@@ -311,7 +311,7 @@ def check_in_place_and_reuse(rank, n):
 
 def check_shares(rep, rank, n):
     """Private tensors of 256 KiB and more of float32, float64, int32 and
-    int64 are reduced by shares through the exchange bytes (no staging), for
+    int64 are reduced by shares through the exchange bytes (in one host: no staging), for
     SUM, AVG, MIN and MAX: against the local fold, bits equal on every rank."""
     pg = dist.distributed_c10d._get_default_group()
     kept = dict(pg._staging.kept)
@@ -324,7 +324,8 @@ def check_shares(rep, rank, n):
             dist.all_reduce(t, op)
             same(t, fold(op, ins), case)
             rep.add(case, t)
-    assert pg._staging.kept == kept, "a private tensor of 256 KiB went through staging"
+    if not isinstance(pg, pdist.ProcessGroupPdshmHosts):  # which reduces through staging
+        assert pg._staging.kept == kept, "a private tensor of 256 KiB went through staging"
 
 
 def train(model, xs, ys, steps, lr):
