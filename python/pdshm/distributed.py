@@ -1018,27 +1018,27 @@ class ProcessGroupPdshm(ProcessGroup):
         return self._submit([output], lambda: self._reduce_scatter(op, output, ins))
 
     def _reduce_scatter(self, op, out: torch.Tensor, ins: Sequence[torch.Tensor]) -> None:
-        """out = op over every rank's ins[this rank]; ins[r] are shaped like out."""
-        n, c, me = self.size(), out.numel(), self.rank()
-        if c == 0:
+        """out = op over every rank's ins[this rank]; ins[r] are shaped like
+        out.  Each rank copies into its exchange bytes only the parts the
+        others reduce, then folds its own part from its input and theirs, in
+        rank order, straight into out (every part is reduced by one rank:
+        the same bits everywhere)."""
+        n, me = self.size(), self.rank()
+        if not out.numel():
             return
         _fold_of(op, out.dtype, "reduce_scatter")
-        name = _GROUP_OPS.get(op)
-        if name is not None and out.dtype in _GROUP_DTYPES:
-            # The group's share of rank r of n * c elements is [r * c, (r + 1) * c).
-            var, view = self._staging.get(out.dtype, n * c)
-            for r, i in enumerate(ins):
-                view[r * c:(r + 1) * c].view(out.shape).copy_(i)
-            self._barrier()
-            self._call(self._group.reduce_scatter, var, name)
-            out.copy_(view[me * c:(me + 1) * c].view(out.shape))
-            return
+        ins = [i.reshape(out.shape) for i in ins]
         b = _bytes_of(out)
         raw = self._exchange.mine(n * b)
         for r, i in enumerate(ins):
-            _as(raw, out, r * b).copy_(i)
+            if r != me:
+                _as(raw, out, r * b).copy_(i)
+        own = ins[me]
+        if own.storage().data_ptr() == out.storage().data_ptr():
+            own = own.clone()  # out may alias no part
         self._barrier()
-        _reduce_local(op, self._exchanged_parts(out, me * b), out)
+        parts = [own if r == me else _as(self._exchange.of(r), out, me * b) for r in range(n)]
+        _reduce_local(op, parts, out)
         self._barrier()
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
