@@ -81,7 +81,7 @@ SIZE_ENV = "PDSHM_TORCH_SEGMENT_SIZE"
 DEFAULT_SIZE = 512 << 20
 STAGING_KEEP = 8  # staging variables kept per process group (least recently used go)
 LEFT_CHECK_S = 0.05  # seconds between two looks for a member that left, while waiting
-KEEP_WORKS = 64  # completed Works a process group keeps alive (see _Work)
+KEEP_WORKS = 16  # completed Works a process group keeps alive (see _Work)
 CLOSE_WAIT_S = 5.0  # seconds close() waits for a running collective to finish
 
 _RED = ReduceOp.RedOpType
@@ -562,7 +562,9 @@ class _Queue:
     def __init__(self, name: str) -> None:
         self._jobs: "collections.deque[tuple]" = collections.deque()
         self.cond = threading.Condition(threading.Lock())
-        self._running = threading.Lock()  # held while a job runs
+        # held while a job runs; reentrant: a job's completion runs its
+        # future's callbacks, which may issue and wait for collectives
+        self._running = threading.RLock()
         self._awake = False  # the worker thread was told of the jobs queued
         self._stopping = False
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)

@@ -234,6 +234,13 @@ def check_async(rank, n):
     assert b.item() == 0
     dist.barrier(async_op=True).wait()
     check_async_in_background(rank, n)
+    # a future's callback (run by the thread that completed the collective)
+    # may issue a collective and wait for it
+    inner = torch.ones(2)
+    fut = dist.all_reduce(torch.ones(2), async_op=True).get_future()
+    done = fut.then(lambda f: dist.all_reduce(inner) or f.value()[0])
+    assert torch.equal(done.wait(), torch.full((2,), float(n)))
+    assert torch.equal(inner, torch.full((2,), float(n)))
 
 
 def check_async_in_background(rank, n):
