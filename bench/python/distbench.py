@@ -331,8 +331,8 @@ def main():
         gs = fmt_time(g) if g is not None else f"{'n/a':>11}"
         print(f"{name:22} {fmt_size(size):>7} {fmt_time(p)} {gs} {ratio}{note}")
     if peers:
-        print(f"\nall_reduce, float32 sum of private tensors: pdshm against the shm peer and the "
-              f"bound (ratios > 1: pdshm is faster)")
+        print("\nall_reduce, float32 sum of private tensors: pdshm against the shm peer and the "
+              "bound (ratios > 1: pdshm is faster)")
         print(f"{'size':>7} {'pdshm':>11} {'shm peer':>11} {'bound':>11} {'peer/pdshm':>10} "
               f"{'bound/pdshm':>11}")
         for (name, size), peer in peers.items():

@@ -31,14 +31,20 @@ others wait is a PeerDiedError for them too, within LEFT_CHECK_S: their
 waits are barriers taken in slices (one starts every reduction), and
 between slices they look for members whose exchange variable is gone.
 
-Reductions the group does in the segment (SUM, AVG, MIN, MAX of float16,
-bfloat16, float32, float64, int32, int64) are copied into a staging
-variable, reduced in place there and copied out; a tensor that is a view of
-a variable of the segment (segment_of(group), torch.from_dlpack(var)) is
-reduced in place with no copy.  The others (PRODUCT, the
-bitwise ops, int8, int16, uint8, bool) and every op that only moves bytes go
-through per-rank exchange variables: each rank writes its bytes into its
-own, a barrier, each reads what it needs from the others' (reducing in rank
+A reduction of at most SMALL_BYTES (any dtype and op) takes one barrier:
+each rank writes its tensor into one of two slots of its own (_Small) and
+folds every rank's in rank order.  A larger private tensor of float32,
+float64, int32 or int64 (SUM, AVG, MIN, MAX) is reduced by shares through
+the exchange bytes (_reduce_by_shares: each rank copies in only what the
+others reduce, and copies their reduced shares straight into its tensor).
+A larger tensor that is a view of a variable of the segment
+(segment_of(group), torch.from_dlpack(var)) is reduced in place by the
+pdshm group with no copy; the remaining reductions the group does (float16
+and bfloat16, in float32 rounded once; non-contiguous tensors) go through
+a staging variable.  The others (PRODUCT, the bitwise ops, int8, int16,
+uint8, bool), reduce_scatter and every op that only moves bytes go through
+per-rank exchange variables: each rank writes its bytes into its own, a
+barrier, each reads what it needs from the others' (reducing in rank
 order, so every rank computes the same bits), a barrier.  Staging and
 exchange variables are kept and reused from call to call.
 
@@ -69,7 +75,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import ProcessGroup, ReduceOp, _create_work_from_future
+from torch._C._distributed_c10d import ProcessGroup, ReduceOp
 
 from . import _pdshm
 
