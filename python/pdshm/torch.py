@@ -79,13 +79,29 @@ during that repair is not, nor is a group that shrinks (with no
 replacement, the survivors' step() raises TimeoutError after `timeout`).
 
 Lifetime: the variables live in `scope` (name it to make it persist); a new
-training run wants a new scope.  The views keep their bytes (pins) as views
+training run wants a new scope.
+
+Restarts.  Under torchrun --max-restarts=N, which restarts every worker of
+the job when one fails, resume() is the one line that makes a restarted
+job go on from the step it reached, with no checkpoint on disk:
+
+    dp = pdshm.torch.resume(model, torch.optim.SGD, lr=0.1)  # dp.steps_done: reached
+    while dp.steps_done < steps:
+        ...                                       # as above
+    pdshm.torch.job_done(dp)                      # the job's segment goes
+
+It keeps the scope in a segment named after the job (torchrun's run id,
+the same for every attempt) that outlives the workers, one trainer group
+of the host's ranks (LOCAL_RANK of LOCAL_WORLD_SIZE) per attempt; each
+worker of a restarted attempt takes its rank over as a replacement does,
+finishing or redoing the step the failure interrupted.  The views keep their bytes (pins) as views
 do; after fork() a DataParallel is the parent's: build a new one (and join
 the group again) in the child.
 """
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import time as _time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
@@ -98,7 +114,7 @@ if TYPE_CHECKING:
     import torch
     from ._pdshm import Group, Scope, Segment, Var
 
-__all__ = ["join_group", "share_parameters", "Adam", "DataParallel"]
+__all__ = ["join_group", "share_parameters", "Adam", "DataParallel", "resume", "job_done"]
 
 DONE, STAGED, HOLDERS = 0, 1, 2  # the columns of the progress variable
 
@@ -131,6 +147,100 @@ def join_group(seg: Segment, name: str, size: int, rank: int,
             if e.code != _pdshm.EBUSY or _time.monotonic() >= deadline:
                 raise
         _time.sleep(0.005)
+
+
+RESUME_PATIENCE_S = 30.0  # seconds resume() waits for the segment and the group
+
+
+def _job_segment(name: str, size: Optional[int]) -> Segment:
+    """The segment `name`, attached, or made by this process if no other
+    process of the host has made it."""
+    deadline = _time.monotonic() + RESUME_PATIENCE_S
+    while True:
+        try:
+            return _pdshm.attach(name)
+        except _pdshm.NotFound:
+            pass
+        try:
+            return _pdshm.create(name, size=size)
+        except _pdshm.Exists:
+            pass  # made in between by another rank: attach it
+        if _time.monotonic() >= deadline:
+            raise TimeoutError(f"pdshm: segment {name!r} neither attaches nor can be made")
+        _time.sleep(0.01)
+
+
+def _named_scope(seg: Segment, name: str) -> Scope:
+    """The named scope `name` of seg's root, made by this process if no other has."""
+    try:
+        return seg.open(name)
+    except _pdshm.NotFound:
+        pass
+    try:
+        return seg.root.new_scope(name)
+    except _pdshm.Exists:  # made in between by another rank
+        return seg.open(name)
+
+
+def _torchrun_env() -> Tuple[int, int, str, int]:
+    """(local rank, local world size, job id, attempt) from torchrun's environment."""
+    env = os.environ
+    try:
+        rank, size = int(env["LOCAL_RANK"]), int(env["LOCAL_WORLD_SIZE"])
+    except (KeyError, ValueError):
+        raise RuntimeError("pdshm.torch.resume: LOCAL_RANK and LOCAL_WORLD_SIZE are not set "
+                           "(start the script with torchrun)") from None
+    job = env.get("TORCHELASTIC_RUN_ID", "none")
+    if job == "none":  # torchrun without --rdzv_id (nor --standalone): its port names the job
+        job = f"{env.get('MASTER_ADDR', 'local')}-{env.get('MASTER_PORT', '0')}"
+    return rank, size, job, int(env.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
+def resume(module: torch.nn.Module, optimizer: Callable[..., torch.optim.Optimizer],
+           name: str = "train", size: Optional[int] = None, timeout: Optional[float] = 60.0,
+           scheduler: Optional[Callable[[torch.optim.Optimizer], Any]] = None,
+           **optimizer_kwargs: Any) -> "DataParallel":
+    """A DataParallel over the scope `name` of this torchrun job's segment
+    (/dev/shm/pdshm.torchrun-<run id>, `size` bytes when this call makes
+    it; default 64 MiB), in a trainer group of the host's ranks: its
+    steps_done is the step the job reached before a restart (0 at first).
+    Every local rank of an attempt calls it with the same module (same
+    seed), optimizer and settings.  In a restarted attempt each rank takes
+    its rank over as a replacement does (see Deaths), so the step that the
+    failure interrupted is finished or redone.  The segment is kept on
+    purpose: job_done(dp) removes it at the end of the job (a job that
+    fails for good leaves it, for the next run of the same job id or for
+    pdshm.unlink)."""
+    rank, local_size, job, attempt = _torchrun_env()
+    seg = _job_segment(f"torchrun-{job}", size)
+    group = join_group(seg, f"{name}.attempt{attempt}", local_size, rank,
+                       patience=RESUME_PATIENCE_S)
+    scope = _named_scope(seg, name)
+    progress = scope.find_local_var("progress")
+    # Whether an earlier attempt used the scope, decided by every rank
+    # before any rank of this attempt can make the progress variable.
+    resumed = attempt > 0 and progress is not None and progress.dtype is not None
+    group.barrier(timeout=timeout)
+    if resumed:
+        held = progress.numpy()
+        if held[rank, HOLDERS] == 0:  # this rank never started: it takes over anyway,
+            held[rank, HOLDERS] = 1   # so that every rank runs the take-over's barriers
+    dp = DataParallel(module, scope, group, optimizer, timeout=timeout, scheduler=scheduler,
+                      **optimizer_kwargs)
+    dp.segment = seg
+    return dp
+
+
+def job_done(dp: "DataParallel") -> None:
+    """The end of a job that resume() started: once every local rank got
+    here (a barrier), the segment's name is removed (its memory goes with
+    the last process)."""
+    dp.group.barrier(timeout=dp.timeout)
+    if dp.group.rank == 0:
+        try:
+            _pdshm.unlink(dp.segment.name)
+        except _pdshm.NotFound:
+            pass
 
 
 def share_parameters(module: torch.nn.Module, scope: Scope,
@@ -281,6 +391,7 @@ class DataParallel:
             raise TypeError("optimizer must be a torch.optim.Optimizer class or a factory "
                             f"taking the parameters, not a {type(optimizer).__name__}")
         self.module, self.scope, self.group, self.timeout = module, scope, group, timeout
+        self.segment: Optional[Segment] = None  # the job's segment, under resume()
         rank, size = group.rank, group.size
         used = scope.find_local_var("progress")
         if used is not None and used.shape is not None and tuple(used.shape) != (size, 3):

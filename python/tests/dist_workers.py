@@ -233,6 +233,36 @@ def check_async(rank, n):
     dist.broadcast(b, 0, async_op=True).get_future().wait()
     assert b.item() == 0
     dist.barrier(async_op=True).wait()
+    check_async_in_background(rank, n)
+    # a future's callback (run by the thread that completed the collective)
+    # may issue a collective and wait for it
+    inner = torch.ones(2)
+    fut = dist.all_reduce(torch.ones(2), async_op=True).get_future()
+    done = fut.then(lambda f: dist.all_reduce(inner) or f.value()[0])
+    assert torch.equal(done.wait(), torch.full((2,), float(n)))
+    assert torch.equal(inner, torch.full((2,), float(n)))
+
+
+def check_async_in_background(rank, n):
+    """Rank 0 issues three all_reduces with async_op=True before the others
+    issued theirs (they wait for the store to say so): the calls return at
+    once, the Works complete later, in the order of issue."""
+    store = dist.distributed_c10d._get_default_store()
+    ts = [torch.full((NUMEL,), float(rank + i)) for i in range(3)]
+    if rank == 0:
+        works = [dist.all_reduce(t, async_op=True) for t in ts]
+        pending = [w.is_completed() for w in works]
+        store.set("async/issued", "1")
+        assert not any(pending), pending
+        works[-1].get_future().wait()
+        assert all(w.is_completed() for w in works)
+        assert works[1].get_future().value()[0] is ts[1]
+    else:
+        store.wait(["async/issued"])
+        for t in ts:
+            dist.all_reduce(t)
+    for i, t in enumerate(ts):
+        assert torch.equal(t, torch.full((NUMEL,), float(sum(range(n)) + n * i))), (i, t)
 
 
 def check_subgroups(rep, rank, n):
@@ -280,10 +310,29 @@ def check_in_place_and_reuse(rank, n):
     # staging for more sizes than the segment (16 MiB: the tests run in a
     # 64 MiB /dev/shm too) holds at once: the oldest kept staging variables
     # make room
-    for k in range(4):
-        big = torch.full(((1 << 19) + k,), float(rank))  # 2 MiB each
+    for k in range(4):  # float16: through staging, whatever the size
+        big = torch.full(((1 << 20) + k,), float(rank), dtype=torch.float16)  # 2 MiB each
         dist.all_reduce(big)
         assert big[-1].item() == sum(range(n))
+
+
+def check_shares(rep, rank, n):
+    """Private tensors of 256 KiB and more of float32, float64, int32 and
+    int64 are reduced by shares through the exchange bytes (in one host: no staging), for
+    SUM, AVG, MIN and MAX: against the local fold, bits equal on every rank."""
+    pg = dist.distributed_c10d._get_default_group()
+    kept = dict(pg._staging.kept)
+    numel = (1 << 16) + 5  # not a multiple of 2 or 3
+    for dtype in (torch.float32, torch.float64, torch.int32, torch.int64):
+        for op in (R.SUM, R.AVG, R.MIN, R.MAX):
+            case = f"shares/{dtype}/{NAMES[op]}/{n}"
+            ins = [seeded(case, r, (numel,), dtype) for r in range(n)]
+            t = ins[rank].clone()
+            dist.all_reduce(t, op)
+            same(t, fold(op, ins), case)
+            rep.add(case, t)
+    if not isinstance(pg, pdist.ProcessGroupPdshmHosts):  # which reduces through staging
+        assert pg._staging.kept == kept, "a private tensor of 256 KiB went through staging"
 
 
 def train(model, xs, ys, steps, lr):
@@ -329,6 +378,7 @@ def main_collectives():
     check_reductions(rep, rank, n)
     check_async(rank, n)
     check_in_place_and_reuse(rank, n)
+    check_shares(rep, rank, n)
     check_subgroups(rep, rank, n)
     check_ddp(rank, n)
     dist.destroy_process_group()
@@ -390,6 +440,34 @@ def main_kill_plain():
     raise AssertionError("no collective failed after the death")
 
 
+def main_kill_async():
+    """The last rank kills itself once the others issued three all_reduces
+    with async_op=True; they report what each Work's wait() and the first
+    one's future raised."""
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("pdshm", timeout=timedelta(seconds=60))
+    store = dist.distributed_c10d._get_default_store()
+    dist.all_reduce(torch.ones(4))
+    if rank == n - 1:
+        store.wait(["issued"])
+        os.kill(os.getpid(), signal.SIGKILL)
+    works = [dist.all_reduce(torch.ones(1 << 12), async_op=True) for _ in range(3)]
+    store.set("issued", "1")
+    errors = []
+    for w in works:
+        try:
+            w.wait()
+        except Exception as e:
+            errors.append([isinstance(e, RuntimeError), isinstance(e, pdshm.PeerDied)])
+    try:
+        works[0].get_future().wait()
+        future = None
+    except RuntimeError as e:
+        future = str(e)[:300]
+    return {"rank": rank, "errors": errors, "future": future,
+            "completed": [w.is_completed() for w in works], "segment": pdist.segment_of().name}
+
+
 def main_exit():
     """The last rank exits normally (no destroy_process_group) after two
     all_reduces; the others' next all_reduce and broadcast raise."""
@@ -424,6 +502,7 @@ def main_hosts():
     check_reductions(rep, rank, n)
     check_async(rank, n)
     check_in_place_and_reuse(rank, n)
+    check_shares(rep, rank, n)
     check_subgroups(rep, rank, n)
     check_ddp(rank, n)
     name = pdist.segment_of().name
@@ -499,6 +578,6 @@ def main_creator_dies():
 if __name__ == "__main__":
     result = {"collectives": main_collectives, "hosts": main_hosts, "kill": main_kill,
               "stop": main_stop, "torchrun": main_torchrun, "kill_plain": main_kill_plain,
-              "exit": main_exit,
+              "kill_async": main_kill_async, "exit": main_exit,
               "creator_dies": main_creator_dies}[sys.argv[1]]()
     print(json.dumps(result), flush=True)

@@ -116,6 +116,16 @@ def test_killed_rank_raises_peer_died_in_the_pending_all_reduce():
     assert not os.path.exists(f"/dev/shm/pdshm.{r['segment']}")
 
 
+def test_killed_rank_fails_every_pending_async_work():
+    results = run_job("kill_async", 2)
+    assert results[1][0] == -9, f"the victim exited with {results[1][0]}:\n{results[1][2]}"
+    r = reports(results[0])[-1]
+    assert r["errors"] == [[True, True]] * 3, r  # each wait() raised a PeerDiedError
+    assert r["completed"] == [True] * 3, r
+    assert r["future"] is not None and "PeerDiedError" in r["future"], r
+    assert not os.path.exists(f"/dev/shm/pdshm.{r['segment']}")
+
+
 def test_rank_that_exits_normally_is_peer_died_for_the_others():
     r = last_reports(run_job("exit", 3))
     for survivor in r[:2]:

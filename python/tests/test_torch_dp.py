@@ -354,3 +354,42 @@ def test_importing_pdshm_torch_does_not_import_torch():
     out = run_python("import sys, pdshm, pdshm.torch\n"
                      "print('torch' in sys.modules)")
     assert out.strip() == "False"
+
+
+def torchrun_digits(log_dir, *args):
+    """Runs examples/torchrun_digits.py ARGS under torchrun (2 workers, at
+    most 1 restart); (the run's id, {attempt: local rank 0's stdout})."""
+    env = child_env()
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"):
+        env.pop(var, None)
+    # Debian's torch 1.13 under Python 3.11 cannot parse --redirects 0 or
+    # --tee 0 (the defaults); 1 and 2 parse.
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc_per_node=2", "--max_restarts=1", "--redirects", "1",
+                           "--tee", "2", "--log_dir", str(log_dir),
+                           os.path.join(EXAMPLES, "torchrun_digits.py"), *args],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"torchrun exited {done.returncode}:\n{done.stderr[-3000:]}"
+    (run_dir,) = os.listdir(log_dir)
+    outs = {}
+    for attempt in os.listdir(os.path.join(log_dir, run_dir)):
+        with open(os.path.join(log_dir, run_dir, attempt, "0", "stdout.log")) as f:
+            outs[int(attempt.split("_")[1])] = f.read()
+    return run_dir.rsplit("_", 1)[0], outs
+
+
+def test_torchrun_restart_resumes_at_the_step_reached(tmp_path):
+    """A worker SIGKILLed at step 40 (mid-epoch): torchrun restarts both,
+    which go on from step 40 (the scope kept in the job's segment) and end
+    with the accuracy and the parameters of an uninterrupted run; the
+    segment is gone after either run."""
+    run_id, killed = torchrun_digits(tmp_path / "killed", "--kill-at", "40")
+    assert sorted(killed) == [0, 1], killed
+    assert "resumed at step 40 (attempt 1)" in killed[1].splitlines(), killed[1]
+    assert not os.path.exists(f"/dev/shm/pdshm.torchrun-{run_id}")
+    run_id, whole = torchrun_digits(tmp_path / "whole")
+    assert sorted(whole) == [0] and "resumed" not in whole[0], whole
+    assert not os.path.exists(f"/dev/shm/pdshm.torchrun-{run_id}")
+    final = [ln for ln in whole[0].splitlines() if ln.startswith("final test accuracy")]
+    assert final and final[0] in killed[1].splitlines(), (whole[0], killed[1])
