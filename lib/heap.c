@@ -566,6 +566,9 @@ static int heap_grow(pdshm_seg *seg, uint64_t n) {
     rc = grow_reserve(seg, end, step);
   }
   if (rc) return rc;
+  /* a full /dev/shm made grow_reserve trim the FREE blocks, the last one
+   * too: its HOLEY flag is the one to merge with, not the one read above */
+  tw = word(heap_blk(seg, t));
   PDSHM_CRASHPOINT("heap.grow.reserved");
   struct pdshm_blk *b = heap_blk(seg, end);
   b->prev16 = (uint32_t)(pdshm__blk_size(tw) / 16);
