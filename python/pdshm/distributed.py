@@ -84,7 +84,7 @@ __all__ = ["BACKEND", "ProcessGroupPdshm", "ProcessGroupPdshmHosts", "PeerDiedEr
 
 BACKEND = "pdshm"
 SIZE_ENV = "PDSHM_TORCH_SEGMENT_SIZE"
-DEFAULT_SIZE = 512 << 20
+STAGING_BASE = 512 << 20  # the ranks of a host keep at most half this in staging
 STAGING_KEEP = 8  # staging variables kept per process group (least recently used go)
 LEFT_CHECK_S = 0.05  # seconds between two looks for a member that left, while waiting
 KEEP_WORKS = 16  # completed Works a process group keeps alive (see _Work)
@@ -114,10 +114,11 @@ class CollectiveTimeout(RuntimeError, TimeoutError):
     """A member did not reach the collective within the process group's timeout."""
 
 
-def _segment_size() -> int:
+def _segment_size() -> Optional[int]:
+    """The fixed size SIZE_ENV asks for, or None: a segment that grows."""
     text = os.environ.get(SIZE_ENV, "").strip()
     if not text:
-        return DEFAULT_SIZE
+        return None
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1].upper(), 1)
     digits = text[:-1] if scale != 1 else text
     try:
@@ -183,7 +184,8 @@ class _Job:
             name = store.get(f"{key}/segment").decode()
         try:
             if rank == local[0]:
-                self.seg = _pdshm.create(name, size=_segment_size())
+                size = _segment_size()
+                self.seg = _pdshm.create(name, size=size, max_size=size)
                 store.set(f"{key}/created", "1")
             else:
                 store.wait([f"{key}/created"], timeout)
@@ -263,7 +265,7 @@ class _Staging:
             except _pdshm.NoMemory as e:
                 if not self.kept:
                     raise MemoryError(f"pdshm: no room for {numel} x {dtype} of staging in "
-                                      f"the segment (raise {SIZE_ENV}): {e}") from None
+                                      f"the segment: {e}") from None
                 self._drop_oldest()
 
     def _drop_oldest(self) -> None:
@@ -294,7 +296,7 @@ class _Exchange:
                     self.own.resize("uint8", (nbytes,))
                 except _pdshm.NoMemory as e:
                     raise MemoryError(f"pdshm: no room for {nbytes} bytes of exchange in the "
-                                      f"segment (raise {SIZE_ENV}): {e}") from None
+                                      f"segment: {e}") from None
         return self.of(self.rank)
 
     def of(self, r: int) -> torch.Tensor:
@@ -688,7 +690,8 @@ class ProcessGroupPdshm(ProcessGroup):
         member = local.index(rank)
         self._group = seg.group(prefix, len(local), rank=member)
         self._scope = seg.root.new_scope()
-        self._staging = _Staging(self._scope, seg.stats().size // (2 * len(local)))
+        room = min(seg.info().max_size, STAGING_BASE)  # a growing segment's max is /dev/shm's
+        self._staging = _Staging(self._scope, room // (2 * len(local)))
         self._exchange = _Exchange(seg, prefix, member, len(local))
         self._small = _Small(seg, prefix, member, len(local))
         self._seq = 0  # collectives through _Small so far
