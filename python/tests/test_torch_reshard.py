@@ -1,0 +1,94 @@
+"""pdshm.torch.DataParallel in groups that shrink and grow: trainers killed
+(kill -9) with no replacement, in any phase of a step, two in one step, one
+during the repair of another and the one switching the layout; a newcomer
+taken in at a step boundary.  Every run ends with the parameters of one
+process over the same global batches."""
+import numpy as np
+import pytest
+
+import pdshm
+
+torch = pytest.importorskip("torch", reason="torch is not installed: pdshm.torch needs it")
+import dp_workers  # noqa: E402
+
+STEPS = 8
+KIND = "adam-steplr"  # moments, a step count and a schedule: all must move right
+T = 120.0
+
+
+def run(children, seg, size, deaths):
+    """Starts `size` shrink_trainers (deaths: {rank: [(step, phase)]});
+    returns the survivors' results and checks that the dying ones died."""
+    seg.root.new_scope(f"run-{KIND}")
+    kids = {r: children("spawn", dp_workers.shrink_trainer, seg.name, "run", size, r, STEPS,
+                        KIND, deaths.get(r, ()))
+            for r in range(size)}
+    for k in kids.values():
+        assert k.recv(timeout=T)[0] == "joined"
+    out = []
+    for r, k in kids.items():
+        if r in deaths:
+            k.proc.join(T)
+            assert k.proc.exitcode == -9, f"rank {r} did not kill itself"
+        else:
+            out.append(k.result(timeout=T))
+    return out
+
+
+def check_result(seg, children):
+    model = dp_workers.linear_model(torch)
+    got = [seg.open(f"run-{KIND}")[name].numpy().copy() for name, _ in model.named_parameters()]
+    ref = children("spawn", dp_workers.reference, [KIND], STEPS, 1).result(timeout=T)[KIND]
+    for g, w in zip(got, ref):
+        np.testing.assert_allclose(g, np.array(w, np.float32), rtol=2e-5, atol=2e-6)
+    assert seg.check() == []
+
+
+@pytest.mark.parametrize("victim", [0, 2])
+@pytest.mark.parametrize("phase", ["reduce", "update", "commit", "barrier"])
+def test_a_trainer_killed_with_no_replacement_leaves_a_smaller_group_with_the_same_result(
+        seg, children, phase, victim):
+    out = run(children, seg, 3, {victim: [(4, phase)]})
+    assert sorted((r, s) for _, r, s in out) == [(0, 2), (1, 2)]
+    check_result(seg, children)
+
+
+def test_two_trainers_killed_in_one_step(seg, children):
+    out = run(children, seg, 4, {1: [(3, "update")], 3: [(3, "commit")]})
+    assert sorted((r, s) for _, r, s in out) == [(0, 2), (1, 2)]
+    check_result(seg, children)
+
+
+def test_a_trainer_killed_while_finishing_a_dead_ones_shard(seg, children):
+    """Rank 3 dies before staging step 4; rank 0 (new rank 0 of the 3
+    survivors) is dealt its shard, stages it and dies half-way through
+    committing it: the other two finish it."""
+    out = run(children, seg, 4, {3: [(4, "update")], 0: [(4, "finish")]})
+    assert sorted((r, s) for _, r, s in out) == [(0, 2), (1, 2)]
+    check_result(seg, children)
+
+
+def test_the_trainer_switching_the_layout_is_killed(seg, children):
+    """Rank 1 dies; new rank 0 (old 0) dies after writing the next layout's
+    progress, before the switch: the last survivor finishes alone."""
+    out = run(children, seg, 3, {1: [(5, "update")], 0: [(5, "switch")]})
+    assert [(r, s) for _, r, s in out] == [(0, 1)]
+    check_result(seg, children)
+
+
+def test_a_newcomer_is_taken_in_at_a_step_boundary(seg, children):
+    seg.root.new_scope(f"run-{KIND}")
+    kids = [children("spawn", dp_workers.shrink_trainer, seg.name, "run", 2, r, STEPS, KIND,
+                     (), False, (4, 3)) for r in range(2)]
+    for k in kids:
+        assert k.recv(timeout=T)[0] == "joined"
+    new = children("spawn", dp_workers.shrink_trainer, seg.name, "run", 2, -1, STEPS, KIND,
+                   (), True, None)
+    assert new.recv(timeout=T) == ("joined", 4)
+    out = [k.result(timeout=T) for k in kids] + [new.result(timeout=T)]
+    assert sorted((r, s) for _, r, s in out) == [(0, 3), (1, 3), (2, 3)]
+    scope = seg.open(f"run-{KIND}")
+    gen = int(scope["generation"].numpy()[0])
+    assert gen >= 1 and f"progress.{gen}" in scope  # the old generations' are erased
+    assert not [h for h in range(1, gen) if f"progress.{h}" in scope]
+    check_result(seg, children)
