@@ -2,14 +2,21 @@
 (kill -9) with no replacement, in any phase of a step, two in one step, one
 during the repair of another and the one switching the layout; a newcomer
 taken in at a step boundary.  Every run ends with the parameters of one
-process over the same global batches."""
+process over the same global batches; train_digits.py --kill K with the
+loss and accuracy of an uninterrupted run."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
-import pdshm
-
 torch = pytest.importorskip("torch", reason="torch is not installed: pdshm.torch needs it")
+import pdshm.torch as pt  # noqa: E402
 import dp_workers  # noqa: E402
+from procutil import child_env  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 STEPS = 8
 KIND = "adam-steplr"  # moments, a step count and a schedule: all must move right
@@ -92,3 +99,36 @@ def test_a_newcomer_is_taken_in_at_a_step_boundary(seg, children):
     assert gen >= 1 and f"progress.{gen}" in scope  # the old generations' are erased
     assert not [h for h in range(1, gen) if f"progress.{h}" in scope]
     check_result(seg, children)
+
+
+def test_shrink_after_must_be_a_number_of_seconds(seg):
+    scope = seg.root.new_scope("bad")
+    model = dp_workers.linear_model(torch)
+    with seg.group("solo", 1) as g:
+        with pytest.raises(ValueError, match="shrink_after"):
+            pt.DataParallel(model, scope, g, torch.optim.SGD, lr=0.1, shrink_after=-1.0)
+    assert "progress" not in scope  # nothing changed
+
+
+def final_line(out):
+    """(test accuracy, final loss) of train_digits' last line."""
+    words = [ln for ln in out.splitlines() if ln.startswith("final test accuracy")][0].split()
+    return float(words[3]), float(words[6])
+
+
+def test_train_digits_with_kills_and_no_replacement_ends_as_without():
+    pytest.importorskip("sklearn", reason="sklearn (python3-sklearn) is not installed")
+    common = [os.path.join(ROOT, "examples", "train_digits.py"), "--trainers", "3",
+              "--batch", "48", "--epochs", "3"]
+    outs = [subprocess.run([sys.executable, *common, *more], env=child_env(),
+                           capture_output=True, text=True, timeout=240)
+            for more in ([], ["--kill", "2", "--seed", "1"])]
+    for done in outs:
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    calm, killed = (d.stdout for d in outs)
+    assert killed.count("no replacement") == 2, killed
+    # the same parameters up to float rounding (the mean of 3 shares or of
+    # 1): printed with 4 decimals, a last digit may differ
+    (acc, loss), (calm_acc, calm_loss) = final_line(killed), final_line(calm)
+    assert calm_acc > 0.8 and abs(acc - calm_acc) <= 1 / 360 and abs(loss - calm_loss) <= 2e-4, \
+        (calm, killed)
