@@ -11,6 +11,7 @@ so `import pdshm` never needs it).
                                   scheduler=lambda opt: StepLR(opt, 100))
     while dp.steps_done < steps:
         x, y = batch(dp.steps_done, group.rank)   # this rank's share of the step
+                                                  # (of group.size: it may change)
         dp.zero_grad()
         loss_fn(model(x), y).backward()           # (or several micro-batches)
         dp.step()                                 # False: a member died, redo
@@ -309,8 +310,13 @@ class DataParallel:
     before the module or the scope is changed.  scheduler: None, or a factory called
     as scheduler(optimizer) returning an LR scheduler: step() steps it after
     every applied step and keeps its state in the segment.  timeout (seconds,
-    None: no limit) bounds every reduction and barrier.  Attributes:
-    .optimizer, .scheduler, .steps_done."""
+    None: no limit) bounds every reduction and barrier.  shrink_after
+    (seconds, None: wait for a replacement as long as timeout allows): how
+    long the survivors of a death wait for a replacement before they regroup
+    without the dead and re-shard (ValueError when < 0).  newcomer: group
+    came from Segment.enlist; the constructor takes part in the members'
+    re-shard (they call regroup()).  Attributes: .optimizer, .scheduler (new
+    objects after a re-shard), .steps_done."""
 
     def __init__(self, module: torch.nn.Module, scope: Scope, group: Group,
                  optimizer: Callable[..., torch.optim.Optimizer],
