@@ -177,7 +177,7 @@ def dying_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, die_ste
 
 
 def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths=(),
-                   newcomer=False, regroup_at=None):
+                   newcomer=False, regroup_at=None, shrink_after=0.5):
     """Trains `kind` through DataParallel(shrink_after=...) on its share of
     problem() at the group's size of the moment, until `steps`.  deaths: a
     list of (step, phase) at which this process SIGKILLs itself: the phases
@@ -237,7 +237,7 @@ def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths
         with group:
             model = linear_model(torch)
             dp = Dying(model, seg.open(f"{scope_prefix}-{kind}"), group, opt, timeout=30.0,
-                       scheduler=sched, shrink_after=0.5, newcomer=newcomer, **kw)
+                       scheduler=sched, shrink_after=shrink_after, newcomer=newcomer, **kw)
             conn.send(("joined", dp.steps_done))
             while dp.steps_done < steps:
                 if regroup_at is not None and dp.steps_done == regroup_at[0] and not newcomer:

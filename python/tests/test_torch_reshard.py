@@ -101,6 +101,26 @@ def test_a_newcomer_is_taken_in_at_a_step_boundary(seg, children):
     check_result(seg, children)
 
 
+def test_a_replacement_within_shrink_after_takes_the_rank_over(seg, children):
+    """The survivors wait shrink_after for a replacement, which comes: the
+    group keeps its size, as without shrink_after."""
+    seg.root.new_scope(f"run-{KIND}")
+    kids = [children("spawn", dp_workers.shrink_trainer, seg.name, "run", 3, r, STEPS, KIND,
+                     [(4, "update")] if r == 2 else (), False, None, 60.0) for r in range(3)]
+    for k in kids:
+        assert k.recv(timeout=T)[0] == "joined"
+    kids[2].proc.join(T)
+    assert kids[2].proc.exitcode == -9
+    new = children("spawn", dp_workers.shrink_trainer, seg.name, "run", 3, 2, STEPS, KIND,
+                   (), False, None, 60.0)
+    assert new.recv(timeout=T) == ("joined", 4)  # it finished the dead one's step 4
+    out = [k.result(timeout=T) for k in kids[:2]] + [new.result(timeout=T)]
+    assert [(r, s) for _, r, s in out] == [(0, 3), (1, 3), (2, 3)]
+    assert "generation" in seg.open(f"run-{KIND}")
+    assert int(seg.open(f"run-{KIND}")["generation"].numpy()[0]) == 0  # no re-shard
+    check_result(seg, children)
+
+
 def test_shrink_after_must_be_a_number_of_seconds(seg):
     scope = seg.root.new_scope("bad")
     model = dp_workers.linear_model(torch)
