@@ -93,9 +93,9 @@ numbered: `generation` (int64[1]) names the current one, whose progress is
 `progress` (generation 0) or `progress.<g>`, one row per rank of that
 layout's size.  Every member of the new group, newcomers too, runs:
   1. Finish the old layout.  T = the last step any old rank applied; each
-     old rank q behind it (dead, or never past its reduction) is dealt to
-     new rank (its index among them) mod the new size, which works as q
-     would: commit staged.<q> if q staged T (repeatable), else load q's
+     old rank q behind it (dead, or never past its reduction) is new rank
+     q mod the new size's (a function of q alone: the members look at the
+     progress at different instants), which works as q would: commit staged.<q> if q staged T (repeatable), else load q's
      slice from the values in place and redo q's shard of T from the mean
      gradient left in gradient.<p> of a rank p that applied T (it stages
      before it commits, as a step does).  The old ranks are then all at T,
@@ -666,15 +666,19 @@ class DataParallel:
 
     def _finish_old_layout(self) -> None:
         """Brings every old rank's shard to the last step any rank applied, T:
-        the old ranks behind are dealt round-robin over the new group, and each
-        one dealt to this member is committed if it was staged, else run from
-        the mean gradient of a rank that applied T (as _take_over does)."""
+        old rank q behind is new rank q % size's to finish (a function of q
+        alone: the members look at different instants, and one that looks
+        after another finished its own still finds all of its own behind),
+        committed if it was staged, else run from the mean gradient of a rank
+        that applied T (as _take_over does)."""
         progress = self.scope.var(_progress_name(int(self._generation[0]))).numpy()
         done = [int(d) for d in progress[:, DONE]]
         last = max(done)
         behind = [q for q, d in enumerate(done) if d < last]
         source = done.index(last)
-        for q in behind[self.group.rank::self.group.size]:
+        for q in behind:
+            if q % self.group.size != self.group.rank:
+                continue
             self._bind(q, len(done))
             if int(self._progress[q, STAGED]) == last:
                 self._set_layout(self._read_meta(self._meta_var)["layout"])
@@ -683,7 +687,6 @@ class DataParallel:
                 self._load()
                 self._grad.copy_(_torch().from_dlpack(self.scope.var(f"gradient.{source}")))
                 self._apply(last)
-        del progress
 
     def _switch_layout(self) -> None:
         """New rank 0's part: the progress of the next generation (every rank

@@ -181,11 +181,13 @@ def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths
     """Trains `kind` through DataParallel(shrink_after=...) on its share of
     problem() at the group's size of the moment, until `steps`.  deaths: a
     list of (step, phase) at which this process SIGKILLs itself: the phases
-    of dying_trainer, and "finish" (in a re-shard, after finishing one old
-    rank's shard), "switch" (new rank 0, after writing the next layout's
-    progress, before switching to it).  newcomer: enlist instead of joining.
-    regroup_at: (step, size): after that step the members call dp.regroup()
-    until the group has that size (a newcomer taken in).  Returns (steps redone, final rank, final size)."""
+    of dying_trainer, and "finish" (in a re-shard, half-way through
+    committing a dead rank's shard of that step), "switch" (new rank 0,
+    after writing the next layout's progress, before switching to it).
+    newcomer: enlist instead of joining.  regroup_at: (step, size): after
+    that step the members call dp.regroup() until the group has that size
+    (a newcomer taken in).  shrink_after: DataParallel's.  Returns (steps
+    redone, final rank, final size)."""
     import os
     import signal
     import time

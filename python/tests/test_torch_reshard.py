@@ -7,9 +7,12 @@ loss and accuracy of an uninterrupted run."""
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
+
+import pdshm
 
 torch = pytest.importorskip("torch", reason="torch is not installed: pdshm.torch needs it")
 import pdshm.torch as pt  # noqa: E402
@@ -42,10 +45,21 @@ def run(children, seg, size, deaths):
     return out
 
 
-def check_result(seg, children):
+def current_step(scope):
+    """The last step any trainer applied (in the current layout generation)."""
+    gen = scope.find_local_var("generation")
+    g = 0 if gen is None or gen.dtype is None else int(gen.numpy()[0])
+    progress = scope.find_local_var("progress" if g == 0 else f"progress.{g}")
+    try:
+        return int(progress.numpy()[:, 0].max())
+    except (AttributeError, pdshm.Error):  # none yet, or erased by a re-shard meanwhile
+        return 0
+
+
+def check_result(seg, children, steps=STEPS):
     model = dp_workers.linear_model(torch)
     got = [seg.open(f"run-{KIND}")[name].numpy().copy() for name, _ in model.named_parameters()]
-    ref = children("spawn", dp_workers.reference, [KIND], STEPS, 1).result(timeout=T)[KIND]
+    ref = children("spawn", dp_workers.reference, [KIND], steps, 1).result(timeout=T)[KIND]
     for g, w in zip(got, ref):
         np.testing.assert_allclose(g, np.array(w, np.float32), rtol=2e-5, atol=2e-6)
     assert seg.check() == []
@@ -119,6 +133,36 @@ def test_a_replacement_within_shrink_after_takes_the_rank_over(seg, children):
     assert "generation" in seg.open(f"run-{KIND}")
     assert int(seg.open(f"run-{KIND}")["generation"].numpy()[0]) == 0  # no re-shard
     check_result(seg, children)
+
+
+KILL_RUNS = int(os.environ.get("PDSHM_TORCH_KILL_RUNS", "4"))
+
+
+@pytest.mark.parametrize("seed", range(1, 1 + KILL_RUNS))
+def test_trainers_killed_at_random_instants_with_no_replacement(seg, children, seed):
+    """4 trainers; two SIGKILLed from outside at random instants: the first
+    once a random step was applied, the second soon after (often inside
+    the first's repair).  The seed is in the test's name;
+    PDSHM_TORCH_KILL_RUNS=n runs seeds 1..n (4 by default)."""
+    rng = np.random.default_rng(seed)
+    steps = 60
+    seg.root.new_scope(f"run-{KIND}")
+    kids = [children("spawn", dp_workers.shrink_trainer, seg.name, "run", 4, r, steps, KIND,
+                     (), False, None, 0.2) for r in range(4)]
+    for k in kids:
+        assert k.recv(timeout=T)[0] == "joined"
+    victims = rng.choice(4, 2, replace=False)
+    at = int(rng.integers(2, steps - 10))
+    scope = seg.open(f"run-{KIND}")
+    end = time.monotonic() + T
+    while current_step(scope) < at and time.monotonic() < end:
+        time.sleep(0.0005)
+    kids[victims[0]].kill()
+    time.sleep(rng.uniform(0.0, 0.02))
+    kids[victims[1]].kill()
+    out = [k.result(timeout=T) for i, k in enumerate(kids) if i not in victims]
+    assert sorted((r, s) for _, r, s in out) == [(0, 2), (1, 2)]
+    check_result(seg, children, steps)
 
 
 def test_shrink_after_must_be_a_number_of_seconds(seg):
