@@ -183,7 +183,8 @@ def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths
     list of (step, phase) at which this process SIGKILLs itself: the phases
     of dying_trainer, and "finish" (in a re-shard, half-way through
     committing a dead rank's shard of that step), "switch" (new rank 0,
-    after writing the next layout's progress, before switching to it).
+    after writing the next layout's progress, before switching to it),
+    "switched" (new rank 0, right after the switch).
     newcomer: enlist instead of joining.  regroup_at: (step, size): after
     that step the members call dp.regroup() until the group has that size
     (a newcomer taken in).  shrink_after: DataParallel's.  Returns (steps
@@ -228,6 +229,8 @@ def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths
                     __import__("numpy").zeros((self.group.size, 3), "int64"))
                 die()
             super()._switch_layout()
+            if any(p == "switched" for _, p in deaths):
+                die()
 
     torch.set_num_threads(1)
     x, y = problem(torch)

@@ -97,6 +97,16 @@ def test_the_trainer_switching_the_layout_is_killed(seg, children):
     check_result(seg, children)
 
 
+def test_the_trainer_that_switched_the_layout_is_killed_before_the_others_pass(seg, children):
+    """Rank 1 dies; new rank 0 (old 0) switches to the layout of 3 and dies
+    before the last barrier: the two left start over in that layout and
+    switch to one of 2."""
+    out = run(children, seg, 4, {1: [(5, "update")], 0: [(5, "switched")]})
+    assert sorted((r, s) for _, r, s in out) == [(0, 2), (1, 2)]
+    assert int(seg.open(f"run-{KIND}")["generation"].numpy()[0]) == 2
+    check_result(seg, children)
+
+
 def test_a_newcomer_is_taken_in_at_a_step_boundary(seg, children):
     seg.root.new_scope(f"run-{KIND}")
     kids = [children("spawn", dp_workers.shrink_trainer, seg.name, "run", 2, r, STEPS, KIND,
