@@ -6,6 +6,8 @@ segment (pdshm.torch.DataParallel).
 
     PYTHONPATH=python python3 examples/train_digits.py --trainers 2
     ... --kill-one       SIGKILL a trainer mid-epoch, start a replacement
+    ... --kill K         SIGKILL K trainers at random steps, no replacement:
+                         the survivors go on as a smaller group
     ... --plot loss.png  the loss curve (needs matplotlib)
 
 Across hosts (pdshm.mpi over mpi4py): every MPI rank is a trainer, the
@@ -28,7 +30,11 @@ trainers, so the run does not depend on it) and gives each trainer an equal
 share; the gradients are averaged through the group, and each trainer
 updates its slice of the parameters.  With --kill-one the survivors see
 pdshm.PeerDied, the replacement takes the dead trainer's rank, and the step
-is redone: training ends with the same accuracy as without the kill.
+is redone: training ends with the same accuracy as without the kill.  With
+--kill K nobody replaces the dead: after a second the survivors regroup,
+deal the shards of the update anew and split the global batch among
+themselves (--batch must divide evenly at every size), and training ends
+with the loss and accuracy of an uninterrupted run.
 """
 import argparse
 import multiprocessing
@@ -114,12 +120,14 @@ def trainer(seg_name, rank, args):
         scope = seg.open(SCOPE)
         model = make_model(torch, args.hidden)
         opt, settings = make_optimizer(args)
-        dp = pt.DataParallel(model, scope, group, opt, timeout=120.0, **settings)
+        dp = pt.DataParallel(model, scope, group, opt, timeout=120.0,
+                             shrink_after=1.0 if args.kill else None, **settings)
         losses = scope["loss"].numpy()  # (steps, trainers): each rank's share of each step
         started = time.monotonic()
         while dp.steps_done < total:
             step = dp.steps_done + 1
-            rows = batch_rows(step, len(x_train), args.batch, args.trainers, rank)
+            rank = group.rank  # it changes when the group shrinks
+            rows = batch_rows(step, len(x_train), args.batch, group.size, rank)
             dp.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x_train[rows])),
                                                      torch.from_numpy(y_train[rows]))
@@ -173,6 +181,41 @@ def kill_one_mid_epoch(ctx, seg_name, procs, args, seg, per):
           f"{progress.numpy()[victim, 0] + 1}; starting its replacement", flush=True)
     procs[victim] = start_trainer(ctx, seg_name, victim, args)
     return procs
+
+
+def current_step(scope):
+    """The last step any trainer applied, 0 before the first (the progress
+    variable of the current layout generation: see pdshm.torch)."""
+    gen = scope.find_local_var("generation")
+    g = 0 if gen is None or gen.dtype is None else int(gen.numpy()[0])
+    progress = scope.find_local_var("progress" if g == 0 else f"progress.{g}")
+    try:
+        return 0 if progress is None or progress.dtype is None else int(progress.numpy()[:, 0].max())
+    except pdshm.Error:  # erased by a regroup meanwhile: look again
+        return 0
+
+
+def kill_some(procs, args, seg, per):
+    """SIGKILLs args.kill trainers, each at a random step before the last
+    epoch (seeded by --seed), and starts no replacement."""
+    rng = np.random.default_rng(args.seed)
+    total = per * args.epochs
+    at = sorted(int(s) for s in rng.choice(np.arange(2, total - per), args.kill, replace=False))
+    print(f"--kill {args.kill} (seed {args.seed}): at steps {at}", flush=True)
+    scope = seg.open(SCOPE)
+    killed = []
+    for step in at:
+        while current_step(scope) < step:
+            if not any(p.is_alive() for p in procs):
+                raise SystemExit("the trainers ended early")
+            time.sleep(0.001)
+        victim = procs[int(rng.choice([i for i, p in enumerate(procs) if i not in killed]))]
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join()
+        killed.append(procs.index(victim))
+        print(f"killed {victim.name} (pid {victim.pid}) after step {current_step(scope)}; "
+              "no replacement", flush=True)
+    return killed
 
 
 def plot(losses, path):
@@ -261,6 +304,9 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=None, help="default 0.05 (sgd), 0.002 (adam)")
     ap.add_argument("--kill-one", action="store_true",
                     help="SIGKILL the last trainer mid-epoch and start a replacement")
+    ap.add_argument("--kill", type=int, default=0, metavar="K",
+                    help="SIGKILL K trainers at random steps, start no replacement")
+    ap.add_argument("--seed", type=int, default=None, help="--kill: the seed of the steps")
     ap.add_argument("--plot", metavar="FILE", help="write the loss curve as a PNG")
     ap.add_argument("--mpi", metavar="PREFIX",
                     help="run as one MPI rank of a job across hosts (under mpirun); host h's "
@@ -273,9 +319,18 @@ def main(argv=None):
         ap.error("--trainers must be >= 1 and divide --batch")
     if args.kill_one and args.trainers < 2:
         ap.error("--kill-one needs at least 2 trainers")
+    if args.kill and (args.kill_one or not 0 < args.kill < args.trainers):
+        ap.error("--kill K needs 0 < K < --trainers, and not --kill-one")
+    if any(args.batch % n for n in range(args.trainers - args.kill, args.trainers + 1)):
+        ap.error(f"--batch must divide evenly among {args.trainers - args.kill} to "
+                 f"{args.trainers} trainers")
+    if args.kill and args.epochs < 2:
+        ap.error("--kill needs at least 2 epochs (the kills come before the last)")
+    if args.seed is None:
+        args.seed = int.from_bytes(os.urandom(4), "little")
     if args.mpi:
-        if args.kill_one or args.plot:
-            ap.error("--mpi runs without --kill-one and --plot")
+        if args.kill_one or args.kill or args.plot:
+            ap.error("--mpi runs without --kill-one, --kill and --plot")
         return mpi_main(args)
 
     import torch
@@ -293,17 +348,21 @@ def main(argv=None):
                                              np.float32))
             start = time.monotonic()
             procs = [start_trainer(ctx, seg_name, r, args) for r in range(args.trainers)]
+            killed = []
             if args.kill_one:
                 procs = kill_one_mid_epoch(ctx, seg_name, procs, args, seg, per)
+            if args.kill:
+                killed = kill_some(procs, args, seg, per)
             for p in procs:
                 p.join()
-            failed = [p.name for p in procs if p.exitcode != 0]
+            failed = [p.name for i, p in enumerate(procs) if p.exitcode != 0 and i not in killed]
             if failed:
                 raise SystemExit(f"trainers failed: {failed}")
             elapsed = time.monotonic() - start
             model = make_model(torch, args.hidden)
             pt.share_parameters(model, scope)  # the trained parameters, from the segment
-            losses = scope["loss"].numpy().mean(axis=1)
+            # the shares of the group's final size (the kills came before the last epoch)
+            losses = scope["loss"].numpy()[:, :args.trainers - args.kill].mean(axis=1)
             missing = int(np.isnan(losses).sum())
             if missing:
                 print(f"{missing} steps have no recorded loss")

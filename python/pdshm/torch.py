@@ -11,6 +11,7 @@ so `import pdshm` never needs it).
                                   scheduler=lambda opt: StepLR(opt, 100))
     while dp.steps_done < steps:
         x, y = batch(dp.steps_done, group.rank)   # this rank's share of the step
+                                                  # (of group.size: it may change)
         dp.zero_grad()
         loss_fn(model(x), y).backward()           # (or several micro-batches)
         dp.step()                                 # False: a member died, redo
@@ -35,9 +36,11 @@ What lives where, in `scope`:
   gradient.<rank>               each rank's gradients, flat, label "gradient"
   staged.<rank>[.state|.meta]   the working copy of rank's slices, state and
                                 pickled rest: the optimizer's own tensors
-  progress                      int64 (size, 3): per rank, the last step it
+  progress[.<g>]                int64 (size, 3): per rank, the last step it
                                 applied, the last step it staged, and how
-                                many processes have held the rank
+                                many processes have held the rank; one per
+                                layout generation (see "Shrinking and
+                                growing"), `generation` int64[1] names it
 
 The module's parameters are replaced by zero-copy views of their variables
 and each parameter's .grad by a view of this rank's gradient variable, so
@@ -66,17 +69,56 @@ one built by hand over dp.optimizer works too, but a replacement starts it
 afresh.
 
 Deaths.  When a member dies, the survivors get pdshm.PeerDied from the round
-in progress; step() catches it, waits (two barriers) for a replacement to
-take the rank over and repair, and returns False when the step must be
-redone (the death came before the gradients were reduced) or True when it
-was applied.  A replacement (a new process that joins the dead member's
+in progress; step() catches it and repairs, then returns False when the step
+must be redone (the death came before the gradients were reduced) or True
+when it was applied.  With shrink_after=None (the default) the repair waits
+(two barriers) for a replacement: a new process that joins the dead member's
 rank with join_group and builds a DataParallel over the same scope, with the
-same optimizer) takes the parameters, its slice's optimizer state and the
+same optimizer.  It takes the parameters, its slice's optimizer state and the
 scheduler's from the segment, finishes the dead member's shard of the last
 step if the dead member had staged it or its peers had applied theirs, and
-continues from steps_done.  One death at a time is handled; a second death
-during that repair is not, nor is a group that shrinks (with no
-replacement, the survivors' step() raises TimeoutError after `timeout`).
+continues from steps_done.
+
+Shrinking and growing.  With shrink_after=s the survivors wait s seconds for
+a replacement; when none came they regroup (Group.regroup: the dead dropped,
+the survivors in the order of their old ranks) and re-shard, and step() goes
+on in the smaller group.  A newcomer (Segment.enlist, then
+DataParallel(..., newcomer=True)) is taken in when the members call
+dp.regroup() at a step boundary.  A step is defined by the global batch: after
+a repair each member computes its share of it at the group's new size.
+
+The re-shard is crash-safe by the same means as a step: every stage can be
+redone from what is in the segment, by whoever is left.  The layouts are
+numbered: `generation` (int64[1]) names the current one, whose progress is
+`progress` (generation 0) or `progress.<g>`, one row per rank of that
+layout's size.  Every member of the new group, newcomers too, runs:
+  1. Finish the old layout.  T = the last step any old rank applied; each
+     old rank q behind it (dead, or never past its reduction) is new rank
+     q mod the new size's (a function of q alone: the members look at the
+     progress at different instants), which works as q would: commit staged.<q> if q staged T (repeatable), else load q's
+     slice from the values in place and redo q's shard of T from the mean
+     gradient left in gradient.<p> of a rank p that applied T (it stages
+     before it commits, as a step does).  The old ranks are then all at T,
+     committed: the parameters and <parameter>.<key> are whole at step T.
+  2. Barrier.  New rank 0 writes progress.<g+1> (new size rows: every rank
+     at T), copies optimizer.0 into optimizer.<r> of every new rank r (an
+     elementwise optimizer's rest, settings and schedule are the same for
+     all ranks), and then stores g+1 in `generation`: one 8-byte store, the
+     switch.  Before it the old layout is current (and finished: a repeat
+     finds nothing behind); after it the new one, whose ranks all load
+     their slice of the state from the values in place.  Then it erases
+     progress.<g> (g > 0; a death just before leaves it behind, unused).
+  3. Barrier; each member binds to its new rank's slices (a new optimizer
+     over them, loaded from the segment).
+A death anywhere in 1-3 (of a member doing another's shard, of rank 0
+switching, two at once) breaks a barrier for all: they regroup again and
+start over at 1 in the layout `generation` names.  A death after 3 is an
+ordinary death in the new layout.  The optimizer object (dp.optimizer,
+dp.scheduler) is a new one after a re-shard.  Not kept across a re-shard:
+optimizer state that is not elementwise (of another shape than the
+parameter: it was the old slice's), and a replacement arriving just as the
+survivors give up waiting for it (join_group then fails with EBUSY or it
+joins a layout that no longer exists: start it with enlist instead).
 
 Lifetime: the variables live in `scope` (name it to make it persist); a new
 training run wants a new scope.
@@ -378,82 +420,58 @@ class DataParallel:
     before the module or the scope is changed.  scheduler: None, or a factory called
     as scheduler(optimizer) returning an LR scheduler: step() steps it after
     every applied step and keeps its state in the segment.  timeout (seconds,
-    None: no limit) bounds every reduction and barrier.  Attributes:
-    .optimizer, .scheduler, .steps_done."""
+    None: no limit) bounds every reduction and barrier.  shrink_after
+    (seconds, None: wait for a replacement as long as timeout allows): how
+    long the survivors of a death wait for a replacement before they regroup
+    without the dead and re-shard (ValueError when < 0).  newcomer: group
+    came from Segment.enlist; the constructor takes part in the members'
+    re-shard (they call regroup()).  Attributes: .optimizer, .scheduler (new
+    objects after a re-shard), .steps_done."""
 
     def __init__(self, module: torch.nn.Module, scope: Scope, group: Group,
                  optimizer: Callable[..., torch.optim.Optimizer],
                  timeout: Optional[float] = 60.0,
                  scheduler: Optional[Callable[[torch.optim.Optimizer], Any]] = None,
+                 shrink_after: Optional[float] = None, newcomer: bool = False,
                  **optimizer_kwargs: Any) -> None:
         torch = _torch()
         if not callable(optimizer):
             raise TypeError("optimizer must be a torch.optim.Optimizer class or a factory "
                             f"taking the parameters, not a {type(optimizer).__name__}")
+        if shrink_after is not None and not shrink_after >= 0:
+            raise ValueError("shrink_after must be None or a number of seconds >= 0")
         self.module, self.scope, self.group, self.timeout = module, scope, group, timeout
         self.segment: Optional[Segment] = None  # the job's segment, under resume()
+        self.shrink_after = shrink_after
         rank, size = group.rank, group.size
-        used = scope.find_local_var("progress")
-        if used is not None and used.shape is not None and tuple(used.shape) != (size, 3):
+        generation = scope.find_local_var("generation")
+        gen = 0 if generation is None or generation.dtype is None else int(generation.numpy()[0])
+        used = scope.find_local_var(_progress_name(gen))
+        if (not newcomer and used is not None and used.shape is not None
+                and tuple(used.shape) != (size, 3)):
             raise ValueError(f"scope {scope.path!r} was used by a group of {used.shape[0]}")
         dtypes = {p.dtype for p in _unique_params(module)}
         if len(dtypes) != 1 or not next(iter(dtypes)).is_floating_point:
             raise ValueError(f"DataParallel wants parameters of one floating dtype, not {dtypes}")
         dtype = next(iter(dtypes))
-        sizes = [p.numel() for p in _unique_params(module)]
-        spans = [(n * rank // size, n * (rank + 1) // size) for n in sizes]
+        spans = _spans(module, rank, size)
         # a trial over stand-ins, so that a bad optimizer (or its settings)
         # raises before the module and the scope are touched
         stand_ins = [torch.empty(hi - lo, dtype=dtype) for lo, hi in spans]
         self._check_optimizer(optimizer(list(stand_ins), **optimizer_kwargs), stand_ins,
                               scheduler)
+        self._factories = (optimizer, optimizer_kwargs, scheduler)
         self.params = share_parameters(module, scope)
-        tensors = _unique_params(module)
-        self._np_dtype = str(tensors[0].dtype).replace("torch.", "")
-
-        progress = scope.var("progress")
-        _init_var(progress, lambda: _np.zeros((size, 3), _np.int64), "optimizer")
-        self._progress_var = progress
-        self._progress = progress.numpy()
-
-        self._grad_var = self._own_var(f"gradient.{rank}", sum(p.numel() for p in tensors),
-                                       "gradient")
-        self._grad = torch.from_dlpack(self._grad_var)
+        self._np_dtype = str(_unique_params(module)[0].dtype).replace("torch.", "")
+        self._generation_var = scope.var("generation")
+        _init_var(self._generation_var, lambda: _np.zeros(1, _np.int64), "optimizer")
+        self._generation = self._generation_var.numpy()
+        _init_var(scope.var("progress"), lambda: _np.zeros((size, 3), _np.int64), "optimizer")
+        if newcomer:  # enlisted: the members are regrouping with it
+            self._reshard()
+            return
+        self._bind(rank, size)
         self._grad.zero_()
-        # per parameter: (name, shape, lo, hi), this rank's slice [lo, hi) of it,
-        # and views of that slice of its value and of the mean gradient
-        self._slices: List[Tuple[str, Tuple[int, ...], int, int]] = []
-        homes, self._grads = [], []
-        off = 0
-        for (name, _), p in zip(self.params, tensors):
-            n = p.numel()
-            p.grad = self._grad[off:off + n].view_as(p)
-            lo, hi = spans[len(self._slices)]
-            self._slices.append((name, tuple(p.shape), lo, hi))
-            homes.append(p.detach().view(-1)[lo:hi])
-            self._grads.append(self._grad[off + lo:off + hi])
-            off += n
-        # the working copy: the optimizer's parameters, its state, the rest pickled
-        stage_var = self._own_var(f"staged.{rank}", sum(hi - lo for *_, lo, hi in self._slices),
-                                  "optimizer")
-        stage = torch.from_dlpack(stage_var)
-        self._work, off = [], 0
-        for *_, lo, hi in self._slices:
-            self._work.append(stage[off:off + hi - lo])
-            off += hi - lo
-        self._param_commits = list(zip(homes, self._work))
-        self._state_var = self._labelled(f"staged.{rank}.state")
-        self._meta_var = self._labelled(f"staged.{rank}.meta")
-        self._home_meta = self._labelled(f"optimizer.{rank}")
-        self._layout: List[Tuple[int, str]] = []  # the state beside the slices: (parameter, key)
-        self._counts: List[int] = []  # the number of state entries of each parameter
-        self._state_views: List[torch.Tensor] = []
-        self._commits = list(self._param_commits)  # (in place, working copy)
-
-        self.optimizer = optimizer(list(self._work), **optimizer_kwargs)
-        self._check_optimizer(self.optimizer, self._work, None)
-        self.scheduler = scheduler(self.optimizer) if scheduler is not None else None
-
         holders = int(self._progress[rank, HOLDERS])
         self._progress[rank, HOLDERS] = holders + 1
         # a step staged and not committed stays in the working copy for _take_over
@@ -464,6 +482,53 @@ class DataParallel:
             self._load()
         if holders:  # this process took the rank over from a dead one
             self._take_over(pending)
+
+    def _bind(self, rank: int, size: int) -> None:
+        """Makes this object work rank's shard of the layout of `size` ranks
+        in the current generation: the progress, rank's gradient variable
+        (the module's .grad views it), its slices, its working copy, and a
+        new optimizer (and scheduler) over the working copy.  Loads nothing."""
+        torch = _torch()
+        make_opt, kwargs, make_sched = self._factories
+        self._rank = rank
+        self._progress_var = self.scope.var(_progress_name(int(self._generation[0])))
+        self._progress = self._progress_var.numpy()
+        tensors = _unique_params(self.module)
+        self._grad_var = self._own_var(f"gradient.{rank}", sum(p.numel() for p in tensors),
+                                       "gradient")
+        self._grad = torch.from_dlpack(self._grad_var)
+        # per parameter: (name, shape, lo, hi), this rank's slice [lo, hi) of it,
+        # and views of that slice of its value and of the mean gradient
+        self._slices: List[Tuple[str, Tuple[int, ...], int, int]] = []
+        homes, self._grads = [], []
+        off = 0
+        for (name, _), p, (lo, hi) in zip(self.params, tensors, _spans(self.module, rank, size)):
+            n = p.numel()
+            p.grad = self._grad[off:off + n].view_as(p)
+            self._slices.append((name, tuple(p.shape), lo, hi))
+            homes.append(p.detach().view(-1)[lo:hi])
+            self._grads.append(self._grad[off + lo:off + hi])
+            off += n
+        # the working copy: the optimizer's parameters, its state, the rest pickled
+        self._state_views: List[torch.Tensor] = []  # dropped before a resize
+        self._work = []
+        stage_var = self._own_var(f"staged.{rank}", sum(hi - lo for *_, lo, hi in self._slices),
+                                  "optimizer")
+        stage = torch.from_dlpack(stage_var)
+        off = 0
+        for *_, lo, hi in self._slices:
+            self._work.append(stage[off:off + hi - lo])
+            off += hi - lo
+        self._param_commits = list(zip(homes, self._work))
+        self._state_var = self._labelled(f"staged.{rank}.state")
+        self._meta_var = self._labelled(f"staged.{rank}.meta")
+        self._home_meta = self._labelled(f"optimizer.{rank}")
+        self._layout: List[Tuple[int, str]] = []  # the state beside the slices: (parameter, key)
+        self._counts: List[int] = []  # the number of state entries of each parameter
+        self._commits = list(self._param_commits)  # (in place, working copy)
+        self.optimizer = make_opt(list(self._work), **kwargs)
+        self._check_optimizer(self.optimizer, self._work, None)
+        self.scheduler = make_sched(self.optimizer) if make_sched is not None else None
 
     @staticmethod
     def _check_optimizer(opt: Any, given: List[torch.Tensor],
@@ -497,7 +562,7 @@ class DataParallel:
     @property
     def steps_done(self) -> int:
         """The steps this rank has applied: the next step is steps_done + 1."""
-        return int(self._progress[self.group.rank, DONE])
+        return int(self._progress[self._rank, DONE])
 
     def zero_grad(self) -> None:
         """Zeroes this rank's gradients (in the segment)."""
@@ -507,19 +572,30 @@ class DataParallel:
         """Averages the gradients over the group, applies this rank's shard of
         the update, waits for the others.  True when the step was applied;
         False when a member died before the gradients were reduced: compute
-        this step's gradients again (same data) and call step() again."""
+        this step's gradients again (same data, this rank's share of it at
+        the group's size now: a repair may have shrunk the group) and call
+        step() again."""
         t = self.steps_done + 1
         try:
             self.group.allreduce(self._grad, op="mean", timeout=self.timeout)
         except _pdshm.PeerDied:
-            self._wait_for_replacement()
-            return False
+            self._repair()
+            return self.steps_done >= t
         self._apply(t)
         try:
             self.group.barrier(timeout=self.timeout)
         except _pdshm.PeerDied:
-            self._wait_for_replacement()
+            self._repair()
         return True
+
+    def regroup(self) -> Tuple[int, int]:
+        """At a step boundary, every member together: Group.regroup() (dead
+        members dropped, newcomers waiting in Segment.enlist taken in; they
+        build their DataParallel with newcomer=True), then the shards are
+        dealt again over the new group.  Returns the new (rank, size)."""
+        self.group.regroup(timeout=self.timeout)
+        self._reshard()
+        return self.group.rank, self.group.size
 
     # ---- a step: run in the working copy, staged, then committed -----------
     def _apply(self, t: int) -> None:
@@ -533,7 +609,7 @@ class DataParallel:
             self.scheduler.step()
         self._adopt_state()
         self._meta_var.assign(_np.frombuffer(_dumps(self._meta()), _np.uint8))
-        self._progress[self.group.rank, STAGED] = t
+        self._progress[self._rank, STAGED] = t
         self._commit(t)
 
     def _commit(self, t: int) -> None:
@@ -541,7 +617,7 @@ class DataParallel:
         for dst, staged in self._commits:
             dst.copy_(staged)
         self._home_meta.assign(self._meta_var.numpy())
-        self._progress[self.group.rank, DONE] = t
+        self._progress[self._rank, DONE] = t
 
     def _beside(self, i: int, key: Any, value: Any) -> bool:
         """Whether state[key] of parameter i is kept beside the slice (a tensor
@@ -640,11 +716,114 @@ class DataParallel:
             self.scheduler.load_state_dict(meta["scheduler"])
 
     # ---- deaths --------------------------------------------------------------
+    def _repair(self) -> None:
+        """A survivor's side of a repair after a death: with shrink_after
+        None, wait for a replacement; else wait for one for shrink_after
+        seconds, and when none came (or another member died meanwhile and
+        none came for it either) regroup without the dead and re-shard."""
+        if self.shrink_after is None:
+            self._wait_for_replacement()
+            return
+        while True:
+            try:
+                self.group.barrier(timeout=self.shrink_after)
+                break
+            except _pdshm.PeerDied:
+                continue  # another death: wait for its replacement too
+            except TimeoutError:
+                self._regroup()
+                self._reshard()
+                return
+        self.group.barrier(timeout=self.timeout)  # the replacement has finished its shard
+
+    def _regroup(self) -> None:
+        """Group.regroup(), again while a member still waits in the barrier
+        this one gave up (the regroup is then refused: InvalidArgument, and
+        nothing changed) until that member gives up too, within timeout."""
+        deadline = None if self.timeout is None else _time.monotonic() + self.timeout
+        while True:
+            try:
+                self.group.regroup(timeout=self.timeout)
+                return
+            except _pdshm.InvalidArgument:
+                if deadline is not None and _time.monotonic() >= deadline:
+                    raise
+            _time.sleep(0.01)
+
     def _wait_for_replacement(self) -> None:
         """A survivor's side of a repair: one barrier once the replacement has
         joined, one once it has finished the dead member's shard."""
         self.group.barrier(timeout=self.timeout)
         self.group.barrier(timeout=self.timeout)
+
+    def _reshard(self) -> None:
+        """Every member of a group that regroup() just changed (newcomers
+        too): finish the last step in the old layout, switch to a layout of
+        the new size, bind to this member's new shard.  A death on the way
+        regroups again and starts over: every stage is repeatable (see the
+        module's docstring, "Shrinking and growing")."""
+        while True:
+            try:
+                self._finish_old_layout()
+                self.group.barrier(timeout=self.timeout)
+                if self.group.rank == 0:
+                    self._switch_layout()
+                self.group.barrier(timeout=self.timeout)
+                break
+            except _pdshm.PeerDied:
+                self._regroup()
+        self._bind(self.group.rank, self.group.size)
+        self._load()
+
+    def _finish_old_layout(self) -> None:
+        """Brings every old rank's shard to the last step any rank applied, T:
+        old rank q behind is new rank q % size's to finish (a function of q
+        alone: the members look at different instants, and one that looks
+        after another finished its own still finds all of its own behind),
+        committed if it was staged, else run from the mean gradient of a rank
+        that applied T (as _take_over does)."""
+        progress = self.scope.var(_progress_name(int(self._generation[0]))).numpy()
+        done = [int(d) for d in progress[:, DONE]]
+        last = max(done)
+        behind = [q for q, d in enumerate(done) if d < last]
+        source = done.index(last)
+        for q in behind:
+            if q % self.group.size != self.group.rank:
+                continue
+            self._bind(q, len(done))
+            if int(self._progress[q, STAGED]) == last:
+                self._set_layout(self._read_meta(self._meta_var)["layout"])
+                self._commit(last)
+            else:
+                self._load()
+                self._grad.copy_(_torch().from_dlpack(self.scope.var(f"gradient.{source}")))
+                self._apply(last)
+
+    def _switch_layout(self) -> None:
+        """New rank 0's part: the progress of the next generation (every rank
+        at T, committed), every new rank's optimizer.<r> a copy of
+        optimizer.0 (the settings, the schedule and the rest are the same for
+        every rank of an elementwise optimizer), and then, in one 8-byte
+        store, the generation number: the switch."""
+        gen = int(self._generation[0])
+        old = self.scope.var(_progress_name(gen)).numpy()
+        last = int(old[:, DONE].max())
+        size = self.group.size
+        new = _np.zeros((size, 3), _np.int64)
+        new[:, DONE] = new[:, STAGED] = last
+        new[:, HOLDERS] = 1
+        nxt = self.scope.var(_progress_name(gen + 1))
+        nxt.assign(new)
+        nxt.label = "optimizer"
+        first = self.scope.var("optimizer.0")
+        if first.dtype is not None:
+            meta = first.numpy()
+            for r in range(1, size):
+                self._labelled(f"optimizer.{r}").assign(meta)
+        del old
+        self._generation[0] = gen + 1
+        if gen:  # no one reads the old generation's progress any more
+            self.scope.erase(_progress_name(gen))
 
     def _take_over(self, pending: bool) -> None:
         """A replacement's side: after the first barrier the survivors wait;
@@ -654,7 +833,7 @@ class DataParallel:
         alone), else when the peers applied a step this rank had not, run
         this rank's shard of it from a survivor's mean gradient; then the
         second barrier."""
-        rank, size = self.group.rank, self.group.size
+        rank, size = self._rank, self.group.size
         self.group.barrier(timeout=self.timeout)
         mine = self.steps_done
         ahead = [q for q in range(size) if q != rank and int(self._progress[q, DONE]) == mine + 1]
@@ -688,6 +867,17 @@ def _dumps(obj: Any) -> bytes:
     out = io.BytesIO()
     _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
     return out.getvalue()
+
+
+def _progress_name(generation: int) -> str:
+    """The progress variable of a layout generation (0: the first)."""
+    return "progress" if generation == 0 else f"progress.{generation}"
+
+
+def _spans(module: torch.nn.Module, rank: int, size: int) -> List[Tuple[int, int]]:
+    """rank's slice [lo, hi) of each parameter (flattened) in a group of size."""
+    return [(n * rank // size, n * (rank + 1) // size)
+            for n in (p.numel() for p in _unique_params(module))]
 
 
 def _unique_params(module: torch.nn.Module) -> List[torch.nn.Parameter]:

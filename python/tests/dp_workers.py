@@ -174,3 +174,87 @@ def dying_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, die_ste
             model = linear_model(torch)
             dp = build(pt, model, seg.open(f"{scope_prefix}-{kind}"), group, kind, Dying)
             train(torch, dp, model, kind, size, rank, steps)
+
+
+def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths=(),
+                   newcomer=False, regroup_at=None, shrink_after=0.5):
+    """Trains `kind` through DataParallel(shrink_after=...) on its share of
+    problem() at the group's size of the moment, until `steps`.  deaths: a
+    list of (step, phase) at which this process SIGKILLs itself: the phases
+    of dying_trainer, and "finish" (in a re-shard, half-way through
+    committing a dead rank's shard of that step), "switch" (new rank 0,
+    after writing the next layout's progress, before switching to it),
+    "switched" (new rank 0, right after the switch).
+    newcomer: enlist instead of joining.  regroup_at: (step, size): after
+    that step the members call dp.regroup() until the group has that size
+    (a newcomer taken in).  shrink_after: DataParallel's.  Returns (steps
+    redone, final rank, final size)."""
+    import os
+    import signal
+    import time
+    import torch
+    import pdshm.torch as pt
+
+    def dying(at, phase):
+        return any(a == at and p == phase for a, p in deaths)
+
+    def die():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    class Dying(pt.DataParallel):
+        def step(self):
+            if dying(self.steps_done + 1, "reduce"):
+                die()
+            return super().step()
+
+        def _meta(self):
+            if dying(self.steps_done + 1, "update"):
+                die()
+            return super()._meta()
+
+        def _commit(self, t):
+            mine = self._rank == self.group.rank  # else another's shard, in a re-shard
+            if dying(t, "commit" if mine else "finish"):
+                dst, staged = self._commits[0]
+                dst.copy_(staged)  # the first slice only
+                die()
+            super()._commit(t)
+            if dying(t, "barrier") and mine:
+                die()
+
+        def _switch_layout(self):
+            if any(p == "switch" for _, p in deaths):
+                gen = int(self._generation[0])
+                self.scope.var(f"progress.{gen + 1}").assign(
+                    __import__("numpy").zeros((self.group.size, 3), "int64"))
+                die()
+            super()._switch_layout()
+            if any(p == "switched" for _, p in deaths):
+                die()
+
+    torch.set_num_threads(1)
+    x, y = problem(torch)
+    opt, kw, sched = optimizer_of(kind)
+    redone = 0
+    with pdshm.attach(seg_name) as seg:
+        group = seg.enlist("dp", timeout=30.0) if newcomer else pt.join_group(seg, "dp", size,
+                                                                                rank)
+        with group:
+            model = linear_model(torch)
+            dp = Dying(model, seg.open(f"{scope_prefix}-{kind}"), group, opt, timeout=30.0,
+                       scheduler=sched, shrink_after=shrink_after, newcomer=newcomer, **kw)
+            conn.send(("joined", dp.steps_done))
+            while dp.steps_done < steps:
+                if regroup_at is not None and dp.steps_done == regroup_at[0] and not newcomer:
+                    while dp.regroup()[1] < regroup_at[1]:
+                        time.sleep(0.05)
+                    regroup_at = None
+                n = x.shape[0] // group.size
+                r = group.rank
+                dp.zero_grad()
+                gradients(torch, model, kind, x[r * n:(r + 1) * n], y[r * n:(r + 1) * n], 1)
+                if not dp.step():
+                    redone += 1
+            out = (redone, group.rank, group.size)
+            del dp
+    return out
