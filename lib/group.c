@@ -176,14 +176,18 @@ static int group_join_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const ch
   return 0;
 }
 
+int pdshm__group_args(pdshm_seg *seg, const char *name, pdshm_group **out, size_t *len) {
+  if (!seg || !out) return pdshm__fail(PDSHM_EINVAL, "NULL segment or result");
+  *out = NULL;
+  int rc = pdshm__seg_writable(seg);
+  return rc ? rc : pdshm__name_check(name, false, len);
+}
+
 PDSHM_API int pdshm_group_join(pdshm_seg *seg, const char *name, unsigned size, int rank,
                                pdshm_group **out) {
   pdshm__fail_clear();
-  if (!seg || !out) return pdshm__fail(PDSHM_EINVAL, "NULL segment or result");
-  *out = NULL;
   size_t len;
-  int rc = pdshm__seg_writable(seg);
-  if (!rc) rc = pdshm__name_check(name, false, &len);
+  int rc = pdshm__group_args(seg, name, out, &len);
   if (rc) return rc;
   if (size == 0 || size > PDSHM_GROUP_MAX)
     return pdshm__fail(PDSHM_EINVAL, "a group has 1 to %u members, not %u", PDSHM_GROUP_MAX, size);

@@ -208,6 +208,9 @@ int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_
 /* pdshm__group_reap_slot and pdshm__group_leave_all: internal.h.  The
  * reaper's part is idempotent, and answers 0 only once no live member writes
  * a collective the dead member took part in (group.c, invariant 4). */
+/* The arguments every joining call checks: EINVAL for a NULL seg or out (else
+ * *out = NULL), the attachment's writability, the name's check (*len set). */
+int pdshm__group_args(pdshm_seg *seg, const char *name, pdshm_group **out, size_t *len);
 /* Lock held: the record named `name` (settled), and the offset of the word
  * that links it; *found 0 when absent; EBADSEG on a broken list. */
 int pdshm__group_find(pdshm_seg *seg, const char *name, size_t len, pdshm_off_t *found,

@@ -251,11 +251,8 @@ static int en_wait(pdshm_seg *seg, struct pdshm_group *gr, uint64_t deadline) {
 PDSHM_API int pdshm_group_enlist(pdshm_seg *seg, const char *name, int64_t timeout_ns,
                                  pdshm_group **out) {
   pdshm__fail_clear();
-  if (!seg || !out) return pdshm__fail(PDSHM_EINVAL, "NULL segment or result");
-  *out = NULL;
   size_t len;
-  int rc = pdshm__seg_writable(seg);
-  if (!rc) rc = pdshm__name_check(name, false, &len);
+  int rc = pdshm__group_args(seg, name, out, &len);
   if (rc) return rc;
   struct pdshm_group *gr = pdshm__zalloc(sizeof *gr);
   if (!gr) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");

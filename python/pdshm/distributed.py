@@ -987,13 +987,7 @@ class ProcessGroupPdshm(ProcessGroup):
         t = _one(output_list, "scatter")
         root = _root(opts, self.size())
         n = self.size()
-        ins: List[torch.Tensor] = []
-        if self.rank() == root:
-            ins = _one_list(input_lists, n, "scatter")
-            for i in ins:
-                _check_like(i, t, "scatter")
-        elif input_lists and any(len(i) for i in input_lists):
-            raise RuntimeError("pdshm: scatter: only the root passes input tensors")
+        ins = _scatter_inputs(input_lists, t, n, self.rank() == root)
 
         def run():
             if ins:
@@ -1202,13 +1196,7 @@ class ProcessGroupPdshmHosts(ProcessGroupPdshm):
         t = _one(output_list, "scatter")
         root = _root(opts, self.size())
         n, b = self.size(), _bytes_of(t)
-        ins: List[torch.Tensor] = []
-        if self.rank() == root:
-            ins = _one_list(input_lists, n, "scatter")
-            for i in ins:
-                _check_like(i, t, "scatter")
-        elif input_lists and any(len(i) for i in input_lists):
-            raise RuntimeError("pdshm: scatter: only the root passes input tensors")
+        ins = _scatter_inputs(input_lists, t, n, self.rank() == root)
         bopts = dist.BroadcastOptions()
         bopts.rootRank = root
 
@@ -1252,6 +1240,19 @@ def _check_like(o: torch.Tensor, t: torch.Tensor, what: str) -> None:
     if o.dtype != t.dtype or o.numel() != t.numel():
         raise RuntimeError(f"pdshm: {what}: a tensor of {o.dtype}[{o.numel()}] where "
                            f"{t.dtype}[{t.numel()}] is wanted")
+
+
+def _scatter_inputs(input_lists, t: torch.Tensor, n: int, is_root: bool) -> List[torch.Tensor]:
+    """The root's n tensors to scatter, each like t; [] at the other ranks,
+    which pass none."""
+    if is_root:
+        ins = _one_list(input_lists, n, "scatter")
+        for i in ins:
+            _check_like(i, t, "scatter")
+        return ins
+    if input_lists and any(len(i) for i in input_lists):
+        raise RuntimeError("pdshm: scatter: only the root passes input tensors")
+    return []
 
 
 def _split_rows(t: torch.Tensor, sizes, n: int, what: str) -> List[torch.Tensor]:
