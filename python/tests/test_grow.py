@@ -86,3 +86,36 @@ def test_max_size_equal_to_size_is_a_fixed_segment(seg_name):
         with pytest.raises(MemoryError):
             s.root.var("w").resize("uint8", (4 * MIB,))
         assert s.info().growths == 0
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_dlpack_views_stay_valid_across_a_growth(seg_name, children, method):
+    """DLPack views taken before a growth keep pointing at their tensor in
+    this process and in a peer attached before it, and tensors allocated past
+    the peer's first size export to DLPack there."""
+    torch = pytest.importorskip("torch")
+    late = ["late0", "late1"]
+    count = 2 * MIB  # float32 elements: 8 MiB a tensor
+    with pdshm.create(seg_name, size=4 * MIB, max_size=64 * MIB) as s:
+        early = s.root.var("early")
+        early.resize("float32", (1024,))
+        t_early = torch.from_dlpack(early)
+        kid = children(method, workers.dlpack_across_growth, seg_name, late)
+        tag, size0 = kid.recv()
+        assert tag == "ready"
+        for name in late:
+            s.root.var(name).resize("float32", (count,))
+        assert s.stats().size > size0
+        t_early.fill_(2.0)  # through the view taken before the growth
+        assert float(np.asarray(early.numpy()).sum()) == 2048.0
+        kid.send("check")
+        tag, size1, seen = kid.recv()
+        assert tag == "seen"
+        assert size1 > size0
+        assert seen == [2048.0, 2048.0, 1.0 * count, 2.0 * count]
+        for k, name in enumerate(late):
+            assert float(torch.from_dlpack(s.root[name]).sum()) == (k + 1) * count
+        kid.send("exit")
+        kid.result()
+        del t_early
+        assert s.check() == []

@@ -3,6 +3,8 @@ import errno
 import gc
 import os
 
+import numpy as np
+
 import pdshm
 
 
@@ -451,4 +453,28 @@ def grown_reader(conn, seg_name, names, nbytes):
         view[0:4] = b"peer"
         del view
         conn.send(("seen", seg.stats().size, sums))
+        assert conn.recv() == "exit"
+
+
+def dlpack_across_growth(conn, seg_name, late_names):
+    """Takes a DLPack view (numpy and torch) of "early" before the test grows
+    the segment; after the growth checks that the old views still see the
+    test's writes, and writes through DLPack views of tensors allocated past
+    the size it attached at."""
+    import torch
+
+    with pdshm.attach(seg_name) as seg:
+        early = seg.root["early"]
+        t_early = torch.from_dlpack(early)
+        n_early = np.from_dlpack(early)
+        conn.send(("ready", seg.stats().size))
+        assert conn.recv() == "check"
+        seen = [float(t_early.sum()), float(n_early.sum(dtype=np.float64))]
+        for k, name in enumerate(late_names):
+            t = torch.from_dlpack(seg.root[name])
+            t.fill_(k + 1)
+            seen.append(float(t.sum()))
+            del t
+        del t_early, n_early
+        conn.send(("seen", seg.stats().size, seen))
         assert conn.recv() == "exit"
