@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -179,8 +178,7 @@ START_TEST(group_survivor_told_at_once) {
   pid_t d = start_daemon(log, "60000");
   pdshm_group *g;
   ck_assert_int_eq(pdshm_group_join(seg, "dg", 2, 0, &g), 0);
-  int *joined = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ck_assert_ptr_ne(joined, MAP_FAILED);
+  int *joined = tu_shared(sizeof *joined);
   pid_t member = tu_spawn(member_main, joined);
   while (!*(volatile int *)joined) usleep(1000);
   dm_await_beats(seg); /* the daemon has read the table: it watches the member */

@@ -11,7 +11,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,25 +45,12 @@ struct board {
   _Atomic uint64_t dead_ns[8];   /* when it got it                        */
   _Atomic uint64_t kill_ns;      /* when the victim was killed            */
   _Atomic int go;                /* children proceed (barrier tests)      */
-  _Atomic int fails;
-  char why[256];
+  struct tu_report rep;
 };
-static struct board *board_new(void) {
-  struct board *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ck_assert_ptr_ne(b, MAP_FAILED);
-  memset(b, 0, sizeof *b);
-  return b;
-}
-#define KID_FAIL(b, ...)                                     \
-  do {                                                       \
-    snprintf((b)->why, sizeof (b)->why, __VA_ARGS__);        \
-    atomic_fetch_add(&(b)->fails, 1);                        \
-    return 1;                                                \
-  } while (0)
 
 static void wait_ok(pid_t pid, struct board *b) {
   int st = tu_wait(pid);
-  ck_assert_msg(st == 0, "child exited %d: %s", st, b ? b->why : "");
+  ck_assert_msg(st == 0, "child exited %d: %s", st, b ? b->rep.why : "");
 }
 
 /* ---- join, leave --------------------------------------------------------------- */
@@ -94,22 +80,16 @@ START_TEST(join_errors) {
 }
 END_TEST
 
-static uint64_t used(void) {
-  pdshm_stats st;
-  ck_assert_int_eq(pdshm_seg_stats(seg, &st), 0);
-  return st.used;
-}
-
 START_TEST(memory_back_after_last_leave) {
-  uint64_t u0 = used();
+  uint64_t u0 = tu_used(seg);
   pdshm_group *a, *b;
   ck_assert_int_eq(pdshm_group_join(seg, "mem", 4, -1, &a), 0);
   ck_assert_int_eq(pdshm_group_join(seg, "mem", 4, -1, &b), 0);
-  ck_assert_uint_gt(used(), u0);
+  ck_assert_uint_gt(tu_used(seg), u0);
   ck_assert_int_eq(pdshm_group_leave(a), 0);
-  ck_assert_uint_gt(used(), u0);
+  ck_assert_uint_gt(tu_used(seg), u0);
   ck_assert_int_eq(pdshm_group_leave(b), 0);
-  ck_assert_uint_eq(used(), u0);
+  ck_assert_uint_eq(tu_used(seg), u0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
 }
 END_TEST
@@ -125,19 +105,18 @@ static int kid_join_and_die(void *arg) {
 }
 
 START_TEST(memory_back_after_last_member_reaped) {
-  uint64_t u0 = used();
-  int *flag = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  *flag = 0;
+  uint64_t u0 = tu_used(seg);
+  int *flag = tu_shared(sizeof *flag);
   pid_t pid = tu_spawn(kid_join_and_die, flag);
   while (!*(volatile int *)flag) usleep(1000);
-  ck_assert_uint_gt(used(), u0);
+  ck_assert_uint_gt(tu_used(seg), u0);
   kill(pid, SIGKILL);
   tu_wait(pid);
   tu_await_dead(seg, 1);
   unsigned n;
   ck_assert_int_eq(pdshm_reap(seg, &n), 0);
   ck_assert_uint_eq(n, 1);
-  ck_assert_uint_eq(used(), u0);
+  ck_assert_uint_eq(tu_used(seg), u0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
 }
 END_TEST
@@ -194,17 +173,17 @@ static int kid_barriers(void *argp) {
   struct bar_arg *a = argp;
   pdshm_seg *s;
   pdshm_group *g;
-  if (pdshm_attach(seg_name, NULL, &s)) KID_FAIL(a->b, "attach");
-  if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g)) KID_FAIL(a->b, "join");
+  if (pdshm_attach(seg_name, NULL, &s)) TU_FAIL_RETURN(&a->b->rep, "attach");
+  if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g)) TU_FAIL_RETURN(&a->b->rep, "join");
   for (int i = 1; i <= a->rounds; i++) {
     atomic_store(&a->b->progress[a->rank], i);
     int rc = pdshm_group_barrier(g, 20 * SEC);
-    if (rc) KID_FAIL(a->b, "rank %d round %d: %s", a->rank, i, pdshm_err_name(rc));
+    if (rc) TU_FAIL_RETURN(&a->b->rep, "rank %d round %d: %s", a->rank, i, pdshm_err_name(rc));
     for (int r = 0; r < a->size; r++)
       if (atomic_load(&a->b->progress[r]) < i)
-        KID_FAIL(a->b, "rank %d passed round %d before rank %d reached it", a->rank, i, r);
+        TU_FAIL_RETURN(&a->b->rep, "rank %d passed round %d before rank %d reached it", a->rank, i, r);
     rc = pdshm_group_barrier(g, 20 * SEC); /* nobody writes round i+1 before all read */
-    if (rc) KID_FAIL(a->b, "rank %d round %d': %s", a->rank, i, pdshm_err_name(rc));
+    if (rc) TU_FAIL_RETURN(&a->b->rep, "rank %d round %d': %s", a->rank, i, pdshm_err_name(rc));
   }
   pdshm_group_leave(g);
   pdshm_detach(s);
@@ -212,7 +191,7 @@ static int kid_barriers(void *argp) {
 }
 
 START_TEST(barriers_among_four_processes) {
-  struct board *b = board_new();
+  struct board *b = tu_shared(sizeof *b);
   struct bar_arg a[4];
   pid_t pid[4];
   for (int r = 0; r < 4; r++) {
@@ -231,7 +210,7 @@ START_TEST(barrier_times_out_and_resumes) {
   ck_assert_int_eq(pdshm_group_barrier(g, 100000000), PDSHM_ETIMEDOUT);
   ck_assert_uint_ge(tu_now_ns() - t0, 100000000);
   ck_assert_int_eq(pdshm_group_barrier(g, 0), PDSHM_ETIMEDOUT);
-  struct board *b = board_new();
+  struct board *b = tu_shared(sizeof *b);
   struct bar_arg a = {.b = b, .rank = 1, .size = 2, .rounds = 1, .group = "tmo"};
   pid_t pid = tu_spawn(kid_barriers, &a);
   atomic_store(&b->progress[0], 1);
@@ -251,7 +230,7 @@ static int arrivals_of(const pdshm_group_info *gi, void *arg) {
 START_TEST(stopped_member_is_not_dead) {
   pdshm_group *g;
   ck_assert_int_eq(pdshm_group_join(seg, "stop", 2, 0, &g), 0);
-  struct board *b = board_new();
+  struct board *b = tu_shared(sizeof *b);
   struct bar_arg a = {.b = b, .rank = 1, .size = 2, .rounds = 1, .group = "stop"};
   atomic_store(&b->progress[0], 1);
   pid_t pid = tu_spawn(kid_barriers, &a);
@@ -392,16 +371,16 @@ static int kid_allreduce(void *argp) {
   pdshm_scope *r, *mine;
   pdshm_group *g;
   pdshm_var *pad, *v;
-  if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r)) KID_FAIL(a->b, "attach");
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r)) TU_FAIL_RETURN(&a->b->rep, "attach");
   if (pdshm_scope_new(r, NULL, &mine) || pdshm_var_new(mine, &pad) || pdshm_var_new(mine, &v))
-    KID_FAIL(a->b, "vars");
+    TU_FAIL_RETURN(&a->b->rep, "vars");
   int64_t padn = 1 + a->rank * 333;
   pdshm_tensor_resize(pad, PDSHM_U8, 1, &padn);
-  if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g)) KID_FAIL(a->b, "join");
+  if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g)) TU_FAIL_RETURN(&a->b->rep, "join");
   uint64_t first, end;
   if (pdshm_group_share(g, 10, &first, &end) ||
       first != (uint64_t)(10 * a->rank / a->size) || end != (uint64_t)(10 * (a->rank + 1) / a->size))
-    KID_FAIL(a->b, "rank %d's share of 10 is [%llu, %llu)", a->rank, (unsigned long long)first,
+    TU_FAIL_RETURN(&a->b->rep, "rank %d's share of 10 is [%llu, %llu)", a->rank, (unsigned long long)first,
              (unsigned long long)end);
   int last_op = a->kind == K_ALLGATHER ? PDSHM_SUM : PDSHM_MIN; /* an allgather has no op */
   for (int d = 0; d < NDT; d++)
@@ -409,26 +388,26 @@ static int kid_allreduce(void *argp) {
       for (int op = PDSHM_SUM; op <= last_op; op++) {
         int dt = dtypes[d];
         int64_t n = (int64_t)counts[c] + (a->mismatch && c == 1);
-        if (pdshm_tensor_resize(v, dt, 1, &n)) KID_FAIL(a->b, "resize");
+        if (pdshm_tensor_resize(v, dt, 1, &n)) TU_FAIL_RETURN(&a->b->rep, "resize");
         void *p = pdshm_tensor_data(v);
         for (int64_t i = 0; i < n; i++) put(p, dt, (size_t)i, before(a, (size_t)i, (size_t)n, dt));
         int rc = collective(a->kind, g, v, op, 30 * SEC);
         if (c == 1 && a->mismatch >= 0) { /* one rank passed an element more */
           if (rc != PDSHM_EINVAL)
-            KID_FAIL(a->b, "mismatch: rank %d got %s", a->rank, pdshm_err_name(rc));
+            TU_FAIL_RETURN(&a->b->rep, "mismatch: rank %d got %s", a->rank, pdshm_err_name(rc));
           if (!*pdshm_last_error()) /* the collective's unpin keeps the detail */
-            KID_FAIL(a->b, "mismatch: rank %d's EINVAL has no detail", a->rank);
+            TU_FAIL_RETURN(&a->b->rep, "mismatch: rank %d's EINVAL has no detail", a->rank);
           for (int64_t i = 0; i < n; i++)
             if (get(p, dt, (size_t)i) != before(a, (size_t)i, (size_t)n, dt))
-              KID_FAIL(a->b, "a refused collective changed element %lld", (long long)i);
+              TU_FAIL_RETURN(&a->b->rep, "a refused collective changed element %lld", (long long)i);
           continue;
         }
-        if (rc) KID_FAIL(a->b, "rank %d kind %d dt %d n %lld op %d: %s", a->rank, a->kind, dt,
+        if (rc) TU_FAIL_RETURN(&a->b->rep, "rank %d kind %d dt %d n %lld op %d: %s", a->rank, a->kind, dt,
                          (long long)n, op, pdshm_err_name(rc));
         for (int64_t i = 0; i < n; i++) {
           double got = get(p, dt, (size_t)i), ref = after(a, op, (size_t)i, (size_t)n, dt);
           if (fabs(got - ref) > tolerance(dt, ref))
-            KID_FAIL(a->b, "rank %d kind %d dt %d n %lld op %d: [%lld] = %g, want %g", a->rank,
+            TU_FAIL_RETURN(&a->b->rep, "rank %d kind %d dt %d n %lld op %d: [%lld] = %g, want %g", a->rank,
                      a->kind, dt, (long long)n, op, (long long)i, got, ref);
         }
       }
@@ -440,7 +419,7 @@ static int kid_allreduce(void *argp) {
 }
 
 static void collective_among(int kind, int size, const char *group, int mismatch_rank) {
-  struct board *b = board_new();
+  struct board *b = tu_shared(sizeof *b);
   struct ar_arg a[8];
   pid_t pid[8];
   for (int r = 0; r < size; r++) {
@@ -497,8 +476,8 @@ static int kid_mixed(void *argp) {
   int64_t n = 1001;
   if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r) || pdshm_scope_new(r, NULL, &mine) ||
       pdshm_var_new(mine, &v) || pdshm_tensor_resize(v, PDSHM_F32, 1, &n))
-    KID_FAIL(a->b, "setup");
-  if (pdshm_group_join(s, "mix", 3, a->rank, &g)) KID_FAIL(a->b, "join");
+    TU_FAIL_RETURN(&a->b->rep, "setup");
+  if (pdshm_group_join(s, "mix", 3, a->rank, &g)) TU_FAIL_RETURN(&a->b->rep, "join");
   float *p = pdshm_tensor_data(v);
   for (int k0 = 0; k0 < K_KINDS; k0++)
     for (int k2 = 0; k2 < K_KINDS; k2++) {
@@ -507,19 +486,19 @@ static int kid_mixed(void *argp) {
       for (int i = 0; i < n; i++) p[i] = (float)(a->rank + 1);
       int rc = collective(kind, g, v, PDSHM_SUM, 20 * SEC);
       if (rc != (kind == K_BARRIER ? 0 : PDSHM_EINVAL))
-        KID_FAIL(a->b, "rank %d, kind %d among %d and %d: %s", a->rank, kind, k0, k2,
+        TU_FAIL_RETURN(&a->b->rep, "rank %d, kind %d among %d and %d: %s", a->rank, kind, k0, k2,
                  pdshm_err_name(rc));
       for (int i = 0; i < n; i++)
         if (p[i] != (float)(a->rank + 1))
-          KID_FAIL(a->b, "rank %d, kinds %d and %d: [%d] = %g", a->rank, k0, k2, i, p[i]);
+          TU_FAIL_RETURN(&a->b->rep, "rank %d, kinds %d and %d: [%d] = %g", a->rank, k0, k2, i, p[i]);
     }
   /* and the group goes on: a reduce_scatter then an allgather make an allreduce */
   for (int i = 0; i < n; i++) p[i] = (float)(a->rank + 1);
   if (pdshm_group_reduce_scatter(g, v, PDSHM_SUM, 20 * SEC) ||
       pdshm_group_allgather(g, v, 20 * SEC))
-    KID_FAIL(a->b, "rank %d: the collectives after the mix failed", a->rank);
+    TU_FAIL_RETURN(&a->b->rep, "rank %d: the collectives after the mix failed", a->rank);
   for (int i = 0; i < n; i++)
-    if (p[i] != 6) KID_FAIL(a->b, "rank %d after the mix: [%d] = %g", a->rank, i, p[i]);
+    if (p[i] != 6) TU_FAIL_RETURN(&a->b->rep, "rank %d after the mix: [%d] = %g", a->rank, i, p[i]);
   pdshm_group_leave(g);
   pdshm_scope_release(mine);
   pdshm_scope_release(r);
@@ -528,7 +507,7 @@ static int kid_mixed(void *argp) {
 }
 
 START_TEST(mixed_kinds_are_einval_everywhere_and_write_nothing) {
-  struct board *b = board_new();
+  struct board *b = tu_shared(sizeof *b);
   struct mix_arg a[3];
   pid_t pid[3];
   for (int r = 0; r < 3; r++) {
@@ -639,25 +618,25 @@ static int kid_one_allreduce(void *argp) {
   int64_t n = 1000;
   if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r) || pdshm_scope_new(r, NULL, &mine) ||
       pdshm_var_new(mine, &v) || pdshm_tensor_resize(v, PDSHM_F32, 1, &n))
-    KID_FAIL(b, "setup");
+    TU_FAIL_RETURN(&b->rep, "setup");
   float *p = pdshm_tensor_data(v);
   for (int i = 0; i < n; i++) p[i] = 2;
-  if (pdshm_group_join(s, "art", 2, 1, &g)) KID_FAIL(b, "join");
+  if (pdshm_group_join(s, "art", 2, 1, &g)) TU_FAIL_RETURN(&b->rep, "join");
   int go = atomic_load(&b->go), rc;
   if (go == 3) { /* a variable without a tensor: ETYPE here, EINVAL there */
     pdshm_var *empty;
-    if (pdshm_var_new(mine, &empty)) KID_FAIL(b, "var");
+    if (pdshm_var_new(mine, &empty)) TU_FAIL_RETURN(&b->rep, "var");
     rc = pdshm_group_allreduce(g, empty, PDSHM_SUM, 20 * SEC);
-    if (rc != PDSHM_ETYPE) KID_FAIL(b, "kid without a tensor: %s", pdshm_err_name(rc));
+    if (rc != PDSHM_ETYPE) TU_FAIL_RETURN(&b->rep, "kid without a tensor: %s", pdshm_err_name(rc));
     rc = 0;
   } else {
     rc = go == 2 ? pdshm_group_barrier(g, 20 * SEC)
                  : pdshm_group_allreduce(g, v, PDSHM_SUM, 20 * SEC);
   }
-  if (rc) KID_FAIL(b, "kid: %s", pdshm_err_name(rc));
+  if (rc) TU_FAIL_RETURN(&b->rep, "kid: %s", pdshm_err_name(rc));
   if (go < 2)
     for (int i = 0; i < n; i++)
-      if (p[i] != 3) KID_FAIL(b, "kid: [%d] = %g", i, p[i]);
+      if (p[i] != 3) TU_FAIL_RETURN(&b->rep, "kid: [%d] = %g", i, p[i]);
   pdshm_group_leave(g); /* a clean leave: the next kid's takeover is no death */
   pdshm_detach(s);
   return 0;
@@ -676,7 +655,7 @@ START_TEST(allreduce_times_out_unchanged_and_resumes) {
   ck_assert_int_eq(pdshm_group_allreduce(g, v, PDSHM_SUM, 100000000), PDSHM_ETIMEDOUT);
   ck_assert_uint_ge(tu_now_ns() - t0, 100000000);
   for (int i = 0; i < n; i++) ck_assert_float_eq(p[i], 1);
-  struct board *b = board_new();
+  struct board *b = tu_shared(sizeof *b);
   pid_t pid = tu_spawn(kid_one_allreduce, b);
   ck_assert_int_eq(pdshm_group_allreduce(g, v, PDSHM_SUM, 20 * SEC), 0);
   for (int i = 0; i < n; i++) ck_assert_float_eq(p[i], 3);
@@ -729,12 +708,12 @@ static int kid_rounds(void *argp) {
   pdshm_scope *r;
   pdshm_group *g;
   pdshm_var *v;
-  if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r)) KID_FAIL(a->b, "attach");
-  if (pdshm_var_new(r, &v)) KID_FAIL(a->b, "var");
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r)) TU_FAIL_RETURN(&a->b->rep, "attach");
+  if (pdshm_var_new(r, &v)) TU_FAIL_RETURN(&a->b->rep, "var");
   int64_t n = 100000;
-  if (pdshm_tensor_resize(v, PDSHM_F32, 1, &n)) KID_FAIL(a->b, "resize");
+  if (pdshm_tensor_resize(v, PDSHM_F32, 1, &n)) TU_FAIL_RETURN(&a->b->rep, "resize");
   float *p = pdshm_tensor_data(v);
-  if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g)) KID_FAIL(a->b, "join");
+  if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g)) TU_FAIL_RETURN(&a->b->rep, "join");
   int after = -1;
   for (int i = 1; after < a->rounds; i++) {
     for (int64_t k = 0; k < n; k++) p[k] = round_before(a->kind, a->rank, a->size, k, n);
@@ -745,13 +724,13 @@ static int kid_rounds(void *argp) {
       after = 0;
       continue;
     }
-    if (rc) KID_FAIL(a->b, "rank %d round %d: %s", a->rank, i, pdshm_err_name(rc));
+    if (rc) TU_FAIL_RETURN(&a->b->rep, "rank %d round %d: %s", a->rank, i, pdshm_err_name(rc));
     atomic_store(&a->b->progress[a->rank], i);
     if (after >= 0) after++;
     if (a->kind != K_BARRIER && after > 0)
       for (int64_t k = 0; k < n; k++)
         if (p[k] != round_after(a->kind, a->rank, a->size, k, n))
-          KID_FAIL(a->b, "rank %d round %d: [%lld] = %g", a->rank, i, (long long)k, p[k]);
+          TU_FAIL_RETURN(&a->b->rep, "rank %d round %d: [%lld] = %g", a->rank, i, (long long)k, p[k]);
   }
   pdshm_group_leave(g);
   pdshm_scope_release(r);
@@ -770,7 +749,7 @@ static const char *const kind_names[K_KINDS] = {"barriers", "allreduces", "reduc
                                                 "allgathers"};
 
 static void death_test(int kind, unsigned seed) {
-  struct board *b = board_new();
+  struct board *b = tu_shared(sizeof *b);
   const int size = 4, victim = 2;
   struct die_arg a[4];
   pid_t pid[4];
@@ -798,7 +777,7 @@ static void death_test(int kind, unsigned seed) {
   uint64_t most = 0;
   for (int r = 0; r < size; r++) {
     if (r == victim) continue;
-    ck_assert_msg(atomic_load(&b->dead_round[r]), "rank %d never got EOWNERDEAD: %s", r, b->why);
+    ck_assert_msg(atomic_load(&b->dead_round[r]), "rank %d never got EOWNERDEAD: %s", r, b->rep.why);
     if (!round) round = b->dead_round[r];
     ck_assert_int_eq(b->dead_round[r], round);
     uint64_t lag = b->dead_ns[r] - b->kill_ns;

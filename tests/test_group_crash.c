@@ -21,7 +21,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,12 +41,6 @@ struct shared {
 };
 static struct shared *sh;
 
-static uint64_t used(pdshm_seg *s) {
-  pdshm_stats st;
-  ck_assert_int_eq(pdshm_seg_stats(s, &st), 0);
-  return st.used;
-}
-
 static void setup(void) {
   snprintf(g_name, sizeof g_name, "%s", tu_name("gcrash"));
   seg = tu_create_as(g_name, 8u << 20, 16);
@@ -56,9 +49,8 @@ static void setup(void) {
   int64_t n = FLOATS;
   ck_assert_int_eq(pdshm_var_create(root, "mine", &v), 0);
   ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &n), 0);
-  sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ck_assert_ptr_ne(sh, MAP_FAILED);
-  base_used = used(seg);
+  sh = tu_shared(sizeof *sh);
+  base_used = tu_used(seg);
 }
 
 static void teardown(void) {
@@ -275,7 +267,7 @@ static void verify_regroup(enum op op, pdshm_group *g, pdshm_var *v) {
   ck_assert_int_eq(tu_wait(pid), 0);
   ck_assert_int_eq(pdshm_group_leave(g), 0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
-  ck_assert_uint_eq(used(seg), base_used);
+  ck_assert_uint_eq(tu_used(seg), base_used);
 }
 
 static void partner(enum op op, pdshm_group *g, pdshm_var *v) {
@@ -312,7 +304,7 @@ static void verify(enum op op, pdshm_group *g, pdshm_var *v) {
     ck_assert_int_eq(pdshm_group_leave(g), 0);
   }
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
-  ck_assert_uint_eq(used(seg), base_used);
+  ck_assert_uint_eq(tu_used(seg), base_used);
 }
 
 static uint64_t run_once(enum op op, uint64_t k) {

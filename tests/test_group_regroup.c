@@ -9,7 +9,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,17 +24,11 @@ static pdshm_seg *seg;
 static pdshm_scope *root;
 static uint64_t base_used;
 
-static uint64_t used(void) {
-  pdshm_stats st;
-  ck_assert_int_eq(pdshm_seg_stats(seg, &st), 0);
-  return st.used;
-}
-
 static void setup(void) {
   snprintf(seg_name, sizeof seg_name, "%s", tu_name("regroup"));
   seg = tu_create_as(seg_name, 16u << 20, 32);
   ck_assert_int_eq(pdshm_root(seg, &root), 0);
-  base_used = used();
+  base_used = tu_used(seg);
 }
 
 static void teardown(void) {
@@ -52,23 +45,9 @@ struct board {
   _Atomic int new_rank[MAXP], new_size[MAXP];
   _Atomic int go;            /* members marked `hold` regroup once it is 1  */
   _Atomic int weights;       /* the sum of the weights of the new group     */
-  _Atomic int fails;
-  char why[256];
+  struct tu_report rep;
 };
 enum stage { S_NONE, S_JOINED, S_TOLD, S_REGROUPING, S_DONE };
-
-static struct board *board_new(void) {
-  struct board *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ck_assert_ptr_ne(b, MAP_FAILED);
-  memset(b, 0, sizeof *b);
-  return b;
-}
-#define KID_FAIL(b, ...)                                     \
-  do {                                                       \
-    snprintf((b)->why, sizeof (b)->why, __VA_ARGS__);        \
-    atomic_fetch_add(&(b)->fails, 1);                        \
-    return 1;                                                \
-  } while (0)
 
 /* One process of a test: a member of `group` (rank `rank` of `size`), or a
  * newcomer (size 0) that enlists; `weight` is what it contributes to the
@@ -98,13 +77,13 @@ static int member_after(struct member *a, pdshm_group *g, pdshm_var *v) {
   float *p = pdshm_tensor_data(v);
   for (int i = 0; i < FLOATS; i++) p[i] = (float)(a->weight * (i % 5));
   int rc = pdshm_group_allreduce(g, v, PDSHM_SUM, 20 * SEC);
-  if (rc) KID_FAIL(a->b, "slot %d: allreduce at the new size: %s", a->slot, pdshm_err_name(rc));
+  if (rc) TU_FAIL_RETURN(&a->b->rep, "slot %d: allreduce at the new size: %s", a->slot, pdshm_err_name(rc));
   for (int i = 0; i < FLOATS; i++)
     if (p[i] != (float)(atomic_load(&a->b->weights) * (i % 5)))
-      KID_FAIL(a->b, "slot %d: [%d] = %g, not %d", a->slot, i, p[i],
+      TU_FAIL_RETURN(&a->b->rep, "slot %d: [%d] = %g, not %d", a->slot, i, p[i],
                atomic_load(&a->b->weights) * (i % 5));
   rc = pdshm_group_barrier(g, 20 * SEC);
-  if (rc) KID_FAIL(a->b, "slot %d: barrier at the new size: %s", a->slot, pdshm_err_name(rc));
+  if (rc) TU_FAIL_RETURN(&a->b->rep, "slot %d: barrier at the new size: %s", a->slot, pdshm_err_name(rc));
   atomic_store(&a->b->stage[a->slot], S_DONE);
   pdshm_group_leave(g);
   return 0;
@@ -116,23 +95,23 @@ static int kid_member(void *argp) {
   pdshm_seg *s;
   pdshm_group *g;
   pdshm_var *v;
-  if (pdshm_attach(seg_name, NULL, &s) || make_var(s, &v)) KID_FAIL(b, "setup");
+  if (pdshm_attach(seg_name, NULL, &s) || make_var(s, &v)) TU_FAIL_RETURN(&b->rep, "setup");
   int rc = pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g);
-  if (rc) KID_FAIL(b, "slot %d: join: %s", a->slot, pdshm_err_name(rc));
-  if ((rc = pdshm_group_barrier(g, 20 * SEC))) KID_FAIL(b, "first barrier: %s", pdshm_err_name(rc));
+  if (rc) TU_FAIL_RETURN(&b->rep, "slot %d: join: %s", a->slot, pdshm_err_name(rc));
+  if ((rc = pdshm_group_barrier(g, 20 * SEC))) TU_FAIL_RETURN(&b->rep, "first barrier: %s", pdshm_err_name(rc));
   atomic_store(&b->stage[a->slot], S_JOINED);
   if (a->victim) pause();
   rc = pdshm_group_barrier(g, 20 * SEC); /* the victims are killed meanwhile */
-  if (rc != PDSHM_EOWNERDEAD) KID_FAIL(b, "slot %d: barrier beside the dead: %s", a->slot,
+  if (rc != PDSHM_EOWNERDEAD) TU_FAIL_RETURN(&b->rep, "slot %d: barrier beside the dead: %s", a->slot,
                                        pdshm_err_name(rc));
   atomic_store(&b->stage[a->slot], S_TOLD);
-  if (a->hold && !until(&b->go, 1)) KID_FAIL(b, "slot %d: never let go", a->slot);
+  if (a->hold && !until(&b->go, 1)) TU_FAIL_RETURN(&b->rep, "slot %d: never let go", a->slot);
   atomic_store(&b->stage[a->slot], S_REGROUPING);
   int nr = -1, ns = -1;
   rc = pdshm_group_regroup(g, 20 * SEC, &nr, &ns);
-  if (rc) KID_FAIL(b, "slot %d: regroup: %s (%s)", a->slot, pdshm_err_name(rc), pdshm_last_error());
+  if (rc) TU_FAIL_RETURN(&b->rep, "slot %d: regroup: %s (%s)", a->slot, pdshm_err_name(rc), pdshm_last_error());
   if (nr != pdshm_group_rank(g) || ns != pdshm_group_size(g))
-    KID_FAIL(b, "slot %d: regroup said %d of %d, the handle %d of %d", a->slot, nr, ns,
+    TU_FAIL_RETURN(&b->rep, "slot %d: regroup said %d of %d, the handle %d of %d", a->slot, nr, ns,
              pdshm_group_rank(g), pdshm_group_size(g));
   atomic_store(&b->new_rank[a->slot], nr);
   atomic_store(&b->new_size[a->slot], ns);
@@ -147,10 +126,10 @@ static int kid_newcomer(void *argp) {
   pdshm_seg *s;
   pdshm_group *g;
   pdshm_var *v;
-  if (pdshm_attach(seg_name, NULL, &s) || make_var(s, &v)) KID_FAIL(b, "setup");
+  if (pdshm_attach(seg_name, NULL, &s) || make_var(s, &v)) TU_FAIL_RETURN(&b->rep, "setup");
   atomic_store(&b->stage[a->slot], S_REGROUPING);
   int rc = pdshm_group_enlist(s, a->group, 20 * SEC, &g);
-  if (rc) KID_FAIL(b, "slot %d: enlist: %s (%s)", a->slot, pdshm_err_name(rc), pdshm_last_error());
+  if (rc) TU_FAIL_RETURN(&b->rep, "slot %d: enlist: %s (%s)", a->slot, pdshm_err_name(rc), pdshm_last_error());
   atomic_store(&b->new_rank[a->slot], pdshm_group_rank(g));
   atomic_store(&b->new_size[a->slot], pdshm_group_size(g));
   rc = member_after(a, g, v);
@@ -160,7 +139,7 @@ static int kid_newcomer(void *argp) {
 
 static void wait_ok(pid_t pid, struct board *b) {
   int st = tu_wait(pid);
-  ck_assert_msg(st == 0, "child exited %d: %s", st, b->why);
+  ck_assert_msg(st == 0, "child exited %d: %s", st, b->rep.why);
 }
 
 /* pdshm_group_info of `name`: members' arrival and candidates. */
@@ -201,7 +180,7 @@ static void await_candidates(const char *name, uint32_t n) {
 /* n members of `name`, the ones in `victims` killed after joining; the
  * survivors regroup and must come out in the order of their old ranks. */
 static void shrink_test(const char *name, int n, unsigned victims) {
-  struct board *b = board_new();
+  struct board *b = tu_shared(sizeof *b);
   struct member m[MAXP];
   pid_t pid[MAXP];
   int weights = 0;
@@ -212,7 +191,7 @@ static void shrink_test(const char *name, int n, unsigned victims) {
   }
   atomic_store(&b->weights, weights);
   for (int r = 0; r < n; r++) pid[r] = tu_spawn(kid_member, &m[r]);
-  for (int r = 0; r < n; r++) ck_assert_msg(until(&b->stage[r], S_JOINED), "%s", b->why);
+  for (int r = 0; r < n; r++) ck_assert_msg(until(&b->stage[r], S_JOINED), "%s", b->rep.why);
   for (int r = 0; r < n; r++)
     if (m[r].victim) {
       kill(pid[r], SIGKILL);
@@ -228,7 +207,7 @@ static void shrink_test(const char *name, int n, unsigned victims) {
     if (!m[r].victim) ck_assert_int_eq(atomic_load(&b->new_size[r]), k);
   ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
-  ck_assert_uint_eq(used(), base_used);
+  ck_assert_uint_eq(tu_used(seg), base_used);
 }
 
 START_TEST(shrink_two_to_one) { shrink_test("s21", 2, 1u << 1); }
@@ -241,7 +220,7 @@ END_TEST
 /* 4 members: rank 3 killed; rank 2 killed inside its regroup, while ranks 0
  * and 1 have not come yet; they regroup to 2. */
 START_TEST(member_killed_inside_the_regroup) {
-  struct board *b = board_new();
+  struct board *b = tu_shared(sizeof *b);
   struct member m[4];
   pid_t pid[4];
   for (int r = 0; r < 4; r++)
@@ -249,10 +228,10 @@ START_TEST(member_killed_inside_the_regroup) {
                            .slot = r, .victim = r == 3, .hold = r < 2};
   atomic_store(&b->weights, 1 + 2);
   for (int r = 0; r < 4; r++) pid[r] = tu_spawn(kid_member, &m[r]);
-  for (int r = 0; r < 4; r++) ck_assert_msg(until(&b->stage[r], S_JOINED), "%s", b->why);
+  for (int r = 0; r < 4; r++) ck_assert_msg(until(&b->stage[r], S_JOINED), "%s", b->rep.why);
   kill(pid[3], SIGKILL);
   ck_assert_int_eq(tu_wait(pid[3]), 128 + SIGKILL);
-  ck_assert_msg(until(&b->stage[2], S_REGROUPING), "%s", b->why);
+  ck_assert_msg(until(&b->stage[2], S_REGROUPING), "%s", b->rep.why);
   await_arrived("sk", 2);
   kill(pid[2], SIGKILL);
   ck_assert_int_eq(tu_wait(pid[2]), 128 + SIGKILL);
@@ -264,14 +243,14 @@ START_TEST(member_killed_inside_the_regroup) {
   }
   ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
-  ck_assert_uint_eq(used(), base_used);
+  ck_assert_uint_eq(tu_used(seg), base_used);
 }
 END_TEST
 
 /* Members of `name` (n, `victims` killed, all others hold) and a newcomer:
  * once it waits, the survivors regroup; it comes last. */
 static void grow_test(const char *name, int n, unsigned victims) {
-  struct board *b = board_new();
+  struct board *b = tu_shared(sizeof *b);
   struct member m[MAXP];
   pid_t pid[MAXP];
   int weights = 0, k = 0;
@@ -282,7 +261,7 @@ static void grow_test(const char *name, int n, unsigned victims) {
   }
   atomic_store(&b->weights, weights);
   for (int r = 0; r < n; r++) pid[r] = tu_spawn(kid_member, &m[r]);
-  for (int r = 0; r < n; r++) ck_assert_msg(until(&b->stage[r], S_JOINED), "%s", b->why);
+  for (int r = 0; r < n; r++) ck_assert_msg(until(&b->stage[r], S_JOINED), "%s", b->rep.why);
   for (int r = 0; r < n; r++)
     if (m[r].victim) {
       kill(pid[r], SIGKILL);
@@ -300,7 +279,7 @@ static void grow_test(const char *name, int n, unsigned victims) {
     if (!m[r].victim) ck_assert_int_eq(atomic_load(&b->new_size[r]), k);
   ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
-  ck_assert_uint_eq(used(), base_used);
+  ck_assert_uint_eq(tu_used(seg), base_used);
 }
 
 /* The members' barrier beside the dead needs a death: grow_test's groups
@@ -317,7 +296,7 @@ START_TEST(grow_a_live_group) {
   pdshm_var *v;
   ck_assert_int_eq(pdshm_group_join(seg, "gl", 1, 0, &g), 0);
   ck_assert_int_eq(make_var(seg, &v), 0);
-  struct board *b = board_new();
+  struct board *b = tu_shared(sizeof *b);
   struct member nc = {.b = b, .group = "gl", .weight = 5, .slot = 1};
   atomic_store(&b->weights, 1 + 5);
   pid_t pid = tu_spawn(kid_newcomer, &nc);
@@ -375,7 +354,7 @@ START_TEST(stopped_or_dead_candidate_stalls_nobody) {
   ck_assert_int_eq(pdshm_group_leave(g), 0);
   ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
-  ck_assert_uint_eq(used(), base_used);
+  ck_assert_uint_eq(tu_used(seg), base_used);
 }
 END_TEST
 
@@ -388,7 +367,7 @@ START_TEST(stopped_member_times_the_regroup_out) {
   int nr = -1, ns = -1;
   ck_assert_int_eq(pdshm_group_join(seg, "st", 3, 0, &g), 0);
   ck_assert_int_eq(make_var(seg, &v), 0);
-  struct board *b = board_new();
+  struct board *b = tu_shared(sizeof *b);
   struct member m1 = {.b = b, .group = "st", .size = 3, .rank = 1, .weight = 2, .slot = 1,
                       .hold = true};
   struct member m2 = {.b = b, .group = "st", .size = 3, .rank = 2, .slot = 2, .victim = true};
@@ -399,7 +378,7 @@ START_TEST(stopped_member_times_the_regroup_out) {
   kill(p2, SIGKILL);
   ck_assert_int_eq(tu_wait(p2), 128 + SIGKILL);
   ck_assert_int_eq(pdshm_group_barrier(g, 20 * SEC), PDSHM_EOWNERDEAD);
-  ck_assert_msg(until(&b->stage[1], S_TOLD), "%s", b->why);
+  ck_assert_msg(until(&b->stage[1], S_TOLD), "%s", b->rep.why);
   kill(p1, SIGSTOP);
   atomic_store(&b->go, 1);
   uint64_t t0 = tu_now_ns();
@@ -440,7 +419,7 @@ START_TEST(bad_arguments_are_einval_and_change_nothing) {
   ck_assert_int_eq(pdshm_group_enlist(seg, "nope", SEC, &x), PDSHM_ENOENT);
   ck_assert_ptr_null(x);
   ck_assert_int_eq(pdshm_group_join(seg, "be", 2, 0, &g), 0);
-  uint64_t before = used();
+  uint64_t before = tu_used(seg);
   ck_assert_int_eq(pdshm_group_regroup(g, SEC, NULL, &ns), PDSHM_EINVAL);
   ck_assert_int_eq(pdshm_group_regroup(g, SEC, &nr, NULL), PDSHM_EINVAL);
   ck_assert_int_eq(nr, -7);
@@ -453,7 +432,7 @@ START_TEST(bad_arguments_are_einval_and_change_nothing) {
   ck_assert_int_eq(pdshm_group_enlist(seg, "be", 100000000, &x), PDSHM_ETIMEDOUT);
   ck_assert_ptr_null(x);
   ck_assert_uint_eq(look("be").gi.candidates, 0);
-  ck_assert_uint_eq(used(), before);
+  ck_assert_uint_eq(tu_used(seg), before);
   ck_assert_int_eq(pdshm_group_rank(g), 0);
   ck_assert_int_eq(pdshm_group_size(g), 2);
   /* rank 1 in a barrier, this one regroups: EINVAL here, the barrier waits
@@ -486,7 +465,7 @@ START_TEST(join_refused_while_members_regroup) {
   int nr, ns;
   ck_assert_int_eq(pdshm_group_join(seg, "jr", 3, 0, &g), 0);
   ck_assert_int_eq(make_var(seg, &v), 0);
-  struct board *b = board_new();
+  struct board *b = tu_shared(sizeof *b);
   struct member m1 = {.b = b, .group = "jr", .size = 3, .rank = 1, .weight = 2, .slot = 1};
   struct member m2 = {.b = b, .group = "jr", .size = 3, .rank = 2, .slot = 2, .victim = true};
   atomic_store(&b->weights, 1 + 2);
@@ -497,7 +476,7 @@ START_TEST(join_refused_while_members_regroup) {
   ck_assert_int_eq(tu_wait(p2), 128 + SIGKILL);
   tu_await_dead(seg, 1);
   ck_assert_int_eq(pdshm_group_barrier(g, 20 * SEC), PDSHM_EOWNERDEAD);
-  ck_assert_msg(until(&b->stage[1], S_REGROUPING), "%s", b->why);
+  ck_assert_msg(until(&b->stage[1], S_REGROUPING), "%s", b->rep.why);
   await_arrived("jr", 1);
   ck_assert_int_eq(pdshm_group_join(seg, "jr", 3, 2, &x), PDSHM_EBUSY);
   ck_assert_int_eq(pdshm_group_join(seg, "jr", 3, -1, &x), PDSHM_EBUSY);
@@ -523,13 +502,13 @@ static int kid_newcomer_told(void *argp) {
   pdshm_group *g;
   pdshm_var *v;
   int nr, ns;
-  if (pdshm_attach(seg_name, NULL, &s) || make_var(s, &v)) KID_FAIL(b, "setup");
+  if (pdshm_attach(seg_name, NULL, &s) || make_var(s, &v)) TU_FAIL_RETURN(&b->rep, "setup");
   int rc = pdshm_group_enlist(s, a->group, 20 * SEC, &g);
-  if (rc) KID_FAIL(b, "enlist: %s", pdshm_err_name(rc));
+  if (rc) TU_FAIL_RETURN(&b->rep, "enlist: %s", pdshm_err_name(rc));
   rc = pdshm_group_barrier(g, 20 * SEC);
-  if (rc != PDSHM_EOWNERDEAD) KID_FAIL(b, "first barrier: %s", pdshm_err_name(rc));
+  if (rc != PDSHM_EOWNERDEAD) TU_FAIL_RETURN(&b->rep, "first barrier: %s", pdshm_err_name(rc));
   rc = pdshm_group_regroup(g, 20 * SEC, &nr, &ns);
-  if (rc) KID_FAIL(b, "regroup: %s (%s)", pdshm_err_name(rc), pdshm_last_error());
+  if (rc) TU_FAIL_RETURN(&b->rep, "regroup: %s (%s)", pdshm_err_name(rc), pdshm_last_error());
   atomic_store(&b->new_rank[a->slot], nr);
   atomic_store(&b->new_size[a->slot], ns);
   rc = member_after(a, g, v);
@@ -544,11 +523,11 @@ static int kid_regroup_then_pause(void *argp) {
   pdshm_seg *s;
   pdshm_group *g;
   int nr, ns;
-  if (pdshm_attach(seg_name, NULL, &s) || pdshm_group_join(s, "nt", 2, 1, &g)) KID_FAIL(b, "join");
-  if (pdshm_group_barrier(g, 20 * SEC)) KID_FAIL(b, "barrier");
-  if (!until(&b->go, 1)) KID_FAIL(b, "never let go");
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_group_join(s, "nt", 2, 1, &g)) TU_FAIL_RETURN(&b->rep, "join");
+  if (pdshm_group_barrier(g, 20 * SEC)) TU_FAIL_RETURN(&b->rep, "barrier");
+  if (!until(&b->go, 1)) TU_FAIL_RETURN(&b->rep, "never let go");
   int rc = pdshm_group_regroup(g, 20 * SEC, &nr, &ns);
-  if (rc || ns != 3) KID_FAIL(b, "rank 1: regroup: %s, size %d", pdshm_err_name(rc), ns);
+  if (rc || ns != 3) TU_FAIL_RETURN(&b->rep, "rank 1: regroup: %s, size %d", pdshm_err_name(rc), ns);
   atomic_store(&b->stage[1], S_DONE);
   pause();
   return 0;
@@ -564,7 +543,7 @@ START_TEST(newcomer_is_told_of_a_death_after_its_admission) {
   int nr, ns;
   ck_assert_int_eq(pdshm_group_join(seg, "nt", 2, 0, &g), 0);
   ck_assert_int_eq(make_var(seg, &v), 0);
-  struct board *b = board_new();
+  struct board *b = tu_shared(sizeof *b);
   struct member nc = {.b = b, .group = "nt", .weight = 7, .slot = 2};
   atomic_store(&b->weights, 1 + 7);
   pid_t p1 = tu_spawn(kid_regroup_then_pause, b);
@@ -575,7 +554,7 @@ START_TEST(newcomer_is_told_of_a_death_after_its_admission) {
   atomic_store(&b->go, 1);
   ck_assert_int_eq(pdshm_group_regroup(g, 20 * SEC, &nr, &ns), 0);
   ck_assert_int_eq(ns, 3);
-  ck_assert_msg(until(&b->stage[1], S_DONE), "%s", b->why);
+  ck_assert_msg(until(&b->stage[1], S_DONE), "%s", b->rep.why);
   kill(p1, SIGKILL);
   ck_assert_int_eq(tu_wait(p1), 128 + SIGKILL);
   ck_assert_int_eq(pdshm_group_barrier(g, 20 * SEC), PDSHM_EOWNERDEAD);
@@ -586,7 +565,7 @@ START_TEST(newcomer_is_told_of_a_death_after_its_admission) {
   struct member me = {.b = b, .weight = 1, .slot = 0};
   ck_assert_int_eq(member_after(&me, g, v), 0);
   int st = tu_wait(pn);
-  ck_assert_msg(st == 0, "newcomer exited %d: %s", st, b->why);
+  ck_assert_msg(st == 0, "newcomer exited %d: %s", st, b->rep.why);
   ck_assert_int_eq(atomic_load(&b->new_rank[2]), 1);
   ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
@@ -625,7 +604,7 @@ START_TEST(plans_damaged_or_left_half_applied) {
   ck_assert_int_eq(pdshm_group_leave(x), 0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
   ck_assert_int_eq(pdshm_group_leave(g), 0);
-  ck_assert_uint_eq(used(), base_used);
+  ck_assert_uint_eq(tu_used(seg), base_used);
 }
 END_TEST
 

@@ -12,7 +12,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,16 +26,10 @@ static char seg_name[PDSHM_SEG_NAME_MAX + 1];
 static pdshm_seg *seg;
 static uint64_t base_used;
 
-static uint64_t used(void) {
-  pdshm_stats st;
-  ck_assert_int_eq(pdshm_seg_stats(seg, &st), 0);
-  return st.used;
-}
-
 static void setup(void) {
   snprintf(seg_name, sizeof seg_name, "%s", tu_name("stall"));
   seg = tu_create_as(seg_name, 24u << 20, 16); /* fits CI's 64 MiB /dev/shm beside others */
-  base_used = used();
+  base_used = tu_used(seg);
 }
 
 static void teardown(void) {
@@ -59,13 +52,6 @@ struct board {
   _Atomic uint64_t hits;   /* the windows it passed                       */
   char names[WINDOWS][64]; /* the point of each (up to WINDOWS)           */
 };
-
-static struct board *board_new(void) {
-  struct board *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                         -1, 0);
-  ck_assert_ptr_ne(b, MAP_FAILED);
-  return b;
-}
 
 /* Joins "stall" of 2 at its rank and runs allreduces until one fails;
  * exits 0 when that one was EOWNERDEAD and it then left and detached. */
@@ -252,11 +238,11 @@ static void resume(pid_t stopped, struct board *b) {
   ck_assert_int_eq(pdshm_group_join(seg, "stall", 2, 1, &g), 0);
   ck_assert_int_eq(pdshm_group_leave(g), 0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
-  ck_assert_uint_eq(used(), base_used);
+  ck_assert_uint_eq(tu_used(seg), base_used);
 }
 
 START_TEST(stopped_writer_beside_a_dead_member_stalls_nobody) {
-  struct board *b = board_new();
+  struct board *b = tu_shared(sizeof *b);
   pid_t stopped = stall(b);
   while_stopped();
   resume(stopped, b);
@@ -283,7 +269,7 @@ static int kid_reaper(void *arg) {
  * windows leaves it to the next just the same: left again while the member
  * is stopped, finished once it went on. */
 START_TEST(reaper_that_must_leave_the_slot_killed_at_every_window) {
-  struct board *b = board_new();
+  struct board *b = tu_shared(sizeof *b);
   pid_t stopped = stall(b);
   b->k = 0;
   ck_assert_int_eq(tu_wait(tu_spawn(kid_reaper, b)), 0);
@@ -373,9 +359,7 @@ static uint32_t late_await(unsigned mask, uint32_t round) {
 }
 
 START_TEST(member_late_to_the_descriptions_answers_the_break) {
-  struct late *l = mmap(NULL, sizeof *l, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                        -1, 0);
-  ck_assert_ptr_ne(l, MAP_FAILED);
+  struct late *l = tu_shared(sizeof *l);
   memset(l, 0, sizeof *l);
   struct late_arg arg[3];
   pid_t pid[3];
@@ -401,7 +385,7 @@ START_TEST(member_late_to_the_descriptions_answers_the_break) {
   ck_assert_int_eq(tu_wait(pid[0]), 0);
   ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
-  ck_assert_uint_eq(used(), base_used);
+  ck_assert_uint_eq(tu_used(seg), base_used);
 }
 END_TEST
 

@@ -26,12 +26,6 @@ static void teardown(void) {
   tu_cleanup();
 }
 
-static uint64_t used(void) {
-  pdshm_stats st;
-  ck_assert_int_eq(pdshm_seg_stats(seg, &st), 0);
-  return st.used;
-}
-
 static pdshm_off_t alloc(size_t n) {
   pdshm_off_t off = 0;
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
@@ -105,7 +99,7 @@ START_TEST(random_against_shadow) {
   enum { LIVE = 400, STEPS = 6000 };
   struct shadow sh[LIVE];
   int n = 0;
-  uint64_t base = used();
+  uint64_t base = tu_used(seg);
   srand(1234);
   for (int step = 0; step < STEPS; step++) {
     unsigned r = (unsigned)rand();
@@ -133,7 +127,7 @@ START_TEST(random_against_shadow) {
   verify(sh, n);
   while (n) release(sh[--n].off);
   flush();
-  ck_assert_uint_eq(used(), base);
+  ck_assert_uint_eq(tu_used(seg), base);
   ck_assert_int_eq(pdshm__heap_check(seg, stderr), 0);
   struct pdshm_heap_stats hs;
   ck_assert_int_eq(pdshm__heap_stats(seg, &hs), 0);
@@ -142,7 +136,7 @@ START_TEST(random_against_shadow) {
 END_TEST
 
 START_TEST(exhaustion) {
-  uint64_t base = used();
+  uint64_t base = tu_used(seg);
   pdshm_off_t offs[4096];
   int n = 0;
   for (;;) {
@@ -163,7 +157,7 @@ START_TEST(exhaustion) {
   release(small);
   while (n) release(offs[--n]);
   flush();
-  ck_assert_uint_eq(used(), base);
+  ck_assert_uint_eq(tu_used(seg), base);
   pdshm_off_t big = alloc(8u << 20);
   release(big);
   pdshm_off_t off;
@@ -316,11 +310,11 @@ static int churn_child(void *arg) {
 }
 
 START_TEST(processes_at_once) {
-  uint64_t base = used();
+  uint64_t base = tu_used(seg);
   pid_t pid[4];
   for (int i = 0; i < 4; i++) pid[i] = tu_fork(churn_child, seg->name);
   for (int i = 0; i < 4; i++) ck_assert_int_eq(tu_wait(pid[i]), 0);
-  ck_assert_uint_eq(used(), base);
+  ck_assert_uint_eq(tu_used(seg), base);
   ck_assert_int_eq(pdshm__heap_check(seg, stderr), 0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
 }
@@ -345,7 +339,7 @@ static void *thread_churn(void *arg) {
 }
 
 START_TEST(threads_at_once) {
-  uint64_t base = used();
+  uint64_t base = tu_used(seg);
   pthread_t th[6];
   for (uintptr_t i = 0; i < 6; i++) pthread_create(&th[i], NULL, thread_churn, (void *)(i + 1));
   for (int i = 0; i < 6; i++) {
@@ -354,7 +348,7 @@ START_TEST(threads_at_once) {
     ck_assert_ptr_null(bad);
   }
   flush();
-  ck_assert_uint_eq(used(), base);
+  ck_assert_uint_eq(tu_used(seg), base);
   ck_assert_int_eq(pdshm__heap_check(seg, stderr), 0);
 }
 END_TEST
@@ -376,14 +370,14 @@ static int die_holding_blocks(void *arg) {
 }
 
 START_TEST(sweep_dead_slot) {
-  uint64_t base = used();
+  uint64_t base = tu_used(seg);
   ck_assert_int_eq(tu_wait(tu_fork(die_holding_blocks, seg->name)), 128 + SIGKILL);
   tu_await_dead(seg, 1);
-  ck_assert_uint_gt(used(), base);
+  ck_assert_uint_gt(tu_used(seg), base);
   unsigned n = 0;
   ck_assert_int_eq(pdshm_reap(seg, &n), 0);
   ck_assert_uint_eq(n, 1);
-  ck_assert_uint_eq(used(), base);
+  ck_assert_uint_eq(tu_used(seg), base);
   ck_assert_int_eq(pdshm__heap_check(seg, stderr), 0);
 }
 END_TEST

@@ -769,8 +769,7 @@ static int racer(void *arg) {
 START_TEST(create_races_attach) {
   snprintf(g_name, sizeof g_name, "%s", tu_name("race"));
   tu_track(g_name);
-  struct race *r = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ck_assert_ptr_ne(r, MAP_FAILED);
+  struct race *r = tu_shared(sizeof *r);
   pid_t pids[RACERS];
   for (int i = 0; i < RACERS; i++) pids[i] = tu_spawn(racer, r);
   pdshm_options o = {.size = 4u << 20, .max_procs = 16};

@@ -82,9 +82,7 @@ static struct board *g_board;
 
 static void setup(void) {
   snprintf(g_name, sizeof g_name, "%s", tu_name("torture"));
-  g_board = mmap(NULL, sizeof *g_board, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ck_assert_ptr_ne(g_board, MAP_FAILED);
-  memset(g_board, 0, sizeof *g_board);
+  g_board = tu_shared(sizeof *g_board);
 }
 static void teardown(void) {
   tu_cleanup();

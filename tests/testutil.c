@@ -4,9 +4,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -156,4 +159,24 @@ TCase *tu_tcase(Suite *s, const char *name, int timeout, void (*setup)(void),
   tcase_set_timeout(tc, timeout);
   suite_add_tcase(s, tc);
   return tc;
+}
+
+void *tu_shared(size_t size) {
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert_ptr_ne(p, MAP_FAILED);
+  return p; /* an anonymous mapping starts zeroed */
+}
+
+uint64_t tu_used(pdshm_seg *seg) {
+  pdshm_stats st;
+  ck_assert_int_eq(pdshm_seg_stats(seg, &st), 0);
+  return st.used;
+}
+
+void tu_report_fail(struct tu_report *rep, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(rep->why, sizeof rep->why, fmt, ap);
+  va_end(ap);
+  atomic_fetch_add(&rep->fails, 1);
 }

@@ -4,6 +4,7 @@
 
 #include <check.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "internal.h"
@@ -52,5 +53,27 @@ void tu_track(const char *name);
 pid_t tu_spawn(int (*fn)(void *), void *arg);
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t tu_now_ns(void);
+
+/* `size` zeroed bytes shared with the children a test forks after this
+ * call (an anonymous shared mapping).  Fails the test on error. */
+void *tu_shared(size_t size);
+/* The used bytes of seg (pdshm_seg_stats).  Fails the test on error. */
+uint64_t tu_used(pdshm_seg *seg);
+
+/* How forked children report to the test through tu_shared memory: the
+ * number of failures, and the reason of the latest. */
+struct tu_report {
+  _Atomic int fails;
+  char why[256];
+};
+void tu_report_fail(struct tu_report *rep, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* In a child: reports a failure and returns 1 (its exit status) from the
+ * calling function. */
+#define TU_FAIL_RETURN(rep, ...)         \
+  do {                                   \
+    tu_report_fail((rep), __VA_ARGS__);  \
+    return 1;                            \
+  } while (0)
 
 #endif
