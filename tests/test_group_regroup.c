@@ -177,19 +177,22 @@ static void await_candidates(const char *name, uint32_t n) {
   ck_abort_msg("%s never had %u candidates", name, n);
 }
 
-/* n members of `name`, the ones in `victims` killed after joining; the
- * survivors regroup and must come out in the order of their old ranks. */
-static void shrink_test(const char *name, int n, unsigned victims) {
-  struct board *b = tu_shared(sizeof *b);
-  struct member m[MAXP];
-  pid_t pid[MAXP];
+/* Ranks 0..n-1 of `name` (and a newcomer at index n when `newcomer`): the
+ * ones in `victims` are to be killed after joining; members hold for the
+ * test's go when `hold`.  Sets the board's weights to the survivors'. */
+static void members_of(struct board *b, struct member *m, const char *name, int n,
+                       unsigned victims, bool hold, bool newcomer) {
   int weights = 0;
-  for (int r = 0; r < n; r++) {
+  for (int r = 0; r < n + newcomer; r++) {
     m[r] = (struct member){.b = b, .group = name, .size = n, .rank = r, .weight = r + 1,
-                           .slot = r, .victim = victims >> r & 1};
+                           .slot = r, .victim = victims >> r & 1, .hold = hold};
     if (!m[r].victim) weights += r + 1;
   }
   atomic_store(&b->weights, weights);
+}
+
+/* Starts the n members and kills the victims once all have joined. */
+static void start_and_kill(struct board *b, struct member *m, pid_t *pid, int n) {
   for (int r = 0; r < n; r++) pid[r] = tu_spawn(kid_member, &m[r]);
   for (int r = 0; r < n; r++) ck_assert_msg(until(&b->stage[r], S_JOINED), "%s", b->rep.why);
   for (int r = 0; r < n; r++)
@@ -197,17 +200,34 @@ static void shrink_test(const char *name, int n, unsigned victims) {
       kill(pid[r], SIGKILL);
       ck_assert_int_eq(tu_wait(pid[r]), 128 + SIGKILL);
     }
+}
+
+/* The survivors among m[0..count) ended well, with new ranks in the order
+ * of their old ones and one new size; nothing of the group is left. */
+static void expect_regrouped(struct board *b, const struct member *m, const pid_t *pid,
+                             int count) {
   int k = 0;
-  for (int r = 0; r < n; r++) {
+  for (int r = 0; r < count; r++) {
     if (m[r].victim) continue;
     wait_ok(pid[r], b);
     ck_assert_int_eq(atomic_load(&b->new_rank[r]), k++);
   }
-  for (int r = 0; r < n; r++)
+  for (int r = 0; r < count; r++)
     if (!m[r].victim) ck_assert_int_eq(atomic_load(&b->new_size[r]), k);
   ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
   ck_assert_uint_eq(tu_used(seg), base_used);
+}
+
+/* n members of `name`, the ones in `victims` killed after joining; the
+ * survivors regroup and must come out in the order of their old ranks. */
+static void shrink_test(const char *name, int n, unsigned victims) {
+  struct board *b = tu_shared(sizeof *b);
+  struct member m[MAXP];
+  pid_t pid[MAXP];
+  members_of(b, m, name, n, victims, false, false);
+  start_and_kill(b, m, pid, n);
+  expect_regrouped(b, m, pid, n);
 }
 
 START_TEST(shrink_two_to_one) { shrink_test("s21", 2, 1u << 1); }
@@ -253,33 +273,12 @@ static void grow_test(const char *name, int n, unsigned victims) {
   struct board *b = tu_shared(sizeof *b);
   struct member m[MAXP];
   pid_t pid[MAXP];
-  int weights = 0, k = 0;
-  for (int r = 0; r <= n; r++) {
-    m[r] = (struct member){.b = b, .group = name, .size = n, .rank = r, .weight = r + 1,
-                           .slot = r, .victim = victims >> r & 1, .hold = true};
-    if (!m[r].victim) weights += r + 1;
-  }
-  atomic_store(&b->weights, weights);
-  for (int r = 0; r < n; r++) pid[r] = tu_spawn(kid_member, &m[r]);
-  for (int r = 0; r < n; r++) ck_assert_msg(until(&b->stage[r], S_JOINED), "%s", b->rep.why);
-  for (int r = 0; r < n; r++)
-    if (m[r].victim) {
-      kill(pid[r], SIGKILL);
-      ck_assert_int_eq(tu_wait(pid[r]), 128 + SIGKILL);
-    }
+  members_of(b, m, name, n, victims, true, true);
+  start_and_kill(b, m, pid, n);
   pid[n] = tu_spawn(kid_newcomer, &m[n]);
   await_candidates(name, 1);
   atomic_store(&b->go, 1);
-  for (int r = 0; r <= n; r++) {
-    if (m[r].victim) continue;
-    wait_ok(pid[r], b);
-    ck_assert_int_eq(atomic_load(&b->new_rank[r]), k++);
-  }
-  for (int r = 0; r <= n; r++)
-    if (!m[r].victim) ck_assert_int_eq(atomic_load(&b->new_size[r]), k);
-  ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
-  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
-  ck_assert_uint_eq(tu_used(seg), base_used);
+  expect_regrouped(b, m, pid, n + 1);
 }
 
 /* The members' barrier beside the dead needs a death: grow_test's groups
