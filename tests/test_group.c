@@ -174,14 +174,16 @@ static int kid_barriers(void *argp) {
   pdshm_seg *s;
   pdshm_group *g;
   if (pdshm_attach(seg_name, NULL, &s)) TU_FAIL_RETURN(&a->b->rep, "attach");
-  if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g)) TU_FAIL_RETURN(&a->b->rep, "join");
+  if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g))
+    TU_FAIL_RETURN(&a->b->rep, "join");
   for (int i = 1; i <= a->rounds; i++) {
     atomic_store(&a->b->progress[a->rank], i);
     int rc = pdshm_group_barrier(g, 20 * SEC);
     if (rc) TU_FAIL_RETURN(&a->b->rep, "rank %d round %d: %s", a->rank, i, pdshm_err_name(rc));
     for (int r = 0; r < a->size; r++)
       if (atomic_load(&a->b->progress[r]) < i)
-        TU_FAIL_RETURN(&a->b->rep, "rank %d passed round %d before rank %d reached it", a->rank, i, r);
+        TU_FAIL_RETURN(&a->b->rep, "rank %d passed round %d before rank %d reached it", a->rank, i,
+                       r);
     rc = pdshm_group_barrier(g, 20 * SEC); /* nobody writes round i+1 before all read */
     if (rc) TU_FAIL_RETURN(&a->b->rep, "rank %d round %d': %s", a->rank, i, pdshm_err_name(rc));
   }
@@ -376,12 +378,13 @@ static int kid_allreduce(void *argp) {
     TU_FAIL_RETURN(&a->b->rep, "vars");
   int64_t padn = 1 + a->rank * 333;
   pdshm_tensor_resize(pad, PDSHM_U8, 1, &padn);
-  if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g)) TU_FAIL_RETURN(&a->b->rep, "join");
+  if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g))
+    TU_FAIL_RETURN(&a->b->rep, "join");
   uint64_t first, end;
-  if (pdshm_group_share(g, 10, &first, &end) ||
-      first != (uint64_t)(10 * a->rank / a->size) || end != (uint64_t)(10 * (a->rank + 1) / a->size))
-    TU_FAIL_RETURN(&a->b->rep, "rank %d's share of 10 is [%llu, %llu)", a->rank, (unsigned long long)first,
-             (unsigned long long)end);
+  if (pdshm_group_share(g, 10, &first, &end) || first != (uint64_t)(10 * a->rank / a->size) ||
+      end != (uint64_t)(10 * (a->rank + 1) / a->size))
+    TU_FAIL_RETURN(&a->b->rep, "rank %d's share of 10 is [%llu, %llu)", a->rank,
+                   (unsigned long long)first, (unsigned long long)end);
   int last_op = a->kind == K_ALLGATHER ? PDSHM_SUM : PDSHM_MIN; /* an allgather has no op */
   for (int d = 0; d < NDT; d++)
     for (int c = 0; c < NCOUNT; c++)
@@ -390,7 +393,8 @@ static int kid_allreduce(void *argp) {
         int64_t n = (int64_t)counts[c] + (a->mismatch && c == 1);
         if (pdshm_tensor_resize(v, dt, 1, &n)) TU_FAIL_RETURN(&a->b->rep, "resize");
         void *p = pdshm_tensor_data(v);
-        for (int64_t i = 0; i < n; i++) put(p, dt, (size_t)i, before(a, (size_t)i, (size_t)n, dt));
+        for (int64_t i = 0; i < n; i++)
+          put(p, dt, (size_t)i, before(a, (size_t)i, (size_t)n, dt));
         int rc = collective(a->kind, g, v, op, 30 * SEC);
         if (c == 1 && a->mismatch >= 0) { /* one rank passed an element more */
           if (rc != PDSHM_EINVAL)
@@ -402,13 +406,14 @@ static int kid_allreduce(void *argp) {
               TU_FAIL_RETURN(&a->b->rep, "a refused collective changed element %lld", (long long)i);
           continue;
         }
-        if (rc) TU_FAIL_RETURN(&a->b->rep, "rank %d kind %d dt %d n %lld op %d: %s", a->rank, a->kind, dt,
+        if (rc)
+          TU_FAIL_RETURN(&a->b->rep, "rank %d kind %d dt %d n %lld op %d: %s", a->rank, a->kind, dt,
                          (long long)n, op, pdshm_err_name(rc));
         for (int64_t i = 0; i < n; i++) {
           double got = get(p, dt, (size_t)i), ref = after(a, op, (size_t)i, (size_t)n, dt);
           if (fabs(got - ref) > tolerance(dt, ref))
-            TU_FAIL_RETURN(&a->b->rep, "rank %d kind %d dt %d n %lld op %d: [%lld] = %g, want %g", a->rank,
-                     a->kind, dt, (long long)n, op, (long long)i, got, ref);
+            TU_FAIL_RETURN(&a->b->rep, "rank %d kind %d dt %d n %lld op %d: [%lld] = %g, want %g",
+                           a->rank, a->kind, dt, (long long)n, op, (long long)i, got, ref);
         }
       }
   pdshm_group_leave(g);
@@ -487,10 +492,11 @@ static int kid_mixed(void *argp) {
       int rc = collective(kind, g, v, PDSHM_SUM, 20 * SEC);
       if (rc != (kind == K_BARRIER ? 0 : PDSHM_EINVAL))
         TU_FAIL_RETURN(&a->b->rep, "rank %d, kind %d among %d and %d: %s", a->rank, kind, k0, k2,
-                 pdshm_err_name(rc));
+                       pdshm_err_name(rc));
       for (int i = 0; i < n; i++)
         if (p[i] != (float)(a->rank + 1))
-          TU_FAIL_RETURN(&a->b->rep, "rank %d, kinds %d and %d: [%d] = %g", a->rank, k0, k2, i, p[i]);
+          TU_FAIL_RETURN(&a->b->rep, "rank %d, kinds %d and %d: [%d] = %g", a->rank, k0, k2, i,
+                         p[i]);
     }
   /* and the group goes on: a reduce_scatter then an allgather make an allreduce */
   for (int i = 0; i < n; i++) p[i] = (float)(a->rank + 1);
@@ -620,7 +626,8 @@ static int kid_one_allreduce(void *argp) {
       pdshm_var_new(mine, &v) || pdshm_tensor_resize(v, PDSHM_F32, 1, &n))
     TU_FAIL_RETURN(&b->rep, "setup");
   float *p = pdshm_tensor_data(v);
-  for (int i = 0; i < n; i++) p[i] = 2;
+  for (int i = 0; i < n; i++)
+    p[i] = 2;
   if (pdshm_group_join(s, "art", 2, 1, &g)) TU_FAIL_RETURN(&b->rep, "join");
   int go = atomic_load(&b->go), rc;
   if (go == 3) { /* a variable without a tensor: ETYPE here, EINVAL there */
@@ -713,7 +720,8 @@ static int kid_rounds(void *argp) {
   int64_t n = 100000;
   if (pdshm_tensor_resize(v, PDSHM_F32, 1, &n)) TU_FAIL_RETURN(&a->b->rep, "resize");
   float *p = pdshm_tensor_data(v);
-  if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g)) TU_FAIL_RETURN(&a->b->rep, "join");
+  if (pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g))
+    TU_FAIL_RETURN(&a->b->rep, "join");
   int after = -1;
   for (int i = 1; after < a->rounds; i++) {
     for (int64_t k = 0; k < n; k++) p[k] = round_before(a->kind, a->rank, a->size, k, n);
@@ -730,7 +738,8 @@ static int kid_rounds(void *argp) {
     if (a->kind != K_BARRIER && after > 0)
       for (int64_t k = 0; k < n; k++)
         if (p[k] != round_after(a->kind, a->rank, a->size, k, n))
-          TU_FAIL_RETURN(&a->b->rep, "rank %d round %d: [%lld] = %g", a->rank, i, (long long)k, p[k]);
+          TU_FAIL_RETURN(&a->b->rep, "rank %d round %d: [%lld] = %g", a->rank, i, (long long)k,
+                         p[k]);
   }
   pdshm_group_leave(g);
   pdshm_scope_release(r);

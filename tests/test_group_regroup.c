@@ -77,13 +77,16 @@ static int member_after(struct member *a, pdshm_group *g, pdshm_var *v) {
   float *p = pdshm_tensor_data(v);
   for (int i = 0; i < FLOATS; i++) p[i] = (float)(a->weight * (i % 5));
   int rc = pdshm_group_allreduce(g, v, PDSHM_SUM, 20 * SEC);
-  if (rc) TU_FAIL_RETURN(&a->b->rep, "slot %d: allreduce at the new size: %s", a->slot, pdshm_err_name(rc));
+  if (rc)
+    TU_FAIL_RETURN(&a->b->rep, "slot %d: allreduce at the new size: %s", a->slot,
+                   pdshm_err_name(rc));
   for (int i = 0; i < FLOATS; i++)
     if (p[i] != (float)(atomic_load(&a->b->weights) * (i % 5)))
       TU_FAIL_RETURN(&a->b->rep, "slot %d: [%d] = %g, not %d", a->slot, i, p[i],
-               atomic_load(&a->b->weights) * (i % 5));
+                     atomic_load(&a->b->weights) * (i % 5));
   rc = pdshm_group_barrier(g, 20 * SEC);
-  if (rc) TU_FAIL_RETURN(&a->b->rep, "slot %d: barrier at the new size: %s", a->slot, pdshm_err_name(rc));
+  if (rc)
+    TU_FAIL_RETURN(&a->b->rep, "slot %d: barrier at the new size: %s", a->slot, pdshm_err_name(rc));
   atomic_store(&a->b->stage[a->slot], S_DONE);
   pdshm_group_leave(g);
   return 0;
@@ -98,21 +101,24 @@ static int kid_member(void *argp) {
   if (pdshm_attach(seg_name, NULL, &s) || make_var(s, &v)) TU_FAIL_RETURN(&b->rep, "setup");
   int rc = pdshm_group_join(s, a->group, (unsigned)a->size, a->rank, &g);
   if (rc) TU_FAIL_RETURN(&b->rep, "slot %d: join: %s", a->slot, pdshm_err_name(rc));
-  if ((rc = pdshm_group_barrier(g, 20 * SEC))) TU_FAIL_RETURN(&b->rep, "first barrier: %s", pdshm_err_name(rc));
+  if ((rc = pdshm_group_barrier(g, 20 * SEC)))
+    TU_FAIL_RETURN(&b->rep, "first barrier: %s", pdshm_err_name(rc));
   atomic_store(&b->stage[a->slot], S_JOINED);
   if (a->victim) pause();
   rc = pdshm_group_barrier(g, 20 * SEC); /* the victims are killed meanwhile */
-  if (rc != PDSHM_EOWNERDEAD) TU_FAIL_RETURN(&b->rep, "slot %d: barrier beside the dead: %s", a->slot,
-                                       pdshm_err_name(rc));
+  if (rc != PDSHM_EOWNERDEAD)
+    TU_FAIL_RETURN(&b->rep, "slot %d: barrier beside the dead: %s", a->slot, pdshm_err_name(rc));
   atomic_store(&b->stage[a->slot], S_TOLD);
   if (a->hold && !until(&b->go, 1)) TU_FAIL_RETURN(&b->rep, "slot %d: never let go", a->slot);
   atomic_store(&b->stage[a->slot], S_REGROUPING);
   int nr = -1, ns = -1;
   rc = pdshm_group_regroup(g, 20 * SEC, &nr, &ns);
-  if (rc) TU_FAIL_RETURN(&b->rep, "slot %d: regroup: %s (%s)", a->slot, pdshm_err_name(rc), pdshm_last_error());
+  if (rc)
+    TU_FAIL_RETURN(&b->rep, "slot %d: regroup: %s (%s)", a->slot, pdshm_err_name(rc),
+                   pdshm_last_error());
   if (nr != pdshm_group_rank(g) || ns != pdshm_group_size(g))
     TU_FAIL_RETURN(&b->rep, "slot %d: regroup said %d of %d, the handle %d of %d", a->slot, nr, ns,
-             pdshm_group_rank(g), pdshm_group_size(g));
+                   pdshm_group_rank(g), pdshm_group_size(g));
   atomic_store(&b->new_rank[a->slot], nr);
   atomic_store(&b->new_size[a->slot], ns);
   rc = member_after(a, g, v);
@@ -129,7 +135,9 @@ static int kid_newcomer(void *argp) {
   if (pdshm_attach(seg_name, NULL, &s) || make_var(s, &v)) TU_FAIL_RETURN(&b->rep, "setup");
   atomic_store(&b->stage[a->slot], S_REGROUPING);
   int rc = pdshm_group_enlist(s, a->group, 20 * SEC, &g);
-  if (rc) TU_FAIL_RETURN(&b->rep, "slot %d: enlist: %s (%s)", a->slot, pdshm_err_name(rc), pdshm_last_error());
+  if (rc)
+    TU_FAIL_RETURN(&b->rep, "slot %d: enlist: %s (%s)", a->slot, pdshm_err_name(rc),
+                   pdshm_last_error());
   atomic_store(&b->new_rank[a->slot], pdshm_group_rank(g));
   atomic_store(&b->new_size[a->slot], pdshm_group_size(g));
   rc = member_after(a, g, v);
@@ -522,11 +530,13 @@ static int kid_regroup_then_pause(void *argp) {
   pdshm_seg *s;
   pdshm_group *g;
   int nr, ns;
-  if (pdshm_attach(seg_name, NULL, &s) || pdshm_group_join(s, "nt", 2, 1, &g)) TU_FAIL_RETURN(&b->rep, "join");
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_group_join(s, "nt", 2, 1, &g))
+    TU_FAIL_RETURN(&b->rep, "join");
   if (pdshm_group_barrier(g, 20 * SEC)) TU_FAIL_RETURN(&b->rep, "barrier");
   if (!until(&b->go, 1)) TU_FAIL_RETURN(&b->rep, "never let go");
   int rc = pdshm_group_regroup(g, 20 * SEC, &nr, &ns);
-  if (rc || ns != 3) TU_FAIL_RETURN(&b->rep, "rank 1: regroup: %s, size %d", pdshm_err_name(rc), ns);
+  if (rc || ns != 3)
+    TU_FAIL_RETURN(&b->rep, "rank 1: regroup: %s, size %d", pdshm_err_name(rc), ns);
   atomic_store(&b->stage[1], S_DONE);
   pause();
   return 0;
