@@ -23,6 +23,7 @@ abs_builddir=${abs_builddir:-$(pwd)}
 # The commands, in order: a command line per line.
 commands() {
   echo "./bench/bench_group --quick"
+  echo "./bench/bench_allreduce --quick"
   echo "./bench/bench_alloc --quick"
   echo "./bench/bench_grow --quick"
   echo "./bench/bench_recovery --quick"
