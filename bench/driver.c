@@ -162,6 +162,9 @@ static void hot_path_targets(void) {
     char what[96];
     snprintf(what, sizeof what, "shared locks, %s processes: pdshm vs robust mutex", procs[i]);
     rate_target(what, e, procs[i], "mutex", 1.0);
+    snprintf(what, sizeof what, "shared locks, %s processes: pdshm vs rwlock (not robust)",
+             procs[i]);
+    rate_target(what, e, procs[i], lock_rwlock.name, 1.0);
   }
   static const char f[] = "5f trainer step (scope, 10 finds, 4 tensors, 2 locks)";
   rate_target("trainer step, 1 process: pdshm vs paddle + mutex", f, "1", "paddle", 1.0);

@@ -24,7 +24,7 @@
 #define SKIPPED_MAX 8
 
 struct result {
-  char scenario[64], param[16], subject[16];
+  char scenario[64], param[16], subject[32];
   double value;
   enum bench_unit unit;
 };

@@ -168,9 +168,11 @@ static void lock_teardown(void *c) {
   p->job->ops->close(p->ctx, false);
 }
 
+/* The peers: the robust mutex (shared takes are exclusive there) and, for
+ * shared takes, a reader-writer lock that is not robust. */
 static void lock_case(const char *scenario, bool exclusive) {
-  static const struct lock_ops *const lockers[] = {&lock_pdshm, &lock_mutex};
-  for (size_t k = 0; k < 2; k++) {
+  static const struct lock_ops *const lockers[] = {&lock_pdshm, &lock_mutex, &lock_rwlock};
+  for (size_t k = 0; k < (exclusive ? 2u : 3u); k++) {
     bench_progress("%s: %s", scenario, lockers[k]->name);
     struct lock_job j = {.ops = lockers[k], .exclusive = exclusive};
     bench_tag(j.tag, sizeof j.tag, "lock");
