@@ -87,15 +87,15 @@ static void lookup_targets(void) {
 /* "the private C hash table: 1.93x": the same scaling of a peer that shares
  * nothing, i.e. what this machine gives at that moment. */
 static const char *machine_note(char *buf, size_t cap, const char *scenario, const char *procs) {
-  double r = ratio(result_get(scenario, procs, "hash"), result_get(scenario, "1", "hash"));
+  double r = ratio_get(scenario, procs, "hash");
   if (!r) return NULL;
   snprintf(buf, cap, "the private C hash table, sharing nothing, did %.2fx", r);
   return buf;
 }
 
-/* pdshm's figure at procs processes over its figure at one. */
+/* pdshm's rate at procs processes over its rate at one, in the same rounds. */
 static double scaling(const char *scenario, const char *procs) {
-  return ratio(result_get(scenario, procs, "pdshm"), result_get(scenario, "1", "pdshm"));
+  return ratio_get(scenario, procs, "pdshm");
 }
 
 static void scaling_targets(void) {

@@ -13,12 +13,18 @@
  *     the chain, 4 variables with 4 KiB tensors, a shared lock on a parameter,
  *     an exclusive lock on the gradient, release;
  *  6. reading a 256 MiB parameter tensor from another process (under a
- *     shared lock) against memcpy of the same size in that process.
+ *     shared lock) against the same read of a private buffer in that process.
+ * The multi-process figures are medians of rounds that take every process
+ * count in turn (per_procs), so that scalings compare figures of one moment.
  */
 #include "config.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "pdshm.h"
@@ -29,13 +35,31 @@
 #define BIG_BYTES (256ull << 20)
 
 static const int proc_counts[] = {1, 2, 4, 8};
+#define NCOUNTS (sizeof proc_counts / sizeof proc_counts[0])
+#define SCALE_ROUNDS 3
 static volatile uintptr_t sink;
 
+/* Every process count once per round (1, 2, 4, 8, then the other way), so
+ * that an N-process figure and the 1-process figure it is compared with come
+ * from the same second: the table gets each count's median rate, the scaling
+ * (ratio_add) the median of the rounds' ratios N / 1.  A window is half
+ * the configured time box, so that the three rounds take 1.5 times one. */
 static void per_procs(const char *scenario, const char *subject, const struct mp_job *job) {
-  for (size_t i = 0; i < sizeof proc_counts / sizeof proc_counts[0]; i++) {
+  double rate[NCOUNTS][SCALE_ROUNDS], ratio[NCOUNTS][SCALE_ROUNDS];
+  struct mp_job j = *job;
+  if (!j.secs) j.secs = bconf.secs / 2 > 0.05 ? bconf.secs / 2 : 0.05;
+  for (int r = 0; r < SCALE_ROUNDS; r++) {
+    for (size_t k = 0; k < NCOUNTS; k++) {
+      size_t i = r % 2 ? NCOUNTS - 1 - k : k;
+      rate[i][r] = bench_mp_rate(&j, proc_counts[i]);
+    }
+    for (size_t i = 0; i < NCOUNTS; i++) ratio[i][r] = rate[i][r] / rate[0][r];
+  }
+  for (size_t i = 0; i < NCOUNTS; i++) {
     char param[8];
     snprintf(param, sizeof param, "%d", proc_counts[i]);
-    result_add(scenario, param, subject, bench_mp_rate(job, proc_counts[i]) / 1e6, U_MOPS);
+    result_add(scenario, param, subject, bench_median(rate[i], SCALE_ROUNDS) / 1e6, U_MOPS);
+    if (i) ratio_add(scenario, param, subject, bench_median(ratio[i], SCALE_ROUNDS));
   }
 }
 
