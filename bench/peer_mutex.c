@@ -91,6 +91,6 @@ static void rw_close(void *ctx, bool destroy) {
   munmap(ctx, sizeof(struct hot_rw));
 }
 
-const struct lock_ops lock_rwlock = {.name = "rwlock, not robust", .open = rw_open,
+const struct lock_ops lock_rwlock = {.name = "rwlock (not robust)", .open = rw_open,
                                      .lock = rw_lock, .unlock = rw_unlock,
                                      .counter = rw_counter, .close = rw_close};
