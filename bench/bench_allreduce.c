@@ -124,6 +124,9 @@ static void say_load(const char *when) {
   double l[3] = {0, 0, 0};
   if (getloadavg(l, 3) < 0) return;
   printf("load average %s: %.2f %.2f %.2f\n", when, l[0], l[1], l[2]);
+  if (l[0] >= (double)conf.cores)
+    printf("(at least one process wanting each core: a rank of the peer that spins waits until\n"
+           "the rank it waits for gets a core, which can be a scheduler's time slice, ms)\n");
 }
 
 /* ---- one rank ------------------------------------------------------------------ */
