@@ -57,13 +57,15 @@ header() {
 }
 
 [ -z "$report" ] || header >"$report"
+# Each command's stdin is /dev/null: the loop reads the list from its own
+# stdin, which a command (mpirun forwards it to its ranks) would drain.
 commands | while IFS= read -r cmd; do
   echo "== $cmd"
   if [ -z "$report" ]; then
-    PYTHONPATH="$abs_builddir/python" PYTHONDONTWRITEBYTECODE=1 sh -c "$cmd"
+    PYTHONPATH="$abs_builddir/python" PYTHONDONTWRITEBYTECODE=1 sh -c "$cmd" </dev/null
     continue
   fi
-  out=$(PYTHONPATH="$abs_builddir/python" PYTHONDONTWRITEBYTECODE=1 sh -c "$cmd" 2>&1) ||
+  out=$(PYTHONPATH="$abs_builddir/python" PYTHONDONTWRITEBYTECODE=1 sh -c "$cmd" 2>&1 </dev/null) ||
     { echo "$out"; echo "bench/run.sh: $cmd failed" >&2; exit 1; }
   echo "$out"
   { echo; echo "## \`$cmd\`"; echo; echo '```'; echo "$out"; echo '```'; } >>"$report"
