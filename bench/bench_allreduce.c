@@ -43,6 +43,7 @@
  */
 #include "config.h"
 
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -455,6 +456,15 @@ static void bench_loop(void) {
 
 /* ---- main -------------------------------------------------------------------------- */
 
+static pid_t parent_pid;
+
+/* An interrupted run removes its segment (the parent: the ranks share it). */
+static void on_signal(int sig) {
+  if (getpid() == parent_pid) pdshm_unlink(conf.seg);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 static void usage(void) {
   fprintf(stderr, "usage: bench_allreduce [--quick] [--procs N (1..%d)] [--rounds R (3..%d)]\n",
           PEER_MAX_RANKS, MAX_ROUNDS);
@@ -472,7 +482,10 @@ int main(int argc, char **argv) {
       conf.rounds > MAX_ROUNDS)
     usage();
   conf.cores = sysconf(_SC_NPROCESSORS_ONLN);
-  snprintf(conf.seg, sizeof conf.seg, "bench-allreduce-%d", (int)getpid());
+  parent_pid = getpid();
+  snprintf(conf.seg, sizeof conf.seg, "bench-allreduce-%d", (int)parent_pid);
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
   const size_t *sizes = conf.quick ? quick_sizes : full_sizes;
   int nsizes = conf.quick ? (int)(sizeof quick_sizes / sizeof *sizes)
                           : (int)(sizeof full_sizes / sizeof *sizes);
