@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -343,6 +344,13 @@ static void print_head(int nranks, int rounds) {
          "copy us, /peer", "bound us", "time/bound: peer in cp", "calls", "sums");
 }
 
+static pid_t parent_pid, rank_pid[PEER_MAX_RANKS]; /* 0: not running */
+
+static void kill_ranks(void) {
+  for (int r = 0; r < PEER_MAX_RANKS; r++)
+    if (rank_pid[r] > 0) kill(rank_pid[r], SIGKILL);
+}
+
 /* 1 when a subject was wrong. */
 static int run_procs(int nranks, const size_t *sizes, int nsizes) {
   size_t max_bytes = sizes[nsizes - 1];
@@ -354,14 +362,24 @@ static int run_procs(int nranks, const size_t *sizes, int nsizes) {
   size_t region_bytes = peer_region_bytes(nranks, max_bytes);
   void *region = map_shared(region_bytes);
   print_head(nranks, conf.rounds);
-  pid_t pid[PEER_MAX_RANKS];
   fflush(NULL);
   for (int r = 0; r < nranks; r++)
-    if ((pid[r] = fork()) == 0) _exit(rank_main(r, nranks, ctl, region, max_bytes, sizes, nsizes));
+    if ((rank_pid[r] = fork()) == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL); /* a rank ends with the run */
+      if (getppid() != parent_pid) _exit(2);
+      _exit(rank_main(r, nranks, ctl, region, max_bytes, sizes, nsizes));
+    }
   int failed = 0;
-  for (int r = 0; r < nranks; r++) {
+  for (int left = nranks; left > 0; left--) {
     int st;
-    if (waitpid(pid[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) failed = 1;
+    pid_t p = wait(&st);
+    if (p < 0) break;
+    for (int r = 0; r < nranks; r++)
+      if (rank_pid[r] == p) rank_pid[r] = 0;
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+      failed = 1;
+      kill_ranks(); /* the others would spin waiting for it */
+    }
   }
   int wrong = 0;
   for (int i = 0; i < nsizes; i++)
@@ -456,11 +474,12 @@ static void bench_loop(void) {
 
 /* ---- main -------------------------------------------------------------------------- */
 
-static pid_t parent_pid;
-
-/* An interrupted run removes its segment (the parent: the ranks share it). */
+/* An interrupted run ends its ranks and removes its segment. */
 static void on_signal(int sig) {
-  if (getpid() == parent_pid) pdshm_unlink(conf.seg);
+  if (getpid() == parent_pid) {
+    kill_ranks();
+    pdshm_unlink(conf.seg);
+  }
   signal(sig, SIG_DFL);
   raise(sig);
 }
