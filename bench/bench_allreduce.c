@@ -33,6 +33,11 @@
  *     into itself with peer_sum_f32 over the same sizes; interleaved rounds,
  *     medians of the ratio of the slopes.
  *
+ *  4. The targets, on each table's medians: pdshm in place at most 1.0x the
+ *     peer's time at every size and 0.67x from 1 MiB; with copies in and out
+ *     at most 1.0x at every size; both within 1.5x of the bound from 16 MiB.
+ *     PASS, or MISS with the sizes that missed.
+ *
  * With more processes than cores the peer's spinning ranks take the core
  * from the ranks they wait for: the output says when that is the case.
  *
@@ -260,6 +265,37 @@ struct row {
   double ratio_inplace, ratio_copy; /* medians of per-round ratios to the peer */
   double over_bound[NSUBJ];         /* medians of per-round time / bound     */
 };
+static struct row rows[MAX_SIZES]; /* rank 0's, by size */
+
+/* One target over the sizes from `from` bytes: PASS, or MISS and where. */
+static void target(const char *what, const size_t *sizes, int nsizes, size_t from,
+                   double (*ratio)(const struct row *), double bound) {
+  char where[512] = "";
+  for (int i = 0; i < nsizes; i++) {
+    double r = ratio(&rows[i]);
+    char b[32];
+    if (sizes[i] >= from && !(r <= bound))
+      snprintf(where + strlen(where), sizeof where - strlen(where), "%s %s %.2fx",
+               *where ? "," : ":", human(sizes[i], b, sizeof b), r);
+  }
+  printf("  %s %s <= %.2fx%s\n", *where ? "MISS" : "PASS", what, bound, where);
+}
+
+static double in_place(const struct row *w) { return w->ratio_inplace; }
+static double copy(const struct row *w) { return w->ratio_copy; }
+static double in_place_bound(const struct row *w) { return w->over_bound[INPLACE]; }
+static double copy_bound(const struct row *w) { return w->over_bound[COPY]; }
+
+/* The targets pdshm is measured by, on this table's medians. */
+static void targets(const size_t *sizes, int nsizes) {
+  printf("targets (medians of the rounds' ratios):\n");
+  target("in place / peer, every size", sizes, nsizes, 0, in_place, 1.0);
+  target("in place / peer, from 1 MiB", sizes, nsizes, 1u << 20, in_place, 0.67);
+  target("copy in/out / peer, every size", sizes, nsizes, 0, copy, 1.0);
+  target("in place / bound, from 16 MiB", sizes, nsizes, 16u << 20, in_place_bound, 1.5);
+  target("copy in/out / bound, from 16 MiB", sizes, nsizes, 16u << 20, copy_bound, 1.5);
+  fflush(stdout);
+}
 
 static void print_row(size_t bytes, const struct row *w, const atomic_int *wrong, int iters) {
   char b[32];
@@ -296,6 +332,7 @@ static void rounds(struct rank *k, size_t bytes) {
     w.over_bound[s] = median(ob[s], R);
   }
   print_row(bytes, &w, k->ctl->wrong[k->size_index], iters);
+  rows[k->size_index] = w;
 }
 
 static void one_size(struct rank *k, int index, size_t bytes) {
@@ -324,6 +361,7 @@ static int rank_main(int rank, int nranks, struct ctl *ctl, void *region, size_t
   if (!rc) rc = pdshm_group_join(k.seg, "allreduce", (unsigned)nranks, rank, &k.g);
   if (rc) die("rank setup", rc);
   for (int i = 0; i < nsizes; i++) one_size(&k, i, sizes[i]);
+  if (rank == 0) targets(sizes, nsizes);
   pdshm_group_leave(k.g);
   pdshm_scope_release(k.mine);
   pdshm_scope_release(k.root);
