@@ -39,6 +39,9 @@ uint64_t bench_rand(uint64_t *state); /* xorshift64 */
 /* BENCH_ORDER_LEN random indices below n, the same sequence in every run. */
 uint32_t *bench_order(int n);
 
+/* The median of v[0..n) (sorts v). */
+double bench_median(double *v, int n);
+
 /* Does n operations of a measurement on ctx. */
 typedef void (*bench_fn)(void *ctx, uint64_t n);
 /* Runs fn for bconf.secs in this process; operations per second (the best
@@ -68,6 +71,12 @@ void result_add(const char *scenario, const char *param, const char *subject, do
 double result_get(const char *scenario, const char *param, const char *subject);
 /* A target: ratio measured against bound (at_least: ratio >= bound); note
  * (may be NULL): context printed with it. */
+/* A ratio of two figures taken in the same rounds, the median over the
+ * rounds: a subject's rate at param processes over its rate at 1 (a
+ * scaling), or pdshm's figure over its bound's (sc_procs.c). */
+void ratio_add(const char *scenario, const char *param, const char *subject, double ratio);
+/* The ratio, or 0 when it was not measured. */
+double ratio_get(const char *scenario, const char *param, const char *subject);
 void target_add(const char *what, double ratio, double bound, bool at_least, const char *note);
 void peer_skipped(const char *name, const char *why);
 

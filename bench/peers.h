@@ -7,7 +7,8 @@
  *          named objects, LMDB);
  *  allocator  a block of n bytes and its free (pdshm tensors, jemalloc, Boost);
  *  locker  one hot lock, exclusive or shared (pdshm variable locks, a plain
- *          robust process-shared mutex).
+ *          robust process-shared mutex, a process-shared reader-writer lock
+ *          that is not robust).
  *
  * A store is shared (every process opens the same one by its tag: pdshm,
  * Boost, LMDB) or private (each process builds its own copy: hash, Paddle).
@@ -74,7 +75,7 @@ struct lock_ops {
 
 extern const struct store_ops store_pdshm, store_hash, store_paddle, store_boost, store_lmdb;
 extern const struct alloc_ops alloc_pdshm, alloc_jemalloc, alloc_boost;
-extern const struct lock_ops lock_pdshm, lock_mutex;
+extern const struct lock_ops lock_pdshm, lock_mutex, lock_rwlock;
 
 /* The Paddle-style scope's own calls, for the step-cycle scenarios. */
 void *pp_scope_new(void *parent);

@@ -24,7 +24,7 @@
 #define SKIPPED_MAX 8
 
 struct result {
-  char scenario[64], param[16], subject[16];
+  char scenario[64], param[16], subject[32];
   double value;
   enum bench_unit unit;
 };
@@ -38,6 +38,8 @@ struct target {
 
 static struct result results[RESULTS_MAX];
 static int nresults;
+static struct result paired[RESULTS_MAX]; /* ratio_add's: value is the ratio */
+static int npaired;
 static struct target targets[TARGETS_MAX];
 static int ntargets;
 static char skipped[SKIPPED_MAX][128];
@@ -67,6 +69,25 @@ static const struct result *find_result(const char *scenario, const char *param,
 double result_get(const char *scenario, const char *param, const char *subject) {
   const struct result *r = find_result(scenario, param, subject);
   return r ? r->value : 0;
+}
+
+void ratio_add(const char *scenario, const char *param, const char *subject, double ratio) {
+  if (npaired == RESULTS_MAX) bench_die("too many ratios");
+  struct result *r = &paired[npaired++];
+  snprintf(r->scenario, sizeof r->scenario, "%s", scenario);
+  snprintf(r->param, sizeof r->param, "%s", param);
+  snprintf(r->subject, sizeof r->subject, "%s", subject);
+  r->value = ratio;
+  bench_progress("  %-40s %-6s %-9s %10.3fx (a ratio of the same rounds)", scenario, param,
+                 subject, ratio);
+}
+
+double ratio_get(const char *scenario, const char *param, const char *subject) {
+  for (int i = 0; i < npaired; i++)
+    if (!strcmp(paired[i].scenario, scenario) && !strcmp(paired[i].param, param) &&
+        !strcmp(paired[i].subject, subject))
+      return paired[i].value;
+  return 0;
 }
 
 void target_add(const char *what, double ratio, double bound, bool at_least, const char *note) {

@@ -4,7 +4,8 @@
 #
 # With --report, FILE also gets the run as Markdown: when and where it ran
 # (date, CPU, cores, load average, the build's flags, the revision) and each
-# command's output under its own command line, so that every figure in it
+# command's standard output under its own command line (progress, on
+# stderr, goes to the terminal only), so that every figure in it
 # names what produced it and a table cannot outlive the run that made it.
 # Instruction counts (bench/callcount.sh) join the report when valgrind is
 # installed and the build is optimized (a debug build's counts are ~4x).
@@ -23,6 +24,7 @@ abs_builddir=${abs_builddir:-$(pwd)}
 # The commands, in order: a command line per line.
 commands() {
   echo "./bench/bench_group --quick"
+  echo "./bench/bench_allreduce --quick"
   echo "./bench/bench_alloc --quick"
   echo "./bench/bench_grow --quick"
   echo "./bench/bench_recovery --quick"
@@ -56,15 +58,22 @@ header() {
 }
 
 [ -z "$report" ] || header >"$report"
+# Each command's stdin is /dev/null: the loop reads the list from its own
+# stdin, which a command (mpirun forwards it to its ranks) would drain.
 commands | while IFS= read -r cmd; do
   echo "== $cmd"
   if [ -z "$report" ]; then
-    PYTHONPATH="$abs_builddir/python" PYTHONDONTWRITEBYTECODE=1 sh -c "$cmd"
+    PYTHONPATH="$abs_builddir/python" PYTHONDONTWRITEBYTECODE=1 sh -c "$cmd" </dev/null
     continue
   fi
-  out=$(PYTHONPATH="$abs_builddir/python" PYTHONDONTWRITEBYTECODE=1 sh -c "$cmd" 2>&1) ||
+  # the report keeps what a command prints on stdout; its progress on stderr
+  # shows on the terminal as it runs
+  out=$(PYTHONPATH="$abs_builddir/python" PYTHONDONTWRITEBYTECODE=1 sh -c "$cmd" </dev/null) ||
     { echo "$out"; echo "bench/run.sh: $cmd failed" >&2; exit 1; }
   echo "$out"
   { echo; echo "## \`$cmd\`"; echo; echo '```'; echo "$out"; echo '```'; } >>"$report"
 done
-[ -z "$report" ] || echo "bench/run.sh: the run is in $report"
+[ -z "$report" ] || {
+  printf '\n(load average at the end: %s)\n' "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$report"
+  echo "bench/run.sh: the run is in $report"
+}

@@ -147,6 +147,16 @@ uint64_t bench_rand(uint64_t *x) {
   return *x;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double bench_median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* ---- time-boxed loops ------------------------------------------------------ */
 
 /* Runs fn until `until`, reading the clock about every 50 us; returns the
