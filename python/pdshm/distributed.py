@@ -415,6 +415,14 @@ def _find_fold(op, dtype: torch.dtype):
     return _NO_FOLD if fold is None else fold
 
 
+# The reducer's op name by (op's value, dtype), for the dtypes it takes as
+# they are and the ops the fold defines for them (allreduce's shortest way).
+_SLOT_FAST = {(op.value, dtype): name for op, name in _SLOT_OPS.items()
+              for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64,
+                            torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+              if _find_fold(op, dtype) is not _NO_FOLD}
+
+
 def _reduce_local(op, parts: Sequence[torch.Tensor], out: torch.Tensor) -> None:
     """out = op over parts, in their order (out may alias none of them)."""
     dtype = out.dtype
@@ -649,13 +657,14 @@ class _Queue:
         return not self._thread.is_alive()
 
 
-def _issued_synchronously() -> bool:
-    """Whether the collective being issued (the caller's caller called a
-    process group's method, which called _submit) comes from one of
-    torch.distributed's functions called with async_op=False: such a
-    function waits for the Work at once."""
+def _issued_synchronously(depth: int) -> bool:
+    """Whether the collective being issued comes from one of
+    torch.distributed's functions called with async_op=False (such a
+    function waits for the Work at once): the function `depth` frames up
+    from this one's caller (1: the caller's caller) called the process
+    group's method."""
     try:
-        frame = sys._getframe(3)
+        frame = sys._getframe(depth + 1)
     except ValueError:  # called from C++ in a thread with no Python frames
         return False
     return (frame.f_code.co_filename == _C10D_FILE and "async_op" in frame.f_code.co_varnames
@@ -668,6 +677,8 @@ _C10D_FILE = dist.distributed_c10d.__file__
 class ProcessGroupPdshm(ProcessGroup):
     """A torch.distributed process group whose ranks are one pdshm trainer
     group in the host's segment (see the module's docstring)."""
+
+    _slots_span_group = True  # the SlotReducer's members are the process group's ranks
 
     def __init__(self, store, rank: int, size: int, timeout: timedelta, group_id: str,
                  job: _Job, local: Optional[Sequence[int]] = None) -> None:
@@ -850,12 +861,17 @@ class ProcessGroupPdshm(ProcessGroup):
             arg, name = c.view(torch.uint8), _SLOT_BOOL_OPS[op]
         else:
             arg, name = c, _SLOT_OPS[op]
-        try:
-            self._call(self._small.reducer.allreduce, arg, name)
-        except _pdshm.InvalidArgument as e:  # the ranks' calls differ
-            raise RuntimeError(f"pdshm: all_reduce: {e}") from None
+        self._slot_reduce(arg, name)
         if c is not t:
             t.copy_(c)
+
+    def _slot_reduce(self, t: torch.Tensor, name: str) -> None:
+        """The SlotReducer's all_reduce of t (contiguous, at most SMALL_BYTES)
+        by op `name`, its errors in torch's terms."""
+        try:
+            self._call(self._small.reducer.allreduce, t, name)
+        except _pdshm.InvalidArgument as e:  # the ranks' calls differ
+            raise RuntimeError(f"pdshm: all_reduce: {e}") from None
 
     def _allreduce1(self, op, t: torch.Tensor) -> None:
         _fold_of(op, t.dtype, "allreduce")
@@ -872,29 +888,44 @@ class ProcessGroupPdshm(ProcessGroup):
 
     # ---- the collectives -----------------------------------------------------------
 
+    def _run_now(self, fn, sync: bool) -> Optional[_Work]:
+        """For a synchronous caller (sync: _issued_synchronously) that finds
+        the queue idle: runs fn() at once and returns the process group's
+        Work that is always completed (fn's error is raised here: the caller
+        would raise it from wait() at once).  Otherwise None, nothing run."""
+        queue = self._queue
+        if not sync or queue.busy() or not queue.running.acquire(blocking=False):
+            return None
+        try:
+            if queue.busy():
+                return None
+            fn()
+        finally:
+            queue.running.release()
+        return self._done
+
     def _submit(self, result, fn) -> _Work:
         """A Work of result, completed once fn() (the collective, its
-        arguments checked) ran in the queue.  A synchronous caller (see
-        _issued_synchronously) that finds the queue idle runs fn() at once
-        and gets the process group's Work that is always completed (its
-        error raised here: the caller would raise it from wait() at once)."""
-        queue = self._queue
-        sync = _issued_synchronously()
-        if sync and not queue.busy() and queue.running.acquire(blocking=False):
-            try:
-                idle = not queue.busy()
-                if idle:
-                    fn()
-            finally:
-                queue.running.release()
-            if idle:
-                return self._done
-        work = _Work(result, queue)
-        queue.submit(work, fn, wake=not sync)
+        arguments checked) ran in the queue, or at once (_run_now)."""
+        sync = _issued_synchronously(2)
+        work = self._run_now(fn, sync)
+        if work is not None:
+            return work
+        work = _Work(result, self._queue)
+        self._queue.submit(work, fn, wake=not sync)
         self._works.append(work)
         return work
 
     def allreduce(self, tensors, opts=None):
+        if self._slots_span_group and len(tensors) == 1 and opts is not None:
+            # the shortest way, for a small tensor the reducer takes as it is
+            t = tensors[0]
+            name = _SLOT_FAST.get((opts.reduceOp.op.value, t.dtype))
+            if (name is not None and t.is_cpu and t.is_contiguous()
+                    and 0 < t.numel() * t.element_size() <= SMALL_BYTES):
+                work = self._run_now(lambda: self._slot_reduce(t, name), _issued_synchronously(1))
+                if work is not None:
+                    return work
         t = _one(tensors, "allreduce")
         op = _op(opts)
         _fold_of(op, t.dtype, "allreduce")
@@ -1112,6 +1143,8 @@ class ProcessGroupPdshmHosts(ProcessGroupPdshm):
     group of all the ranks (reductions it does not do as an all_gather of
     the bytes, reduced by every rank in rank order).  Hosts with different
     numbers of ranks reduce through that gloo group alone."""
+
+    _slots_span_group = False  # the SlotReducer's members are the host's ranks only
 
     def __init__(self, store, rank: int, size: int, timeout: timedelta, group_id: str,
                  job: _Job, hosts: List[List[int]], host: int) -> None:

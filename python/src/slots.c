@@ -5,8 +5,10 @@
  * Each member of a group has a variable of two slots (its halves); the
  * collective numbered seq uses slot seq % 2.  A slot is a header of HEAD_WORDS
  * int64 words (seq, op, dtype, element count) and the data.  A call copies
- * the caller's tensor into its own slot, stores the header's seq word last,
- * passes the group's barrier, checks every member's header (members that do
+ * the caller's tensor and its header into its own slot, passes the group's
+ * barrier (which spins a little before it sleeps: a longer spin here made
+ * small all-reduces slower on a loaded machine, taking the CPU from the
+ * member waited for), checks every member's header (members that do
  * not agree on the collective raise, all of them, and change nothing), and
  * folds every member's data in rank order straight into the caller's tensor:
  * the same bits at every member.  One barrier is enough: a member writes a
@@ -18,32 +20,26 @@
  *     mapped and allocated while the reducer lives, also once a member erased
  *     its variable (it left).
  *  2. From the copy in to the end of the fold the GIL is released, but for
- *     the checks between barrier slices (4); the tensor's bytes are kept by
+ *     the checks between barrier slices (3); the tensor's bytes are kept by
  *     the DLPack capsule the call holds, the slots by (1), the membership by
  *     pdshmpy_group_begin, the reducer by the call's reference.
- *  3. Before the barrier, the call spins at most SPIN_NS until every member's
- *     header shows seq: members that run at the same time then pass the
- *     barrier without sleeping in the kernel.  The barrier alone orders the
- *     bytes (it is sequentially consistent); the spin only reads.
- *  4. The barrier is waited for in slices of LEFT_SLICE_NS (a barrier that
+ *  3. The barrier is waited for in slices of LEFT_SLICE_NS (a barrier that
  *     timed out was not passed: slicing changes nothing); between slices, a
  *     member whose slot variable is gone (it closed its process group or
  *     exited) is PeerDied, as a death is, and Ctrl-C interrupts the call.
- *  5. One call at a time: the membership is marked busy (group.c's invariant
+ *  4. One call at a time: the membership is marked busy (group.c's invariant
  *     2), so a second thread's call raises instead of entering.
  */
 #include <errno.h>
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
 #include "dlpack.h"
 #include "pdshmpy.h"
 
 #define HEAD_WORDS 4          /* seq, op, dtype, count                          */
 #define HEAD_BYTES (HEAD_WORDS * 8)
-#define SPIN_NS 50000         /* invariant 3                                    */
-#define LEFT_SLICE_NS 50000000LL /* 50 ms: invariant 4                         */
+#define LEFT_SLICE_NS 50000000LL /* 50 ms: invariant 3                         */
 #define CHUNK 256             /* float16 and bfloat16 are folded in float32 by chunks */
 
 #if !defined(__FLT16_MAX__)
@@ -307,39 +303,7 @@ static int64_t *slot_head(slots_obj *s, Py_ssize_t r, uint64_t seq) {
   return (int64_t *)((char *)s->pins[r]->view.data + (seq & 1) * slot);
 }
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
-/* Invariant 3: whether every member's header showed seq within SPIN_NS. */
-static int spin_for_members(slots_obj *s, uint64_t seq) {
-  uint64_t deadline = 0;
-  for (unsigned i = 0;; i++) {
-    Py_ssize_t r = 0;
-    while (r < s->n &&
-           (uint64_t)__atomic_load_n(slot_head(s, r, seq), __ATOMIC_ACQUIRE) == seq)
-      r++;
-    if (r == s->n) return 1;
-    if (!(i & 63)) {
-      uint64_t now = now_ns();
-      if (!deadline) deadline = now + SPIN_NS;
-      else if (now >= deadline) return 0;
-    }
-    cpu_relax();
-  }
-}
-
-/* Invariant 4: a member (not this one) whose slot variable is gone, or -1. */
+/* Invariant 3: a member (not this one) whose slot variable is gone, or -1. */
 static int member_departed(slots_obj *s) {
   for (Py_ssize_t r = 0; r < s->n; r++) {
     if (r == s->rank) continue;
@@ -369,7 +333,7 @@ static int heads_agree(slots_obj *s, uint64_t seq, const int64_t *mine, enum op 
   return 0;
 }
 
-/* The barrier in slices (invariant 4), the first slice already waited for
+/* The barrier in slices (invariant 3), the first slice already waited for
  * (its result rc); the GIL held.  0, 1 with an exception raised, or the
  * barrier's error code. */
 static int barrier_rest(slots_obj *s, pdshm_group *g, int rc, int64_t left) {
@@ -443,9 +407,7 @@ static PyObject *slots_allreduce(PyObject *self, PyObject *const *argv, Py_ssize
   int rc;
   Py_BEGIN_ALLOW_THREADS
   memcpy(mine + HEAD_WORDS, a.data, nbytes);
-  memcpy(mine + 1, head + 1, HEAD_BYTES - 8);
-  __atomic_store_n(mine, head[0], __ATOMIC_RELEASE);
-  spin_for_members(s, seq);
+  memcpy(mine, head, HEAD_BYTES);
   rc = pdshm_group_barrier(g, first);
   Py_END_ALLOW_THREADS
   rc = barrier_rest(s, g, rc, left);
@@ -530,8 +492,6 @@ static PyObject *slots_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
   s->to_dlpack = PyObject_GetAttrString(dlmod, "to_dlpack");
   Py_DECREF(dlmod);
   if (!s->to_dlpack) goto fail;
-  /* The slots start unlike any seq a round can look for. */
-  for (int half = 0; half < 2; half++) slot_head(s, rank, (uint64_t)half)[0] = -1;
   Py_DECREF(list);
   return (PyObject *)s;
 fail:
