@@ -72,18 +72,28 @@ typedef struct {
 /* ---- the fold ------------------------------------------------------------------------------ */
 
 /* out = p[0] op p[1] op ... op p[n-1] (element-wise, in that order), for the
- * element expression EXPR of x (the running value) and y (the next part). */
-#define FOLD_LOOP(T, EXPR)                                              \
-  do {                                                                  \
-    const T *a_ = (const T *)p[0];                                      \
-    for (int k_ = 1; k_ < n; k_++, a_ = (const T *)out) {               \
-      const T *b_ = (const T *)p[k_];                                   \
-      T *o_ = (T *)out;                                                 \
-      for (size_t i_ = 0; i_ < count; i_++) {                           \
-        T x = a_[i_], y = b_[i_];                                       \
-        o_[i_] = (EXPR);                                                \
-      }                                                                 \
-    }                                                                   \
+ * element expression EXPR of x (the running value) and y (the next part).
+ * By blocks of FOLD_BLOCK elements, which the compiler vectorizes at -O2
+ * (the parts are the slots, never the caller's tensor: no aliasing). */
+#define FOLD_BLOCK 16
+#define FOLD_LOOP(T, EXPR)                                                        \
+  do {                                                                            \
+    const T *a_ = (const T *)p[0];                                                \
+    T *o_ = (T *)out;                                                             \
+    for (int k_ = 1; k_ < n; k_++, a_ = o_) {                                     \
+      const T *b_ = (const T *)p[k_];                                             \
+      size_t i_ = 0;                                                              \
+      for (; i_ + FOLD_BLOCK <= count; i_ += FOLD_BLOCK) {                        \
+        _Pragma("GCC ivdep") for (size_t j_ = i_; j_ < i_ + FOLD_BLOCK; j_++) {   \
+          T x = a_[j_], y = b_[j_];                                               \
+          o_[j_] = (EXPR);                                                        \
+        }                                                                         \
+      }                                                                           \
+      for (; i_ < count; i_++) {                                                  \
+        T x = a_[i_], y = b_[i_];                                                 \
+        o_[i_] = (EXPR);                                                          \
+      }                                                                           \
+    }                                                                             \
   } while (0)
 
 /* Integers: sums and products wrap around in the dtype (computed unsigned);
