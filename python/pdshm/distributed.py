@@ -12,43 +12,45 @@ nothing of the job past its initialisation, whoever is killed later (the
 memory goes back with the last process).  Each process group (new_group
 subgroups too) is one pdshm trainer group in that segment.
 
-A collective's arguments are checked in the call that issues it (a bad
-one raises there); then it is queued, and the call returns a Work.  Each
+A collective's arguments are checked in the call that issues it (a bad one
+raises there); then it is queued, and the call returns a Work.  Each
 process group runs its queue in the order of issue, in a worker thread of
 its own, so that async_op=True (and DDP, which reduces each bucket of
 gradients as soon as the backward pass filled it) goes on computing
-meanwhile; a synchronous caller, whose wait() comes at once, runs the
-queue up to its collective itself (when the queue is idle, it runs its
-collective right away and gets a Work that is always completed).  Work.wait() raises the collective's
-error, and Work.get_future() (whose value is the tensor list) fails with a
-RuntimeError naming it: a member's death is a PeerDiedError (a RuntimeError
-that is also a pdshm.PeerDied) in every survivor, and so is every later
-collective of that process group (through DDP's backward, a plain
-RuntimeError whose message says PeerDiedError: C++ is in between); a
-member that stops answering makes them raise CollectiveTimeout (a
-RuntimeError that is also a TimeoutError) after the process group's
-timeout.  A member that exits normally (or closes the group) while the
-others wait is a PeerDiedError for them too, within LEFT_CHECK_S: their
-waits are barriers taken in slices (one starts every reduction), and
-between slices they look for members whose exchange variable is gone.
+meanwhile; a synchronous caller, whose wait() comes at once, runs the queue
+up to its collective itself (when the queue is idle, it runs its collective
+right away and gets a Work that is always completed).  Work.wait() raises
+the collective's error, and Work.get_future() (whose value is the tensor
+list) fails with a RuntimeError naming it: a member's death is a
+PeerDiedError (a RuntimeError that is also a pdshm.PeerDied) in every
+survivor, and so is every later collective of that process group (through
+DDP's backward, a plain RuntimeError whose message says PeerDiedError: C++
+is in between); a member that stops answering makes them raise
+CollectiveTimeout (a RuntimeError that is also a TimeoutError) after the
+process group's timeout.  A member that exits normally (or closes the
+group) while the others wait is a PeerDiedError for them too, within
+LEFT_CHECK_S: their waits are barriers taken in slices (one starts every
+reduction), and between slices they look for members whose exchange
+variable is gone.
 
 A reduction of at most SMALL_BYTES (any dtype and op) is one call of C
 (pdshm's SlotReducer, with the GIL released while it waits) and one
 barrier: each rank copies its tensor into one of two slots of its own
-(_Small) and folds every rank's, in rank order, straight into its tensor.  A larger private tensor of float32,
-float64, int32 or int64 (SUM, AVG, MIN, MAX) is reduced by shares through
-the exchange bytes (_reduce_by_shares: each rank copies in only what the
-others reduce, and copies their reduced shares straight into its tensor).
-A larger tensor that is a view of a variable of the segment
-(segment_of(group), torch.from_dlpack(var)) is reduced in place by the
-pdshm group with no copy; the remaining reductions the group does (float16
-and bfloat16, in float32 rounded once; non-contiguous tensors) go through
-a staging variable.  The others (PRODUCT, the bitwise ops, int8, int16,
-uint8, bool), reduce_scatter and every op that only moves bytes go through
-per-rank exchange variables: each rank writes its bytes into its own, a
-barrier, each reads what it needs from the others' (reducing in rank
-order, so every rank computes the same bits), a barrier.  Staging and
-exchange variables are kept and reused from call to call.
+(_Small) and folds every rank's, in rank order, straight into its tensor.
+A larger private tensor of float32, float64, int32 or int64 (SUM, AVG, MIN,
+MAX) is reduced by shares through the exchange bytes (_reduce_by_shares:
+each rank copies in only what the others reduce, and copies their reduced
+shares straight into its tensor).  A larger tensor that is a view of a
+variable of the segment (segment_of(group), torch.from_dlpack(var)) is
+reduced in place by the pdshm group with no copy; the remaining reductions
+the group does (float16 and bfloat16, in float32 rounded once;
+non-contiguous tensors) go through a staging variable.  The others
+(PRODUCT, the bitwise ops, int8, int16, uint8, bool), reduce_scatter and
+every op that only moves bytes go through per-rank exchange variables: each
+rank writes its bytes into its own, a barrier, each reads what it needs
+from the others' (reducing in rank order, so every rank computes the same
+bits), a barrier.  Staging and exchange variables are kept and reused from
+call to call.
 
 Environment: PDSHM_TORCH_SEGMENT_SIZE (bytes, or with a K, M or G suffix;
 default 512M) sizes the segment the job's staging lives in.
