@@ -14,6 +14,13 @@
                (the part of it that the backward pass does not hide)
   ddp cpu      CPU seconds of rank 0's process (every thread) per step
 
+  mpi          the same collectives through mpi4py (Debian's OpenMPI) on numpy
+               float32 buffers of the same sizes: Allreduce in place, Bcast,
+               Allgather, Reduce_scatter_block, a job of N ranks under mpirun
+               (bench/python/mpi_dist_worker.py), timed the same way; n/a
+               when mpi4py or mpirun is missing or the launch fails (the
+               reason is printed)
+
 all_reduce (float32 sum of private tensors) against two more contenders,
 in jobs of their own:
   shm peer     a DeepSpeed-style shared-memory all_reduce, this bench's own
@@ -46,6 +53,7 @@ import argparse
 import os
 import resource
 import socket
+import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -220,6 +228,11 @@ def peer_figures(rank, n, sizes, repeat):
     return figs
 
 
+def job_sizes(quick):
+    """The bytes per rank of the collectives."""
+    return [4 * KIB, 64 * KIB, MIB, 16 * MIB] + ([] if quick else [64 * MIB])
+
+
 def rank_main(rank, backend, n, port, quick, ddp_only, out):
     """One rank of a job of one backend: puts {(row, size): seconds} (rank 0).
     backend "shm-peer": a gloo job (for its store and barriers) that times
@@ -228,7 +241,7 @@ def rank_main(rank, backend, n, port, quick, ddp_only, out):
     import pdshm.distributed as pdist
     dist.init_process_group("gloo" if backend == "shm-peer" else backend, rank=rank,
                             world_size=n, timeout=timedelta(seconds=300))
-    sizes = [4 * KIB, 64 * KIB, MIB, 16 * MIB] + ([] if quick else [64 * MIB])
+    sizes = job_sizes(quick)
     repeat = 3 if quick else 5
     if backend == "shm-peer":
         figs = peer_figures(rank, n, sizes, repeat)
@@ -265,8 +278,49 @@ def rank_main(rank, backend, n, port, quick, ddp_only, out):
     dist.destroy_process_group()
 
 
+def mpi_job(n, quick):
+    """(rank 0's {(collective, size): seconds} of the MPI contender, None),
+    or (None, why not)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from mpi_peer import unavailable
+    why = unavailable()
+    if why:
+        return None, why
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi_dist_worker.py")
+    cmd = ["mpirun", "--oversubscribe", "-np", str(n)]
+    if os.geteuid() == 0:
+        cmd.insert(1, "--allow-run-as-root")
+    cmd += [sys.executable, worker, "--repeat", str(3 if quick else 5)]
+    cmd += [str(b) for b in job_sizes(quick)]
+    env = dict(os.environ)
+    for attempt in range(2):
+        # the second launch goes without the shared-memory transport's
+        # single-copy mechanism (CMA), which a container's ptrace policy may forbid
+        if attempt:
+            env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none"
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return None, f"mpirun -np {n}: {e}"
+        figs = {}
+        for line in done.stdout.splitlines():
+            f = line.split()
+            if len(f) == 4 and f[0] == "mpi":
+                figs[(f[1], int(f[2]))] = float(f[3])
+        if done.returncode == 0 and len(figs) == 4 * len(job_sizes(quick)):
+            return figs, None
+        last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+        why = f"mpirun -np {n} exited {done.returncode}: {last}"
+    return None, why
+
+
 def run_job(backend, n, quick, ddp_only):
     """Runs a job of n ranks on backend; rank 0's figures."""
+    if backend == "mpi":
+        figs, why = mpi_job(n, quick)
+        if figs is None:
+            print(f"mpi: n/a ({why})", file=sys.stderr)
+        return figs or {}
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -308,16 +362,21 @@ def main():
     runs = {"pdshm": [], "gloo": []}
     if not opt.ddp_only:
         runs["shm-peer"] = []
+        runs["mpi"] = []
     for _ in range(opt.rounds):
         for backend, figs in runs.items():
             figs.append(run_job(backend, opt.procs, opt.quick, opt.ddp_only))
     mine, gloo = best_of(runs["pdshm"]), best_of(runs["gloo"])
     peers = best_of(runs["shm-peer"]) if not opt.ddp_only else {}
+    mpi = best_of(runs["mpi"]) if not opt.ddp_only and all(runs["mpi"]) else {}
     print(f"torch.distributed, {opt.procs} processes on {os.cpu_count()} cores "
           f"(torch {torch.__version__}, load average {os.getloadavg()[0]:.1f}); times per call "
           f"or step, best of {opt.rounds} alternating jobs of each backend")
-    print(f"{'collective':22} {'size':>7} {'pdshm':>11} {'gloo':>11} {'gloo/pdshm':>10}")
+    print(f"{'collective':22} {'size':>7} {'pdshm':>11} {'gloo':>11} {'gloo/pdshm':>10} "
+          f"{'mpi':>11} {'mpi/pdshm':>10}")
     for (name, size), p in mine.items():
+        m = mpi.get((name, size))
+        ms = f"{fmt_time(m)} {m / p:9.2f}x" if m is not None else f"{'':11} {'':10}"
         if name == "all_reduce in place":
             g = mine[("all_reduce", size)]
             note = "  (second column: pdshm on a private tensor)"
@@ -329,7 +388,7 @@ def main():
         else:
             ratio = f"{g / p:9.2f}x" if g is not None else f"{'':10}"
         gs = fmt_time(g) if g is not None else f"{'n/a':>11}"
-        print(f"{name:22} {fmt_size(size):>7} {fmt_time(p)} {gs} {ratio}{note}")
+        print(f"{name:22} {fmt_size(size):>7} {fmt_time(p)} {gs} {ratio} {ms}{note}")
     if peers:
         print("\nall_reduce, float32 sum of private tensors: pdshm against the shm peer and the "
               "bound (ratios > 1: pdshm is faster)")

@@ -12,41 +12,45 @@ nothing of the job past its initialisation, whoever is killed later (the
 memory goes back with the last process).  Each process group (new_group
 subgroups too) is one pdshm trainer group in that segment.
 
-A collective's arguments are checked in the call that issues it (a bad
-one raises there); then it is queued, and the call returns a Work.  Each
+A collective's arguments are checked in the call that issues it (a bad one
+raises there); then it is queued, and the call returns a Work.  Each
 process group runs its queue in the order of issue, in a worker thread of
 its own, so that async_op=True (and DDP, which reduces each bucket of
 gradients as soon as the backward pass filled it) goes on computing
-meanwhile; a synchronous caller, whose wait() comes at once, runs the
-queue up to its collective itself.  Work.wait() raises the collective's
-error, and Work.get_future() (whose value is the tensor list) fails with a
-RuntimeError naming it: a member's death is a PeerDiedError (a RuntimeError
-that is also a pdshm.PeerDied) in every survivor, and so is every later
-collective of that process group (through DDP's backward, a plain
-RuntimeError whose message says PeerDiedError: C++ is in between); a
-member that stops answering makes them raise CollectiveTimeout (a
-RuntimeError that is also a TimeoutError) after the process group's
-timeout.  A member that exits normally (or closes the group) while the
-others wait is a PeerDiedError for them too, within LEFT_CHECK_S: their
-waits are barriers taken in slices (one starts every reduction), and
-between slices they look for members whose exchange variable is gone.
+meanwhile; a synchronous caller, whose wait() comes at once, runs the queue
+up to its collective itself (when the queue is idle, it runs its collective
+right away and gets a Work that is always completed).  Work.wait() raises
+the collective's error, and Work.get_future() (whose value is the tensor
+list) fails with a RuntimeError naming it: a member's death is a
+PeerDiedError (a RuntimeError that is also a pdshm.PeerDied) in every
+survivor, and so is every later collective of that process group (through
+DDP's backward, a plain RuntimeError whose message says PeerDiedError: C++
+is in between); a member that stops answering makes them raise
+CollectiveTimeout (a RuntimeError that is also a TimeoutError) after the
+process group's timeout.  A member that exits normally (or closes the
+group) while the others wait is a PeerDiedError for them too, within
+LEFT_CHECK_S: their waits are barriers taken in slices (one starts every
+reduction), and between slices they look for members whose exchange
+variable is gone.
 
-A reduction of at most SMALL_BYTES (any dtype and op) takes one barrier:
-each rank writes its tensor into one of two slots of its own (_Small) and
-folds every rank's in rank order.  A larger private tensor of float32,
-float64, int32 or int64 (SUM, AVG, MIN, MAX) is reduced by shares through
-the exchange bytes (_reduce_by_shares: each rank copies in only what the
-others reduce, and copies their reduced shares straight into its tensor).
-A larger tensor that is a view of a variable of the segment
-(segment_of(group), torch.from_dlpack(var)) is reduced in place by the
-pdshm group with no copy; the remaining reductions the group does (float16
-and bfloat16, in float32 rounded once; non-contiguous tensors) go through
-a staging variable.  The others (PRODUCT, the bitwise ops, int8, int16,
-uint8, bool), reduce_scatter and every op that only moves bytes go through
-per-rank exchange variables: each rank writes its bytes into its own, a
-barrier, each reads what it needs from the others' (reducing in rank
-order, so every rank computes the same bits), a barrier.  Staging and
-exchange variables are kept and reused from call to call.
+A reduction of at most SMALL_BYTES (any dtype and op) is one call of C
+(pdshm's SlotReducer, with the GIL released while it waits) and one
+barrier: each rank copies its tensor into one of two slots of its own
+(_Small) and folds every rank's, in rank order, straight into its tensor.
+A larger private tensor of float32, float64, int32 or int64 (SUM, AVG, MIN,
+MAX) is reduced by shares through the exchange bytes (_reduce_by_shares:
+each rank copies in only what the others reduce, and copies their reduced
+shares straight into its tensor).  A larger tensor that is a view of a
+variable of the segment (segment_of(group), torch.from_dlpack(var)) is
+reduced in place by the pdshm group with no copy; the remaining reductions
+the group does (float16 and bfloat16, in float32 rounded once;
+non-contiguous tensors) go through a staging variable.  The others
+(PRODUCT, the bitwise ops, int8, int16, uint8, bool), reduce_scatter and
+every op that only moves bytes go through per-rank exchange variables: each
+rank writes its bytes into its own, a barrier, each reads what it needs
+from the others' (reducing in rank order, so every rank computes the same
+bits), a barrier.  Staging and exchange variables are kept and reused from
+call to call.
 
 Environment: PDSHM_TORCH_SEGMENT_SIZE (bytes, or with a K, M or G suffix;
 default 512M) sizes the segment the job's staging lives in.
@@ -326,62 +330,47 @@ class _Exchange:
 
 
 class _Small:
-    """Each rank's two slots (its variable's halves) for collectives of at
-    most SMALL_BYTES: the collective numbered seq uses slot seq % 2, each
-    rank writing its own and, after one barrier, reading the others' (a
-    slot starts with a header naming the collective, so that ranks that do
-    not agree on it raise instead of reading each other's bytes: a header
-    of int64 words, seq, the op, the dtype and the element count).  One
-    barrier is enough: a rank writes a slot again two collectives later,
-    after the barrier of the one in between, which every rank reaches only
-    once it has read the slot."""
+    """Each rank's variable of two slots for all_reduces of at most
+    SMALL_BYTES, and the SlotReducer (pdshm._pdshm, C) that runs them in one
+    call: each rank copies its tensor into its slot of the collective, one
+    barrier, each folds every rank's in rank order straight into its tensor
+    (see SlotReducer).  The reducer pins every rank's variable, so it is
+    made once all exist (after the group's first barrier: start())."""
 
-    HEAD = 32  # bytes of the header: it keeps the data 32-byte aligned
+    HEAD = 32  # bytes of a slot's header
 
     def __init__(self, seg, prefix: str, rank: int, size: int) -> None:
         self.root = seg.root
         self.names = [f"{prefix}.y{r}" for r in range(size)]
         self.rank = rank
-        self.slot_bytes = self.HEAD + SMALL_BYTES
         self.own = self.root.var(self.names[rank])
-        self.own.resize("uint8", (2 * self.slot_bytes,))
-        # by rank: each slot's bytes after the header, and the headers as
-        # numpy int64 arrays (cheaper to read and write than tensors)
-        self.views: Dict[int, tuple] = {}
-        self._view_of(rank, self.own)
+        self.own.resize("uint8", (2 * (self.HEAD + SMALL_BYTES),))
+        self.reducer = None
 
-    def _view_of(self, r: int, var) -> tuple:
-        raw = torch.from_dlpack(var)
-        n, h = self.slot_bytes, self.HEAD
-        view = self.views[r] = (
-            (raw[h:n], raw[n + h:2 * n]),
-            (raw[:h].view(torch.int64).numpy(), raw[n:n + h].view(torch.int64).numpy()))
-        return view
-
-    def slot(self, r: int, seq: int) -> Tuple[torch.Tensor, "object"]:
-        """Rank r's slot of collective seq, its bytes and its header (after
-        the barrier, for another rank)."""
-        view = self.views.get(r)
-        if view is None:
-            var = self.root.find_var(self.names[r])
+    def start(self, group) -> None:
+        """Makes the reducer; every rank's variable exists."""
+        slots = []
+        for r, name in enumerate(self.names):
+            var = self.own if r == self.rank else self.root.find_var(name)
             if var is None:
                 raise PeerDiedError(f"pdshm: rank {r} left the process group")
-            view = self._view_of(r, var)
-        return view[0][seq & 1], view[1][seq & 1]
+            slots.append(var)
+        self.reducer = _pdshm.SlotReducer(group, slots, SMALL_BYTES)
 
     def close(self) -> None:
-        self.views.clear()
+        self.reducer = None
         try:
             self.root.erase(self.names[self.rank])
         except _pdshm.Error:
             pass
 
 
-_DTYPE_CODES: Dict[torch.dtype, int] = {}
-
-
-def _dtype_code(dtype: torch.dtype) -> int:
-    return _DTYPE_CODES.setdefault(dtype, len(_DTYPE_CODES) + 1)
+# The reducer's name of each op; bool tensors go as uint8 (0 or 1), whose
+# bitwise ops are the logical ones.
+_SLOT_OPS = {_RED.SUM: "sum", _RED.AVG: "mean", _RED.PRODUCT: "product", _RED.MIN: "min",
+             _RED.MAX: "max", _RED.BAND: "band", _RED.BOR: "bor", _RED.BXOR: "bxor"}
+_SLOT_BOOL_OPS = {_RED.SUM: "bor", _RED.MAX: "bor", _RED.BOR: "bor", _RED.PRODUCT: "band",
+                  _RED.MIN: "band", _RED.BAND: "band", _RED.BXOR: "bxor"}
 
 
 def _bytes_of(t: torch.Tensor) -> int:
@@ -426,6 +415,14 @@ def _find_fold(op, dtype: torch.dtype):
                 _RED.MIN: torch.minimum, _RED.MAX: torch.maximum, _RED.BAND: torch.bitwise_and,
                 _RED.BOR: torch.bitwise_or, _RED.BXOR: torch.bitwise_xor}.get(op)
     return _NO_FOLD if fold is None else fold
+
+
+# The reducer's op name by (op's value, dtype), for the dtypes it takes as
+# they are and the ops the fold defines for them (allreduce's shortest way).
+_SLOT_FAST = {(op.value, dtype): name for op, name in _SLOT_OPS.items()
+              for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64,
+                            torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+              if _find_fold(op, dtype) is not _NO_FOLD}
 
 
 def _reduce_local(op, parts: Sequence[torch.Tensor], out: torch.Tensor) -> None:
@@ -570,9 +567,10 @@ class _Queue:
     def __init__(self, name: str) -> None:
         self._jobs: "collections.deque[tuple]" = collections.deque()
         self.cond = threading.Condition(threading.Lock())
-        # held while a job runs; reentrant: a job's completion runs its
-        # future's callbacks, which may issue and wait for collectives
-        self._running = threading.RLock()
+        # held while a job runs (or a collective run at once: _submit);
+        # reentrant: a job's completion runs its future's callbacks, which
+        # may issue and wait for collectives
+        self.running = threading.RLock()
         self._awake = False  # the worker thread was told of the jobs queued
         self._stopping = False
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -586,6 +584,10 @@ class _Queue:
             if wake:
                 self._awake = True
                 self.cond.notify_all()
+
+    def busy(self) -> bool:
+        """Whether jobs are queued, or the queue stops (then submit raises)."""
+        return bool(self._jobs) or self._stopping
 
     def wake(self) -> None:
         """Lets the worker thread run the jobs queued."""
@@ -601,11 +603,11 @@ class _Queue:
                     self.cond.wait()
                 if not self._jobs:
                     return
-            with self._running:
+            with self.running:
                 self._run_first()
 
     def _run_first(self) -> bool:
-        """Runs the first job (the caller holds _running); False if there was none."""
+        """Runs the first job (the caller holds running); False if there was none."""
         with self.cond:
             if not self._jobs:
                 self._awake = False
@@ -627,7 +629,7 @@ class _Queue:
     def run_until(self, work: _Work) -> None:
         """Returns once work completed, running the queue's jobs up to it
         unless the worker thread is running them."""
-        with self._running:
+        with self.running:
             while not work._finished and self._run_first():
                 pass
         self.wait_for(work, None)
@@ -657,13 +659,14 @@ class _Queue:
         return not self._thread.is_alive()
 
 
-def _issued_synchronously() -> bool:
-    """Whether the collective being issued (the caller's caller called a
-    process group's method, which called _submit) comes from one of
-    torch.distributed's functions called with async_op=False: such a
-    function waits for the Work at once."""
+def _issued_synchronously(depth: int) -> bool:
+    """Whether the collective being issued comes from one of
+    torch.distributed's functions called with async_op=False (such a
+    function waits for the Work at once): the function `depth` frames up
+    from this one's caller (1: the caller's caller) called the process
+    group's method."""
     try:
-        frame = sys._getframe(3)
+        frame = sys._getframe(depth + 1)
     except ValueError:  # called from C++ in a thread with no Python frames
         return False
     return (frame.f_code.co_filename == _C10D_FILE and "async_op" in frame.f_code.co_varnames
@@ -676,6 +679,8 @@ _C10D_FILE = dist.distributed_c10d.__file__
 class ProcessGroupPdshm(ProcessGroup):
     """A torch.distributed process group whose ranks are one pdshm trainer
     group in the host's segment (see the module's docstring)."""
+
+    _slots_span_group = True  # the SlotReducer's members are the process group's ranks
 
     def __init__(self, store, rank: int, size: int, timeout: timedelta, group_id: str,
                  job: _Job, local: Optional[Sequence[int]] = None) -> None:
@@ -694,13 +699,15 @@ class ProcessGroupPdshm(ProcessGroup):
         self._staging = _Staging(self._scope, room // (2 * len(local)))
         self._exchange = _Exchange(seg, prefix, member, len(local))
         self._small = _Small(seg, prefix, member, len(local))
-        self._seq = 0  # collectives through _Small so far
         self._closed = False
         self._death: Optional[str] = None  # what the first PeerDied said
-        # Everyone's exchange variable exists before anyone looks it up.
+        # Everyone's exchange and slot variables exist before anyone looks them up.
         self._call(self._group.barrier)
+        self._small.start(self._group)
         self._works: "collections.deque[_Work]" = collections.deque(maxlen=KEEP_WORKS)
         self._queue = _Queue(f"pdshm {prefix}")
+        self._done = _Work(None, self._queue)  # _submit's, for collectives run at once
+        self._done._finished = True
         _OPEN.add(self)
 
     def getBackendName(self) -> str:
@@ -849,24 +856,24 @@ class ProcessGroupPdshm(ProcessGroup):
         self._barrier()  # before anyone writes its exchange bytes again
 
     def _reduce_small(self, op, t: torch.Tensor) -> None:
-        """t (at most SMALL_BYTES) reduced over the group with one barrier:
-        each rank writes t into its slot and folds every rank's in rank order."""
-        seq, me = self._seq, self.rank()
-        self._seq += 1
-        head = [seq, 1 + int(op), _dtype_code(t.dtype), t.numel()]
-        mine, mine_head = self._small.slot(me, seq)
-        mine_head[:] = head
-        _as(mine, t).copy_(t)
-        self._barrier()
-        parts = []
-        for r in range(self.size()):
-            theirs, their_head = self._small.slot(r, seq)
-            if r != me and their_head.tolist() != head:
-                raise RuntimeError(f"pdshm: rank {r} did not take part in the same collective "
-                                   f"(this rank: all_reduce of {t.dtype}[{t.numel()}] by "
-                                   f"{op.name})")
-            parts.append(_as(theirs, t))
-        _reduce_local(op, parts, t)
+        """t (at most SMALL_BYTES) reduced over the group in one call of the
+        SlotReducer (one barrier; a non-contiguous t through a contiguous copy)."""
+        c = t if t.is_contiguous() else t.contiguous()
+        if c.dtype == torch.bool:
+            arg, name = c.view(torch.uint8), _SLOT_BOOL_OPS[op]
+        else:
+            arg, name = c, _SLOT_OPS[op]
+        self._slot_reduce(arg, name)
+        if c is not t:
+            t.copy_(c)
+
+    def _slot_reduce(self, t: torch.Tensor, name: str) -> None:
+        """The SlotReducer's all_reduce of t (contiguous, at most SMALL_BYTES)
+        by op `name`, its errors in torch's terms."""
+        try:
+            self._call(self._small.reducer.allreduce, t, name)
+        except _pdshm.InvalidArgument as e:  # the ranks' calls differ
+            raise RuntimeError(f"pdshm: all_reduce: {e}") from None
 
     def _allreduce1(self, op, t: torch.Tensor) -> None:
         _fold_of(op, t.dtype, "allreduce")
@@ -883,15 +890,44 @@ class ProcessGroupPdshm(ProcessGroup):
 
     # ---- the collectives -----------------------------------------------------------
 
+    def _run_now(self, fn, sync: bool) -> Optional[_Work]:
+        """For a synchronous caller (sync: _issued_synchronously) that finds
+        the queue idle: runs fn() at once and returns the process group's
+        Work that is always completed (fn's error is raised here: the caller
+        would raise it from wait() at once).  Otherwise None, nothing run."""
+        queue = self._queue
+        if not sync or queue.busy() or not queue.running.acquire(blocking=False):
+            return None
+        try:
+            if queue.busy():
+                return None
+            fn()
+        finally:
+            queue.running.release()
+        return self._done
+
     def _submit(self, result, fn) -> _Work:
         """A Work of result, completed once fn() (the collective, its
-        arguments checked) ran in the queue."""
+        arguments checked) ran in the queue, or at once (_run_now)."""
+        sync = _issued_synchronously(2)
+        work = self._run_now(fn, sync)
+        if work is not None:
+            return work
         work = _Work(result, self._queue)
-        self._queue.submit(work, fn, wake=not _issued_synchronously())
+        self._queue.submit(work, fn, wake=not sync)
         self._works.append(work)
         return work
 
     def allreduce(self, tensors, opts=None):
+        if self._slots_span_group and len(tensors) == 1 and opts is not None:
+            # the shortest way, for a small tensor the reducer takes as it is
+            t = tensors[0]
+            name = _SLOT_FAST.get((opts.reduceOp.op.value, t.dtype))
+            if (name is not None and t.is_cpu and t.is_contiguous()
+                    and 0 < t.numel() * t.element_size() <= SMALL_BYTES):
+                work = self._run_now(lambda: self._slot_reduce(t, name), _issued_synchronously(1))
+                if work is not None:
+                    return work
         t = _one(tensors, "allreduce")
         op = _op(opts)
         _fold_of(op, t.dtype, "allreduce")
@@ -1109,6 +1145,8 @@ class ProcessGroupPdshmHosts(ProcessGroupPdshm):
     group of all the ranks (reductions it does not do as an all_gather of
     the bytes, reduced by every rank in rank order).  Hosts with different
     numbers of ranks reduce through that gloo group alone."""
+
+    _slots_span_group = False  # the SlotReducer's members are the host's ranks only
 
     def __init__(self, store, rank: int, size: int, timeout: timedelta, group_id: str,
                  job: _Job, hosts: List[List[int]], host: int) -> None:

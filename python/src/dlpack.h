@@ -10,7 +10,7 @@
 
 enum { PDSHMPY_DL_CPU = 1, PDSHMPY_DL_CUDA_HOST = 3 };            /* DLDeviceType */
 enum { PDSHMPY_DL_INT = 0, PDSHMPY_DL_UINT = 1, PDSHMPY_DL_FLOAT = 2,
-       PDSHMPY_DL_BFLOAT = 4, PDSHMPY_DL_BOOL = 6 };                 /* DLDataTypeCode */
+       PDSHMPY_DL_BFLOAT = 4, PDSHMPY_DL_COMPLEX = 5, PDSHMPY_DL_BOOL = 6 };                 /* DLDataTypeCode */
 
 typedef struct {
   int32_t device_type;

@@ -233,6 +233,25 @@ static PyObject *group_leave(PyObject *self, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+/* ---- for the other files' collectives (pdshmpy.h) ------------------------------------------- */
+
+pdshm_group *pdshmpy_group_begin(PyObject *o, pdshmpy_seg **seg) {
+  pdshmpy_state *st = PDSHMPY_STATE(o);
+  if (!st->group_type || !PyObject_TypeCheck(o, st->group_type)) {
+    PyErr_Format(PyExc_TypeError, "a pdshm.Group is wanted, not %.200s", Py_TYPE(o)->tp_name);
+    return NULL;
+  }
+  pdshmpy_group *gr = GR(o);
+  pdshm_group *g = group_handle(gr);
+  if (!g) return NULL;
+  gr->busy = 1;
+  pdshmpy_seg_hold(gr->seg);
+  *seg = gr->seg;
+  return g;
+}
+
+void pdshmpy_group_end(PyObject *o) { group_call_done(GR(o)); }
+
 /* ---- barrier, the collectives ---------------------------------------------------------------------- */
 
 static PyObject *group_barrier(PyObject *self, PyObject *args, PyObject *kw) {

@@ -101,7 +101,7 @@ static PyMethodDef mod_methods[] = {
   X(Error) X(NotFound) X(Exists) X(NoMemory) X(InvalidArgument) X(PermissionDenied)          \
   X(TimedOut) X(BadSegment) X(Forked) X(PeerDied) X(Stale) X(WrongType) X(stats_type)        \
   X(seginfo_type) X(scopeinfo_type) X(varinfo_type) X(procinfo_type) X(lockinfo_type)        \
-  X(allocinfo_type) X(allocclass_type) X(np_asarray) X(group_type)
+  X(allocinfo_type) X(allocclass_type) X(np_asarray) X(group_type) X(slots_type)
 
 static int mod_traverse(PyObject *module, visitproc visit, void *arg) {
   pdshmpy_state *st = PyModule_GetState(module);
@@ -139,7 +139,8 @@ static int mod_exec(PyObject *module) {
       add_type(module, &st->pin_type, &pdshmpy_pin_spec, 1))
     return -1;
   if (pdshmpy_errors_init(module, st) || pdshmpy_introspect_init(module, st) ||
-      pdshmpy_group_init(module, st) || pdshmpy_capi_init(module))
+      pdshmpy_group_init(module, st) || pdshmpy_slots_init(module, st) ||
+      pdshmpy_capi_init(module))
     return -1;
   if (PyModule_AddIntConstant(module, "NAME_MAX", PDSHM_NAME_MAX) ||
       PyModule_AddIntConstant(module, "NDIM_MAX", PDSHM_NDIM_MAX) ||

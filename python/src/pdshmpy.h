@@ -97,6 +97,7 @@ typedef struct {
   PyTypeObject *stats_type, *seginfo_type, *scopeinfo_type, *varinfo_type, *procinfo_type,
       *lockinfo_type, *allocinfo_type, *allocclass_type;
   PyTypeObject *group_type; /* NULL without the trainer-groups API */
+  PyTypeObject *slots_type; /* SlotReducer (slots.c) */
   PyObject *np_asarray;  /* numpy.asarray, fetched at first use */
   pdshmpy_link segments; /* every live Segment, for the fork hook */
 } pdshmpy_state;
@@ -282,6 +283,16 @@ int pdshmpy_group_init(PyObject *module, pdshmpy_state *st);
 PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *pdshmpy_seg_enlist(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *pdshmpy_var_wait(PyObject *self, PyObject *args, PyObject *kw);
+/* For a collective that another file runs on a Group's membership: the
+ * handle, marked busy (invariant 2 of group.c) and its Segment held, *seg
+ * that Segment; or NULL with an exception (TypeError for what is no Group,
+ * pdshm.Error when it left, was forked or is busy).  pdshmpy_group_end,
+ * with the GIL held, ends it (a membership dropped meanwhile leaves then). */
+pdshm_group *pdshmpy_group_begin(PyObject *group, pdshmpy_seg **seg);
+void pdshmpy_group_end(PyObject *group);
+
+/* ---- slots.c (the SlotReducer type) ---------------------------------------------------------- */
+int pdshmpy_slots_init(PyObject *module, pdshmpy_state *st);
 
 /* ---- introspect.c ------------------------------------------------------------------------ */
 int pdshmpy_introspect_init(PyObject *module, pdshmpy_state *st);

@@ -63,7 +63,7 @@ def fold(op, parts):
                    R.MIN: torch.minimum, R.MAX: torch.maximum, R.BAND: torch.bitwise_and,
                    R.BOR: torch.bitwise_or, R.BXOR: torch.bitwise_xor}[op](acc, p)
     if op == R.AVG:
-        acc = acc / len(parts) if dtype.is_floating_point else \
+        acc = acc / len(parts) if dtype.is_floating_point or dtype.is_complex else \
             torch.div(acc, len(parts), rounding_mode="trunc")
     return acc.to(dtype)
 
@@ -385,6 +385,67 @@ def main_collectives():
     return {"rank": rank, "segment": name, "digests": rep.digests}
 
 
+def main_small():
+    """all_reduce of at most pdist.SMALL_BYTES (the SlotReducer's one call):
+    every dtype (complex too) and op, counts from 1 to a full slot, odd ones,
+    contiguous and not, against the local fold; then ranks whose calls
+    differ: each raises, its tensor unchanged, and the next all_reduce works."""
+    dist.init_process_group("pdshm", timeout=timedelta(seconds=60))
+    rank, n = dist.get_rank(), dist.get_world_size()
+    rep = Report()
+    for dtype in DTYPES + [torch.complex64, torch.complex128]:
+        size = torch.empty(0, dtype=dtype).element_size()
+        for count in (1, 3, 37, 1001, pdist.SMALL_BYTES // size):
+            for op in OPS:
+                # torch.distributed reduces complex tensors by SUM and AVG
+                # only (as views of their real and imaginary parts)
+                if not defined(op, dtype) or (dtype.is_complex and op not in (R.SUM, R.AVG)):
+                    continue
+                case = f"small/{dtype}/{NAMES[op]}/{count}"
+                ins = [seeded(case, r, (count,), dtype) for r in range(n)]
+                want = fold(op, ins)
+                t = ins[rank].clone()
+                dist.all_reduce(t, op)
+                same(t, want, case)
+                rep.add(case, t)
+                if count == 37:  # non-contiguous: copied in and out
+                    s = strided(ins[rank])
+                    dist.all_reduce(s, op)
+                    same(s, want, case + "/strided")
+                    assert (s._base[:, 1] == 0).all(), "wrote outside"
+                    rep.add(case + "/strided", s)
+    # a 2-d tensor, and a 0-d one
+    t = torch.full((3, 5), float(rank))
+    dist.all_reduce(t, R.MAX)
+    assert torch.equal(t, torch.full((3, 5), float(n - 1)))
+    t = torch.tensor(rank + 1)
+    dist.all_reduce(t)
+    assert t.item() == n * (n + 1) // 2
+    # integer sums wrap around in the dtype; NaN wins MIN and MAX
+    t = torch.tensor([100, -100], dtype=torch.int8)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.tensor([100 * n, -100 * n]).to(torch.int8)), t
+    t = torch.tensor([float("nan") if rank == n - 1 else 1.0, 2.0])
+    dist.all_reduce(t, R.MIN)
+    assert t[0].isnan() and t[1] == 2.0, t
+    # ranks that do not agree on the collective: all raise, nothing changed
+    t = torch.full((5,), 7.0) if rank == 0 else torch.full((6,), 7.0)
+    try:
+        dist.all_reduce(t)
+    except RuntimeError as e:
+        assert "did not take part in the same collective" in str(e), e
+        mismatch = str(e)
+    else:
+        raise AssertionError("differing all_reduces did not raise")
+    assert torch.equal(t, torch.full((t.numel(),), 7.0)), t
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((4,), float(n)))
+    name = pdist.segment_of().name
+    dist.destroy_process_group()
+    return {"rank": rank, "segment": name, "digests": rep.digests, "mismatch": mismatch}
+
+
 def main_kill():
     """Ranks train a DDP model; the last rank kills itself at step 3 (after
     writing the time into the store); the others report what their
@@ -421,11 +482,12 @@ def main_kill():
 
 def main_kill_plain():
     """The last rank kills itself in the middle of a loop of all_reduces (the
-    time in the store first); the others report what their pending one raised."""
+    time in the store first); the others report what their pending one raised.
+    PDSHM_TEST_NUMEL: the float32 elements of each (default 1 << 16)."""
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("pdshm", timeout=timedelta(seconds=60))
     store = dist.distributed_c10d._get_default_store()
-    t = torch.ones(1 << 16)
+    t = torch.ones(int(os.environ.get("PDSHM_TEST_NUMEL", 1 << 16)))
     for step in range(1000):
         if step == 3 and rank == n - 1:
             store.set("killed", repr(time.monotonic()))
@@ -579,5 +641,5 @@ if __name__ == "__main__":
     result = {"collectives": main_collectives, "hosts": main_hosts, "kill": main_kill,
               "stop": main_stop, "torchrun": main_torchrun, "kill_plain": main_kill_plain,
               "kill_async": main_kill_async, "exit": main_exit,
-              "creator_dies": main_creator_dies}[sys.argv[1]]()
+              "creator_dies": main_creator_dies, "small": main_small}[sys.argv[1]]()
     print(json.dumps(result), flush=True)

@@ -1,0 +1,571 @@
+/*
+ * slots.c - the SlotReducer type: the all-reduce of a small tensor in one C
+ * call (pdshm.distributed's path for tensors of at most a slot's bytes).
+ *
+ * Each member of a group has a variable of two slots (its halves); the
+ * collective numbered seq uses slot seq % 2.  A slot is a header of HEAD_WORDS
+ * int64 words (seq, op, dtype, element count) and the data.  A call copies
+ * the caller's tensor and its header into its own slot, passes the group's
+ * barrier (which spins a little before it sleeps: a longer spin here made
+ * small all-reduces slower on a loaded machine, taking the CPU from the
+ * member waited for), checks every member's header (members that do
+ * not agree on the collective raise, all of them, and change nothing), and
+ * folds every member's data in rank order straight into the caller's tensor:
+ * the same bits at every member.  One barrier is enough: a member writes a
+ * slot again two collectives later, after the barrier of the one in between,
+ * which every member reaches only once it has read the slot.
+ *
+ * Invariants:
+ *  1. The Pins of every member's slot variable are held: the bytes stay
+ *     mapped and allocated while the reducer lives, also once a member erased
+ *     its variable (it left).
+ *  2. From the copy in to the end of the fold the GIL is released, but for
+ *     the checks between barrier slices (3); the tensor's bytes are kept by
+ *     the DLPack capsule the call holds, the slots by (1), the membership by
+ *     pdshmpy_group_begin, the reducer by the call's reference.
+ *  3. The barrier is waited for in slices of LEFT_SLICE_NS (a barrier that
+ *     timed out was not passed: slicing changes nothing); between slices, a
+ *     member whose slot variable is gone (it closed its process group or
+ *     exited) is PeerDied, as a death is, and Ctrl-C interrupts the call.
+ *  4. One call at a time: the membership is marked busy (group.c's invariant
+ *     2), so a second thread's call raises instead of entering.
+ */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "dlpack.h"
+#include "pdshmpy.h"
+
+#define HEAD_WORDS 4          /* seq, op, dtype, count                          */
+#define HEAD_BYTES (HEAD_WORDS * 8)
+#define LEFT_SLICE_NS 50000000LL /* 50 ms: invariant 3                         */
+#define CHUNK 256             /* float16 and bfloat16 are folded in float32 by chunks */
+
+#if !defined(__FLT16_MAX__)
+#error "the float16 fold needs the compiler's _Float16"
+#endif
+
+enum op { OP_SUM, OP_MEAN, OP_PRODUCT, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, OP_COUNT };
+static const char *const op_names[OP_COUNT] = {"sum", "mean", "product", "min",
+                                                "max", "band", "bor",  "bxor"};
+
+enum kind { K_I8, K_I16, K_I32, K_I64, K_U8, K_F16, K_BF16, K_F32, K_F64, K_C64, K_C128, K_COUNT };
+static const char *const kind_names[K_COUNT] = {"int8",    "int16",   "int32",   "int64",
+                                                 "uint8",   "float16", "bfloat16", "float32",
+                                                 "float64", "complex64", "complex128"};
+static const unsigned kind_sizes[K_COUNT] = {1, 2, 4, 8, 1, 2, 2, 4, 8, 8, 16};
+
+typedef struct {
+  PyObject_HEAD
+  PyObject *group;       /* strong: the pdshm.Group                              */
+  PyObject *to_dlpack;   /* strong: torch's tensor -> DLPack capsule              */
+  Py_ssize_t n;          /* members                                              */
+  int rank;
+  size_t cap;            /* data bytes of a slot                                 */
+  uint64_t seq;          /* collectives so far                                   */
+  pdshmpy_pin **pins;    /* [n], strong: each member's slot variable (1)          */
+} slots_obj;
+
+#define SL(o) ((slots_obj *)(o))
+
+/* ---- the fold ------------------------------------------------------------------------------ */
+
+/* out = p[0] op p[1] op ... op p[n-1] (element-wise, in that order), for the
+ * element expression EXPR of x (the running value) and y (the next part).
+ * By blocks of FOLD_BLOCK elements, which the compiler vectorizes at -O2
+ * (the parts are the slots, never the caller's tensor: no aliasing). */
+#define FOLD_BLOCK 16
+#define FOLD_LOOP(T, EXPR)                                                        \
+  do {                                                                            \
+    const T *a_ = (const T *)p[0];                                                \
+    T *o_ = (T *)out;                                                             \
+    for (int k_ = 1; k_ < n; k_++, a_ = o_) {                                     \
+      const T *b_ = (const T *)p[k_];                                             \
+      size_t i_ = 0;                                                              \
+      for (; i_ + FOLD_BLOCK <= count; i_ += FOLD_BLOCK) {                        \
+        _Pragma("GCC ivdep") for (size_t j_ = i_; j_ < i_ + FOLD_BLOCK; j_++) {   \
+          T x = a_[j_], y = b_[j_];                                               \
+          o_[j_] = (EXPR);                                                        \
+        }                                                                         \
+      }                                                                           \
+      for (; i_ < count; i_++) {                                                  \
+        T x = a_[i_], y = b_[i_];                                                 \
+        o_[i_] = (EXPR);                                                          \
+      }                                                                           \
+    }                                                                             \
+  } while (0)
+
+/* Integers: sums and products wrap around in the dtype (computed unsigned);
+ * the mean divides the wrapped sum, truncating towards zero. */
+#define FOLD_INT(NAME, T, U)                                                             \
+  static void NAME(void *out, const void *const *p, int n, size_t count, enum op op) {   \
+    switch (op) {                                                                        \
+      case OP_SUM:                                                                       \
+      case OP_MEAN: FOLD_LOOP(T, (T)((U)x + (U)y)); break;                               \
+      case OP_PRODUCT: FOLD_LOOP(T, (T)((U)x * (U)y)); break;                            \
+      case OP_MIN: FOLD_LOOP(T, y < x ? y : x); break;                                   \
+      case OP_MAX: FOLD_LOOP(T, y > x ? y : x); break;                                   \
+      case OP_BAND: FOLD_LOOP(T, (T)(x & y)); break;                                     \
+      case OP_BOR: FOLD_LOOP(T, (T)(x | y)); break;                                      \
+      default: FOLD_LOOP(T, (T)(x ^ y)); break;                                          \
+    }                                                                                    \
+    if (op == OP_MEAN)                                                                   \
+      for (size_t i = 0; i < count; i++) ((T *)out)[i] = (T)(((T *)out)[i] / n);         \
+  }
+FOLD_INT(fold_i8, int8_t, uint8_t)
+FOLD_INT(fold_i16, int16_t, uint16_t)
+FOLD_INT(fold_i32, int32_t, uint32_t)
+FOLD_INT(fold_i64, int64_t, uint64_t)
+FOLD_INT(fold_u8, uint8_t, uint8_t)
+
+/* Floating point: min and max propagate NaN (as torch.minimum and maximum). */
+#define FMIN(x, y) (isnan(x) ? (x) : isnan(y) ? (y) : (y) < (x) ? (y) : (x))
+#define FMAX(x, y) (isnan(x) ? (x) : isnan(y) ? (y) : (y) > (x) ? (y) : (x))
+#define FOLD_FLOAT(NAME, T)                                                              \
+  static void NAME(void *out, const void *const *p, int n, size_t count, enum op op) {   \
+    switch (op) {                                                                        \
+      case OP_SUM:                                                                       \
+      case OP_MEAN: FOLD_LOOP(T, x + y); break;                                          \
+      case OP_PRODUCT: FOLD_LOOP(T, x * y); break;                                       \
+      case OP_MIN: FOLD_LOOP(T, FMIN(x, y)); break;                                      \
+      default: FOLD_LOOP(T, FMAX(x, y)); break;                                          \
+    }                                                                                    \
+    if (op == OP_MEAN)                                                                   \
+      for (size_t i = 0; i < count; i++) ((T *)out)[i] /= (T)n;                          \
+  }
+FOLD_FLOAT(fold_f32, float)
+FOLD_FLOAT(fold_f64, double)
+
+/* Complex: sum, mean and product, the product as (ac - bd, ad + bc). */
+#define FOLD_COMPLEX(NAME, T)                                                            \
+  static void NAME(void *out, const void *const *p, int n, size_t count, enum op op) {   \
+    T *o = out;                                                                          \
+    const T *a = p[0];                                                                   \
+    for (int k = 1; k < n; k++, a = o) {                                                 \
+      const T *b = p[k];                                                                 \
+      for (size_t i = 0; i < 2 * count; i += 2) {                                        \
+        T xr = a[i], xi = a[i + 1], yr = b[i], yi = b[i + 1];                            \
+        if (op == OP_PRODUCT) {                                                          \
+          o[i] = xr * yr - xi * yi;                                                      \
+          o[i + 1] = xr * yi + xi * yr;                                                  \
+        } else {                                                                         \
+          o[i] = xr + yr;                                                                \
+          o[i + 1] = xi + yi;                                                            \
+        }                                                                                \
+      }                                                                                  \
+    }                                                                                    \
+    if (op == OP_MEAN)                                                                   \
+      for (size_t i = 0; i < 2 * count; i++) o[i] /= (T)n;                               \
+  }
+FOLD_COMPLEX(fold_c64, float)
+FOLD_COMPLEX(fold_c128, double)
+
+static float half_load(const void *p, size_t i, int bf) {
+  uint16_t h;
+  memcpy(&h, (const char *)p + 2 * i, 2);
+  if (bf) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+  }
+  _Float16 x;
+  memcpy(&x, &h, 2);
+  return (float)x;
+}
+
+/* Rounded to the nearest, ties to even (NaN stays a quiet NaN), as torch rounds. */
+static void half_store(void *p, size_t i, float f, int bf) {
+  uint16_t h;
+  if (bf) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    h = isnan(f) ? 0x7fc0 : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  } else {
+    _Float16 x = (_Float16)f;
+    memcpy(&h, &x, 2);
+  }
+  memcpy((char *)p + 2 * i, &h, 2);
+}
+
+/* float16 and bfloat16: folded in float32, the mean divided there, rounded once. */
+static void fold_half(void *out, const void *const *p, int n, size_t count, enum op op, int bf) {
+  float acc[CHUNK];
+  for (size_t lo = 0; lo < count; lo += CHUNK) {
+    size_t m = count - lo < CHUNK ? count - lo : CHUNK;
+    for (size_t i = 0; i < m; i++) acc[i] = half_load(p[0], lo + i, bf);
+    for (int k = 1; k < n; k++)
+      for (size_t i = 0; i < m; i++) {
+        float x = acc[i], y = half_load(p[k], lo + i, bf);
+        acc[i] = op == OP_PRODUCT ? x * y
+                 : op == OP_MIN   ? FMIN(x, y)
+                 : op == OP_MAX   ? FMAX(x, y)
+                                  : x + y;
+      }
+    for (size_t i = 0; i < m; i++)
+      half_store(out, lo + i, op == OP_MEAN ? acc[i] / (float)n : acc[i], bf);
+  }
+}
+
+static void fold(enum kind kind, void *out, const void *const *p, int n, size_t count,
+                 enum op op) {
+  if (n == 1) {
+    memcpy(out, p[0], count * kind_sizes[kind]);
+    return;
+  }
+  switch (kind) {
+    case K_I8: fold_i8(out, p, n, count, op); break;
+    case K_I16: fold_i16(out, p, n, count, op); break;
+    case K_I32: fold_i32(out, p, n, count, op); break;
+    case K_I64: fold_i64(out, p, n, count, op); break;
+    case K_U8: fold_u8(out, p, n, count, op); break;
+    case K_F16: fold_half(out, p, n, count, op, 0); break;
+    case K_BF16: fold_half(out, p, n, count, op, 1); break;
+    case K_F32: fold_f32(out, p, n, count, op); break;
+    case K_F64: fold_f64(out, p, n, count, op); break;
+    case K_C64: fold_c64(out, p, n, count, op); break;
+    default: fold_c128(out, p, n, count, op); break;
+  }
+}
+
+/* Whether the fold defines op for kind. */
+static int op_defined(enum kind kind, enum op op) {
+  if (kind <= K_U8) return 1;
+  if (kind >= K_C64) return op == OP_SUM || op == OP_MEAN || op == OP_PRODUCT;
+  return op <= OP_MAX;
+}
+
+/* ---- the caller's tensor ------------------------------------------------------------------------ */
+
+typedef struct {
+  PyObject *capsule; /* keeps the bytes                                          */
+  void *data;
+  enum kind kind;
+  size_t count;
+} tensor_arg;
+
+static int kind_of(const pdshmpy_dl_dtype *dt, enum kind *out) {
+  static const struct {
+    uint8_t code, bits;
+    enum kind kind;
+  } kinds[] = {{PDSHMPY_DL_INT, 8, K_I8},       {PDSHMPY_DL_INT, 16, K_I16},
+               {PDSHMPY_DL_INT, 32, K_I32},     {PDSHMPY_DL_INT, 64, K_I64},
+               {PDSHMPY_DL_UINT, 8, K_U8},      {PDSHMPY_DL_FLOAT, 16, K_F16},
+               {PDSHMPY_DL_BFLOAT, 16, K_BF16}, {PDSHMPY_DL_FLOAT, 32, K_F32},
+               {PDSHMPY_DL_FLOAT, 64, K_F64},   {PDSHMPY_DL_COMPLEX, 64, K_C64},
+               {PDSHMPY_DL_COMPLEX, 128, K_C128}};
+  if (dt->lanes != 1) return -1;
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (kinds[i].code == dt->code && kinds[i].bits == dt->bits) {
+      *out = kinds[i].kind;
+      return 0;
+    }
+  return -1;
+}
+
+/* The tensor's bytes, through its DLPack capsule: a contiguous CPU tensor of
+ * a dtype the fold knows, at most cap bytes.  0, or -1 with an exception. */
+static int tensor_get(slots_obj *s, PyObject *t, tensor_arg *a) {
+  pdshmpy_state *st = PDSHMPY_STATE(s);
+  a->capsule = PyObject_CallOneArg(s->to_dlpack, t);
+  if (!a->capsule) return -1;
+  pdshmpy_dl_managed *m = PyCapsule_GetPointer(a->capsule, "dltensor");
+  if (!m) goto fail;
+  const pdshmpy_dl_tensor *dl = &m->dl_tensor;
+  if (dl->device.device_type != PDSHMPY_DL_CPU) {
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "the tensor is not in CPU memory");
+    goto fail;
+  }
+  if (kind_of(&dl->dtype, &a->kind) < 0) {
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "no all-reduce for a tensor of DLPack dtype code %d, "
+                      "%d bits, %d lanes", dl->dtype.code, dl->dtype.bits, dl->dtype.lanes);
+    goto fail;
+  }
+  int64_t count = 1, want = 1;
+  int compact = 1;
+  for (int d = dl->ndim - 1; d >= 0; d--) {
+    if (dl->strides && dl->shape[d] != 1 && dl->strides[d] != want) compact = 0;
+    want *= dl->shape[d];
+    count *= dl->shape[d];
+  }
+  if (!compact) {
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "the tensor is not contiguous");
+    goto fail;
+  }
+  if ((uint64_t)count * kind_sizes[a->kind] > s->cap) {
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "%lld bytes of tensor: a slot holds %zu",
+                      (long long)count * kind_sizes[a->kind], s->cap);
+    goto fail;
+  }
+  a->data = (char *)dl->data + dl->byte_offset;
+  a->count = (size_t)count;
+  return 0;
+fail:
+  Py_CLEAR(a->capsule);
+  return -1;
+}
+
+/* ---- the round ------------------------------------------------------------------------------ */
+
+static int64_t *slot_head(slots_obj *s, Py_ssize_t r, uint64_t seq) {
+  size_t slot = HEAD_BYTES + s->cap;
+  return (int64_t *)((char *)s->pins[r]->view.data + (seq & 1) * slot);
+}
+
+/* Invariant 3: a member (not this one) whose slot variable is gone, or -1. */
+static int member_departed(slots_obj *s) {
+  for (Py_ssize_t r = 0; r < s->n; r++) {
+    if (r == s->rank) continue;
+    pdshm_seg *seg = pdshmpy_seg_get(s->pins[r]->seg);
+    if (!seg) {
+      PyErr_Clear(); /* a closed Segment: the group's calls say so */
+      continue;
+    }
+    if (!pdshm_varref_get(seg, s->pins[r]->var)) return (int)r;
+  }
+  return -1;
+}
+
+/* Every member's header agrees with this one's: 0, or -1 with an exception. */
+static int heads_agree(slots_obj *s, uint64_t seq, const int64_t *mine, enum op op,
+                       const tensor_arg *a) {
+  for (Py_ssize_t r = 0; r < s->n; r++) {
+    const int64_t *h = slot_head(s, r, seq);
+    if (r != s->rank && memcmp(h, mine, HEAD_BYTES)) {
+      pdshmpy_raise_msg(PDSHMPY_STATE(s), PDSHM_EINVAL,
+                        "rank %zd did not take part in the same collective (this rank: "
+                        "all_reduce of %s[%zu] by %s)", r, kind_names[a->kind], a->count,
+                        op_names[op]);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* The barrier in slices (invariant 3), the first slice already waited for
+ * (its result rc); the GIL held.  0, 1 with an exception raised, or the
+ * barrier's error code. */
+static int barrier_rest(slots_obj *s, pdshm_group *g, int rc, int64_t left) {
+  for (;;) {
+    if (rc != PDSHM_ETIMEDOUT) return rc;
+    if (left >= 0 && left <= LEFT_SLICE_NS) return rc;
+    if (left >= 0) left -= LEFT_SLICE_NS;
+    if (PyErr_CheckSignals() < 0) return 1;
+    int gone = member_departed(s);
+    if (gone >= 0) {
+      pdshmpy_raise_msg(PDSHMPY_STATE(s), PDSHM_EOWNERDEAD,
+                        "rank %d left the process group (it exited or destroyed the group) "
+                        "while this rank waited for it", gone);
+      return 1;
+    }
+    int64_t slice = left < 0 || left > LEFT_SLICE_NS ? LEFT_SLICE_NS : left;
+    PDSHMPY_NOGIL(rc = pdshm_group_barrier(g, slice));
+  }
+}
+
+/* allreduce(tensor, op, timeout=None): see the method's doc. */
+static PyObject *slots_allreduce(PyObject *self, PyObject *const *argv, Py_ssize_t nargs,
+                                 PyObject *kwnames) {
+  slots_obj *s = SL(self);
+  pdshmpy_state *st = PDSHMPY_STATE(self);
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  PyObject *args[3] = {NULL, NULL, Py_None};
+  for (Py_ssize_t i = 0; i < nargs && i < 3; i++) args[i] = argv[i];
+  if (nargs > 3 || nargs < 2 || nkw > 1 || (nkw && nargs == 3) ||
+      (nkw && !PyUnicode_Check(PyTuple_GET_ITEM(kwnames, 0))) ||
+      (nkw && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "timeout"))) {
+    PyErr_SetString(PyExc_TypeError, "allreduce takes (tensor, op, timeout=None)");
+    return NULL;
+  }
+  if (nkw) args[2] = argv[nargs];
+  const char *name = pdshmpy_utf8(args[1], "op");
+  if (!name) return NULL;
+  enum op op = OP_COUNT;
+  for (int i = 0; i < OP_COUNT; i++)
+    if (!strcmp(name, op_names[i])) op = (enum op)i;
+  if (op == OP_COUNT)
+    return pdshmpy_raise_msg(st, PDSHM_EINVAL, "op must be one of sum, mean, product, min, max, "
+                             "band, bor, bxor, not %R", args[1]);
+  int64_t left = -1;
+  if (args[2] != Py_None) {
+    double t = PyFloat_AsDouble(args[2]);
+    if (t == -1.0 && PyErr_Occurred()) return NULL;
+    if (!(t >= 0) || isinf(t))
+      return pdshmpy_raise_msg(st, PDSHM_EINVAL, "timeout must be None or seconds >= 0, not %R",
+                               args[2]);
+    left = t >= 4e9 ? INT64_MAX / 2 : (int64_t)(t * 1e9);
+  }
+  tensor_arg a;
+  if (tensor_get(s, args[0], &a) < 0) return NULL;
+  if (!op_defined(a.kind, op)) {
+    Py_DECREF(a.capsule);
+    return pdshmpy_raise_msg(st, PDSHM_EINVAL, "no %s of %s", op_names[op], kind_names[a.kind]);
+  }
+  pdshmpy_seg *gseg;
+  pdshm_group *g = pdshmpy_group_begin(s->group, &gseg);
+  if (!g) {
+    Py_DECREF(a.capsule);
+    return NULL;
+  }
+  Py_INCREF(self); /* invariant 2 */
+  uint64_t seq = s->seq++;
+  int64_t head[HEAD_WORDS] = {(int64_t)seq, op, a.kind, (int64_t)a.count};
+  int64_t *mine = slot_head(s, s->rank, seq);
+  size_t nbytes = a.count * kind_sizes[a.kind];
+  int64_t first = left < 0 || left > LEFT_SLICE_NS ? LEFT_SLICE_NS : left;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  memcpy(mine + HEAD_WORDS, a.data, nbytes);
+  memcpy(mine, head, HEAD_BYTES);
+  rc = pdshm_group_barrier(g, first);
+  Py_END_ALLOW_THREADS
+  rc = barrier_rest(s, g, rc, left);
+  if (!rc && heads_agree(s, seq, mine, op, &a) < 0) rc = 1;
+  if (!rc) {
+    const void *parts[PDSHM_GROUP_MAX];
+    for (Py_ssize_t r = 0; r < s->n; r++) parts[r] = slot_head(s, r, seq) + HEAD_WORDS;
+    PDSHMPY_NOGIL(fold(a.kind, a.data, parts, (int)s->n, a.count, op));
+  }
+  pdshmpy_group_end(s->group);
+  Py_DECREF(a.capsule);
+  Py_DECREF(self);
+  if (rc == 1) return NULL;
+  if (rc == PDSHM_EOWNERDEAD)
+    return pdshmpy_raise_msg(st, rc, "a member of the group died: the all_reduce was abandoned");
+  if (rc) return pdshmpy_raise(st, rc, "all_reduce's barrier");
+  Py_RETURN_NONE;
+}
+
+/* ---- the type ------------------------------------------------------------------------------- */
+
+static void slots_clear_pins(slots_obj *s) {
+  if (!s->pins) return;
+  for (Py_ssize_t r = 0; r < s->n; r++) Py_XDECREF(s->pins[r]);
+  PyMem_Free(s->pins);
+  s->pins = NULL;
+}
+
+/* SlotReducer(group, slots, slot_bytes) */
+static PyObject *slots_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"group", "slots", "slot_bytes", NULL};
+  pdshmpy_state *st = pdshmpy_state_of_type(tp);
+  PyObject *group, *seq;
+  Py_ssize_t cap;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOn:SlotReducer", kwlist, &group, &seq, &cap))
+    return NULL;
+  pdshmpy_seg *gseg;
+  pdshm_group *g = pdshmpy_group_begin(group, &gseg);
+  if (!g) return NULL;
+  int rank = pdshm_group_rank(g), size = pdshm_group_size(g);
+  pdshmpy_group_end(group);
+  if (cap <= 0 || cap % HEAD_BYTES)
+    return pdshmpy_raise_msg(st, PDSHM_EINVAL, "slot_bytes must be a positive multiple of %d, "
+                             "not %zd", HEAD_BYTES, cap);
+  PyObject *list = PySequence_Fast(seq, "slots must be a sequence of Var");
+  if (!list) return NULL;
+  if (PySequence_Fast_GET_SIZE(list) != size) {
+    Py_DECREF(list);
+    return pdshmpy_raise_msg(st, PDSHM_EINVAL, "%zd slot variables for a group of %d",
+                             PySequence_Fast_GET_SIZE(list), size);
+  }
+  slots_obj *s = (slots_obj *)tp->tp_alloc(tp, 0);
+  if (!s) {
+    Py_DECREF(list);
+    return NULL;
+  }
+  s->n = size;
+  s->rank = rank;
+  s->cap = (size_t)cap;
+  s->group = Py_NewRef(group);
+  s->pins = PyMem_Calloc((size_t)size, sizeof *s->pins);
+  if (!s->pins) {
+    PyErr_NoMemory();
+    goto fail;
+  }
+  for (Py_ssize_t r = 0; r < size; r++) {
+    PyObject *v = PySequence_Fast_GET_ITEM(list, r);
+    if (!PyObject_TypeCheck(v, st->var_type)) {
+      PyErr_Format(PyExc_TypeError, "slots[%zd] is a %.100s, not a pdshm.Var", r,
+                   Py_TYPE(v)->tp_name);
+      goto fail;
+    }
+    if (!(s->pins[r] = pdshmpy_pin_new((pdshmpy_var *)v))) goto fail;
+    if (s->pins[r]->view.nbytes < 2 * (HEAD_BYTES + s->cap)) {
+      pdshmpy_raise_msg(st, PDSHM_EINVAL, "slots[%zd] holds %zu bytes, not the %zu of two "
+                        "slots", r, (size_t)s->pins[r]->view.nbytes, 2 * (HEAD_BYTES + s->cap));
+      goto fail;
+    }
+  }
+  PyObject *dlmod = PyImport_ImportModule("torch.utils.dlpack");
+  if (!dlmod) goto fail;
+  s->to_dlpack = PyObject_GetAttrString(dlmod, "to_dlpack");
+  Py_DECREF(dlmod);
+  if (!s->to_dlpack) goto fail;
+  Py_DECREF(list);
+  return (PyObject *)s;
+fail:
+  Py_DECREF(list);
+  Py_DECREF(s);
+  return NULL;
+}
+
+static void slots_dealloc(PyObject *self) {
+  PyTypeObject *tp = Py_TYPE(self);
+  slots_clear_pins(SL(self));
+  Py_CLEAR(SL(self)->group);
+  Py_CLEAR(SL(self)->to_dlpack);
+  tp->tp_free(self);
+  Py_DECREF(tp);
+}
+
+static PyObject *slots_get_seq(PyObject *self, void *closure) {
+  return PyLong_FromUnsignedLongLong(SL(self)->seq);
+}
+
+static PyMethodDef slots_methods[] = {
+    {"allreduce", (PyCFunction)(void (*)(void))slots_allreduce, METH_FASTCALL | METH_KEYWORDS,
+     "allreduce(tensor, op, timeout=None)\n\nEvery member passes a contiguous CPU torch tensor "
+     "of at most slot_bytes,\nof the same dtype and element count, and the same op (\"sum\", "
+     "\"mean\",\n\"product\", \"min\", \"max\"; integers also \"band\", \"bor\", \"bxor\"); "
+     "on return each\ntensor holds the op over every member's, folded in rank order (the "
+     "same\nbits everywhere; float16 and bfloat16 in float32, rounded once; integer\nsums "
+     "wrap, the integer mean truncates).  Dtypes: int8/16/32/64, uint8,\nfloat16, bfloat16, "
+     "float32, float64, complex64, complex128 (a bool tensor\ngoes as uint8 with bor, band "
+     "or bxor).  One barrier of the group,\nwaited for with the GIL released; timeout in "
+     "seconds or None.  Raises\nPeerDied when a member died or left, TimeoutError after "
+     "timeout (the\ntensor unchanged), InvalidArgument when the members' calls differ "
+     "(every\nmember raises, no tensor changed) or for a bad argument (no round)."},
+    {NULL}};
+
+static PyGetSetDef slots_getset[] = {
+    {"seq", slots_get_seq, NULL, "The collectives this reducer ran (each a round).", NULL},
+    {NULL}};
+
+static PyType_Slot slots_slots[] = {
+    {Py_tp_doc,
+     "SlotReducer(group, slots, slot_bytes)\n\n"
+     "The all-reduce of tensors of at most slot_bytes (a positive multiple of\n"
+     "32) in one call: group is this member's pdshm.Group, slots every member's\n"
+     "slot variable in rank order (each at least 2 * (32 + slot_bytes) bytes,\n"
+     "made and sized by its member before the group's first barrier); pinned\n"
+     "for the reducer's life.  Every member makes one at the same point of\n"
+     "its group's rounds."},
+    {Py_tp_new, slots_new},
+    {Py_tp_dealloc, slots_dealloc},
+    {Py_tp_methods, slots_methods},
+    {Py_tp_getset, slots_getset},
+    {0, NULL}};
+
+static PyType_Spec slots_spec = {
+    .name = "pdshm.SlotReducer",
+    .basicsize = sizeof(slots_obj),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = slots_slots,
+};
+
+int pdshmpy_slots_init(PyObject *module, pdshmpy_state *st) {
+  st->slots_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &slots_spec, NULL);
+  if (!st->slots_type) return -1;
+  return PyModule_AddType(module, st->slots_type);
+}
