@@ -39,7 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model_int.h" /* pdshm__lock, pdshm__j_*, struct pdshm_scope */
+#include "model/model.h" /* pdshm__lock, pdshm__j_*, struct pdshm_scope */
 
 #define SEG_SIZE (256ull << 20)
 #define HANDLES 10000

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 
 #include "pdshm.h"
-#include "layout.h"
-#include "crashpoint.h"
-#include "cpu.h"
+#include "base/layout.h"
+#include "base/crashpoint.h"
+#include "base/cpu.h"
 
 #define PDSHM_NOSLOT UINT32_MAX
 
@@ -47,7 +47,7 @@ struct pdshm_lane_ctx {
  * shared by every such library of the process.  So the library has no
  * thread-local of any other model, and its TLS segment stays within
  * PDSHM_TLS_BUDGET bytes (tests/test_load checks the built libpdshm.so):
- * today 48 bytes, the hot words of errors.c, seg_list.c, lane.c, varlock.c and
+ * today 48 bytes, the hot words of errors.c, attach_list.c, lane.c, varlock.c and
  * thread.c.  Anything larger lives in the thread's pdshm_thread block. */
 #define PDSHM_TLS_HOT _Thread_local __attribute__((tls_model("initial-exec")))
 #define PDSHM_TLS_BUDGET 64
@@ -154,7 +154,7 @@ static inline struct pdshm_slot *pdshm__slot(const pdshm_seg *seg, uint32_t i) {
 static inline struct pdshm_lock *pdshm__lockent(const pdshm_seg *seg, uint32_t i) {
   return PDSHM_AT(seg->base, seg->hdr->locks_off, struct pdshm_lock) + i;
 }
-/* seg_size.c: the slow path of pdshm__seg_end: arena_end read as `e` is past
+/* attach_size.c: the slow path of pdshm__seg_end: arena_end read as `e` is past
  * what this process has seen the file hold. */
 uint64_t pdshm__seg_end_slow(const pdshm_seg *seg, uint64_t e);
 
@@ -233,7 +233,7 @@ static inline void pdshm__fail_clear(void) { pdshm__errors_state = 0; }
 /* The time on `clock` (CLOCK_MONOTONIC, CLOCK_REALTIME), in nanoseconds. */
 uint64_t pdshm__now_ns(int clock);
 
-/* ---- seg_list.c: this process's attachments -------------------------------- */
+/* ---- attach_list.c: this process's attachments -------------------------------- */
 extern _Atomic uint64_t pdshm__forkgen; /* bumped in every fork child           */
 /* Registers the fork handlers; once per process, before its first segment. */
 void pdshm__seg_list_atfork(void);
@@ -243,19 +243,19 @@ void pdshm__seg_list_remove(pdshm_seg *seg); /* at the start of detach        */
  * list's mutex so that no detach frees it meanwhile; false, calling
  * nothing, when it is detached (or was made before a fork). */
 bool pdshm__seg_list_with(uint64_t id, void (*fn)(pdshm_seg *seg, void *arg), void *arg);
-/* The attachment a pointer is in, looked up: seg_list.h (inline). */
-#include "seg_list.h"
+/* The attachment a pointer is in, looked up: attach_list.h (inline). */
+#include "attach/attach_list.h"
 
-/* ---- seg_state.c ----------------------------------------------------------- */
-/* The checks every entry point makes: seg_state.h (inline). */
-#include "seg_state.h"
+/* ---- attach_state.c ----------------------------------------------------------- */
+/* The checks every entry point makes: attach_state.h (inline). */
+#include "attach/attach_state.h"
 
-/* ---- seg_inherit.c --------------------------------------------------------- */
+/* ---- attach_inherit.c --------------------------------------------------------- */
 /* In a fork child (atfork handler): swaps the inherited descriptor for one of
  * the child's own and maps the range again, or leaves it unmapped. */
 void pdshm__seg_inherit(pdshm_seg *seg);
 
-/* ---- seg.c ----------------------------------------------------------------- */
+/* ---- segment.c ----------------------------------------------------------------- */
 /* A hash of the layout's sizes and offsets, kept in the header (attach
  * refuses a segment whose fingerprint differs). */
 uint64_t pdshm__layout_fingerprint(void);
@@ -271,7 +271,7 @@ int pdshm__shmfs_full(int fd, uint64_t wanted);
  * PDSHM_SIZE_MAX. */
 uint64_t pdshm__shmfs_max_size(void);
 
-/* ---- pin.c ---------------------------------------------------------------- */
+/* ---- tensor_pins.c ---------------------------------------------------------------- */
 /* Detach: drops every pin the attachment holds (when it still may: not in a
  * fork child, not read-only) and frees their private handles. */
 void pdshm__pin_drop_all(pdshm_seg *seg);
@@ -336,7 +336,7 @@ enum pdshm_repair_step {
 };
 /* Registers fn as step `step` of the repair of every lock of `kind` (enum
  * pdshm_lock_kind); by the layer that owns what such a lock guards, once per
- * process, before its first segment (seg.c). */
+ * process, before its first segment (segment.c). */
 void pdshm__lock_on_repair(unsigned kind, unsigned step, pdshm_lock_repair_fn fn);
 /* Takes lock i, counting contention.  When its holder died, runs the repairs
  * registered for its kind first (lock.c, invariant 2); 0 or ENOTRECOVERABLE
@@ -413,12 +413,12 @@ void pdshm__j_abort(pdshm_seg *seg, struct pdshm_lane_ctx *ln);
 /* Repairs every journal that ran under lock i (we hold i; its holder died). */
 int pdshm__journal_repair_lock(pdshm_seg *seg, uint32_t i);
 /* Registers that repair for locks of every kind (pdshm__lock_on_repair);
- * once per process (seg.c). */
+ * once per process (segment.c). */
 void pdshm__journal_init_process(void);
 
 /* ---- lane.c ---------------------------------------------------------------- */
 /* Which lane a thread mutates through: lane.h (its common path inline). */
-#include "lane.h"
+#include "attach/lane.h"
 
 /* ---- proc.c ---------------------------------------------------------------- */
 /* Slot i's OFD lock: 1 when we now hold it, 0 when somebody else does,
@@ -433,7 +433,7 @@ void pdshm__slot_take(pdshm_seg *seg, uint32_t i);
 /* Our slot, its holds released, becomes FREE (detach). */
 void pdshm__slot_give_up(pdshm_seg *seg);
 /* What reaps the dead slots (reap.c registers its reaper, once per process:
- * seg.c). */
+ * segment.c). */
 typedef int (*pdshm_slot_reaper_fn)(pdshm_seg *seg, unsigned *reaped);
 void pdshm__slot_set_reaper(pdshm_slot_reaper_fn fn);
 /* For a layer below the reaper that finds a holder dead: reaps every dead
@@ -457,7 +457,7 @@ int pdshm__reap_release_own(pdshm_seg *seg);
  * reaped. */
 int pdshm__reap_dead(pdshm_seg *seg, unsigned *reaped);
 /* Registers the heap's reclaim and the slots' reaper; once per process
- * (seg.c). */
+ * (segment.c). */
 void pdshm__reap_init_process(void);
 
 /* ---- heap.c ---------------------------------------------------------------- */
@@ -465,7 +465,7 @@ void pdshm__reap_init_process(void);
 void pdshm__heap_init(pdshm_seg *seg);
 /* What an allocation that finds no block calls before its last try, to have
  * blocks given back (reap.c registers one that frees the caches of dead
- * slots, once per process: seg.c). */
+ * slots, once per process: segment.c). */
 typedef void (*pdshm_heap_reclaim_fn)(pdshm_seg *seg);
 void pdshm__heap_set_reclaim(pdshm_heap_reclaim_fn fn);
 /* A USED block of at least `bytes` payload bytes, 16-aligned, of `type`,
@@ -487,11 +487,11 @@ size_t pdshm__alloc_usable(const pdshm_seg *seg, pdshm_off_t payload);
  * segment must be before a block is freed, retired or read through it. */
 bool pdshm__payload_used(const pdshm_seg *seg, pdshm_off_t payload, size_t bytes);
 /* Heap lock held, its previous holder dead: recount the pins from the PIN
- * records (pin_heap.c), then rebuild the bins from the chain.  0, or EBADSEG
+ * records (heap_pins.c), then rebuild the bins from the chain.  0, or EBADSEG
  * when the chain itself is broken. */
 int pdshm__heap_rebuild(pdshm_seg *seg);
 /* Registers the rebuild as the heap lock's repair (pdshm__lock_on_repair);
- * once per process (seg.c). */
+ * once per process (segment.c). */
 void pdshm__heap_init_process(void);
 /* Reaper: drops the pins of slot `slot`'s PIN records, frees the CACHED and
  * USED blocks it owns (owner == slot+1; a pinned TENSOR block among them is
@@ -530,8 +530,8 @@ int pdshm__heap_check_locked(pdshm_seg *seg, FILE *report);
 /* Heap lock held: returns a USED block to the bins at once. */
 void pdshm__heap_release_locked(pdshm_seg *seg, pdshm_off_t payload);
 
-/* ---- pin_heap.c: pin counts and orphans (layout.h, invariant 6) ----------- */
-/* Whether the TENSOR block at payload has pins (no lock: see pin_heap.c, 3). */
+/* ---- heap_pins.c: pin counts and orphans (layout.h, invariant 6) ----------- */
+/* Whether the TENSOR block at payload has pins (no lock: see heap_pins.c, 3). */
 bool pdshm__tensor_pinned(const pdshm_seg *seg, pdshm_off_t payload);
 /* Its pin count and orphan flag (0 / false unless a USED TENSOR block). */
 uint64_t pdshm__tensor_pins(const pdshm_seg *seg, pdshm_off_t payload, bool *orphan);

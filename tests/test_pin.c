@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model_int.h"
+#include "model/model.h"
 #include "testutil.h"
 
 #define FLOATS 4096 /* 16 KiB: a lane-cached size class */
