@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h" /* pdshm__alloc, pdshm__lane_get */
+#include "heap/heap.h" /* pdshm__alloc, pdshm__lane_get */
 
 #define MIB (1ull << 20)
 #define STEP (64 * MIB)

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "internal.h"
+#include "lifecycle/lifecycle.h"
 
 /* A segment name of its own for each test: "t-<tag>-<pid>-<n>". */
 const char *tu_name(const char *tag);

@@ -22,6 +22,7 @@
  *  4. Nothing here touches the segment's contents: the handle answers
  *     PDSHM_EFORKED to every call (its forkgen is the parent's).
  */
+#define PDSHM_LAYER 1 /* attach/ (lib/LAYERS) */
 #include "config.h"
 
 #include <fcntl.h>
@@ -30,7 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "attach/attach.h"
 
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000 /* Linux 4.17; older kernels take it as a hint */

@@ -14,15 +14,16 @@
  *     (attach_state.c), and each one is mapped again or left unmapped
  *     (attach_inherit.c; segment.c, invariant 4).
  */
+#define PDSHM_LAYER 1 /* attach/ (lib/LAYERS) */
 #include "config.h"
 
-#include "internal.h"
+#include "attach/attach.h"
 
 _Atomic uint64_t pdshm__forkgen;
 
 static pthread_mutex_t seg_list_mu = PTHREAD_MUTEX_INITIALIZER;
 static pdshm_seg *seg_list;
-_Atomic uint64_t pdshm__seg_list_gen; /* internal.h */
+_Atomic uint64_t pdshm__seg_list_gen; /* attach.h */
 PDSHM_TLS_HOT struct pdshm_seg_last pdshm__seg_last;
 
 static void seg_atfork_prepare(void) { pthread_mutex_lock(&seg_list_mu); }

@@ -1,6 +1,6 @@
 /*
  * attach_size.c - the slow paths of the segment's size as this process checks
- * it (internal.h: pdshm__seg_end, pdshm__seg_holds): a published size past
+ * it (attach.h: pdshm__seg_end, pdshm__seg_holds): a published size past
  * what this process has seen is believed once the file holds it.
  *
  * Owns the handle's `end` (struct pdshm_seg): the largest arena_end this
@@ -8,11 +8,12 @@
  * the mapping (damage: max_size is immutable) leaves it as it was.  Calls
  * nothing of the library's: every layer's bounds come here.
  */
+#define PDSHM_LAYER 1 /* attach/ (lib/LAYERS) */
 #include "config.h"
 
 #include <sys/stat.h>
 
-#include "internal.h"
+#include "attach/attach.h"
 
 uint64_t pdshm__seg_end_slow(const pdshm_seg *seg, uint64_t e) {
   pdshm_seg *s = (pdshm_seg *)seg; /* `end` is this process's cache, not the segment's */

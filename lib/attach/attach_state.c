@@ -2,16 +2,17 @@
  * attach_state.c - what every entry point asks of an attachment before it
  * touches the segment: is the handle this process's (not inherited across
  * fork()), and may it write (not read-only, not poisoned)?  The checks are
- * inline (attach_state.h: pdshm__seg_ok, pdshm__seg_ok_write), on every entry
+ * inline (attach.h: pdshm__seg_ok, pdshm__seg_ok_write), on every entry
  * point's path; here are the errors when they fail.
  *
  * Owns nothing: it reads the handle (pdshm_seg), pdshm__forkgen
  * (attach_list.c) and the header's poisoned flag (lock.c sets it).  The slow
  * path of a variable pointer's lookup is here too, errors and all.
  */
+#define PDSHM_LAYER 1 /* attach/ (lib/LAYERS) */
 #include "config.h"
 
-#include "internal.h"
+#include "attach/attach.h"
 
 int pdshm__seg_unusable(const pdshm_seg *seg) {
   if (!seg) return pdshm__fail(PDSHM_EINVAL, "NULL segment handle");

@@ -1,11 +1,12 @@
 /*
  * clock.c - the one way the library reads a clock.
  */
+#define PDSHM_LAYER 1 /* base/ (lib/LAYERS) */
 #include "config.h"
 
 #include <time.h>
 
-#include "internal.h"
+#include "base/base.h"
 
 uint64_t pdshm__now_ns(int clock) {
   struct timespec ts;

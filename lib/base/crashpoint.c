@@ -2,6 +2,7 @@
  * crashpoint.c - the counting side of PDSHM_CRASHPOINT (crashpoint.h).  Only
  * the crash tests' copy of the library contains this file.
  */
+#define PDSHM_LAYER 1 /* base/ (lib/LAYERS) */
 #include "config.h"
 
 #include <signal.h>

@@ -1,10 +1,11 @@
 /* errors.c - the names and messages of PDSHM_E* codes, from one X-macro list. */
+#define PDSHM_LAYER 1 /* base/ (lib/LAYERS) */
 #include "config.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "internal.h"
+#include "base/base.h"
 
 PDSHM_API const char *pdshm_strerror(int err) {
   switch (err) {
@@ -35,7 +36,7 @@ enum errors_state {
   ERRORS_DETAIL,    /* pdshm__self->error says why                         */
   ERRORS_NOMEM      /* it failed, and its detail had no memory to go in    */
 };
-PDSHM_TLS_HOT unsigned char pdshm__errors_state; /* internal.h */
+PDSHM_TLS_HOT unsigned char pdshm__errors_state; /* base.h */
 
 PDSHM_API const char *pdshm_last_error(void) {
   if (pdshm__errors_state == ERRORS_DETAIL && pdshm__self) return pdshm__self->error;

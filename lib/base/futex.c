@@ -23,6 +23,7 @@
  *     fence.  Such waiters name a class (a bitset) so that a waker can wake
  *     one writer, or else every reader, rather than everyone.
  */
+#define PDSHM_LAYER 1 /* base/ (lib/LAYERS) */
 #include "config.h"
 
 #include <errno.h>
@@ -32,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base/base.h"
 
 static long futex_call(_Atomic uint32_t *w, int op, uint32_t val, const struct timespec *ts) {
   return syscall(SYS_futex, (uint32_t *)w, op, val, ts, NULL, 0);

@@ -7,6 +7,7 @@
  * /dev/shm is a normal condition: the message always names its size, what is
  * free, and the flag that raises it.
  */
+#define PDSHM_LAYER 1 /* base/ (lib/LAYERS) */
 #include "config.h"
 
 #include <errno.h>
@@ -14,7 +15,7 @@
 #include <stdio.h>
 #include <sys/statvfs.h>
 
-#include "internal.h"
+#include "base/base.h"
 
 #define SHMFS_DIR "/dev/shm"
 #define MIB(b) ((unsigned long long)((b) >> 20))

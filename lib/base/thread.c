@@ -1,6 +1,6 @@
 /*
  * thread.c - each thread's private block (struct pdshm_thread): what is too
- * big for the static TLS block (internal.h, PDSHM_TLS_HOT).
+ * big for the static TLS block (base.h, PDSHM_TLS_HOT).
  *
  * Invariants:
  *  1. pdshm__self is NULL or the calling thread's block, which came from
@@ -12,9 +12,10 @@
  *  3. The library is never unloaded (linked -z nodelete), so the destructor
  *     is still mapped when a thread exits after a dlclose().
  */
+#define PDSHM_LAYER 1 /* base/ (lib/LAYERS) */
 #include "config.h"
 
-#include "internal.h"
+#include "base/base.h"
 
 PDSHM_TLS_HOT struct pdshm_thread *pdshm__self;
 

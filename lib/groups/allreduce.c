@@ -38,6 +38,7 @@
  * of the scheme; a reduce_scatter reads size * n / size and writes n / size,
  * an allgather reads n / size and writes (size - 1) * n / size.
  */
+#define PDSHM_LAYER 6 /* groups/ (lib/LAYERS) */
 #include "config.h"
 
 #include <string.h>

@@ -37,6 +37,7 @@
  *     broken and writes nothing, and later rounds write the new member's
  *     tensor.
  */
+#define PDSHM_LAYER 6 /* groups/ (lib/LAYERS) */
 #include "config.h"
 
 #include <string.h>

@@ -17,6 +17,7 @@
  *  2. A break is the one CAS of `state` that ends the round (group_round.c,
  *     invariant 1); it fails, changing nothing, once the round has ended.
  */
+#define PDSHM_LAYER 6 /* groups/ (lib/LAYERS) */
 #include "config.h"
 
 #include "groups/groups.h"

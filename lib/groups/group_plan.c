@@ -23,6 +23,7 @@
  *  4. The plan's round ends before the seats move: a member woken by the end
  *     reads its seat only under the lock, after settling.
  */
+#define PDSHM_LAYER 6 /* groups/ (lib/LAYERS) */
 #include "config.h"
 
 #include "groups/groups.h"

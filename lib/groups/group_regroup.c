@@ -35,6 +35,7 @@
  *     members wait in a regroup is refused (group.c), so that no new rank
  *     appears in the round they wait to complete.
  */
+#define PDSHM_LAYER 6 /* groups/ (lib/LAYERS) */
 #include "config.h"
 
 #include <time.h>

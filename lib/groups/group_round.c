@@ -21,6 +21,7 @@
  *     the writer sees the break before it writes, or the breaker sees it
  *     writing and waits until it stops (it looks between chunks).
  */
+#define PDSHM_LAYER 6 /* groups/ (lib/LAYERS) */
 #include "config.h"
 
 #include <time.h>

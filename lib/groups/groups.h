@@ -45,8 +45,14 @@
  *
  * Bump the layout version when changing these structs.
  */
-#ifndef PDSHM_GROUP_H
-#define PDSHM_GROUP_H
+#ifndef PDSHM_GROUPS_GROUPS_H
+#define PDSHM_GROUPS_GROUPS_H
+
+/* Layer 6 (lib/LAYERS): a file of a lower layer that includes this fails
+ * to compile; each lib/ file names its layer (PDSHM_LAYER) first. */
+#if defined PDSHM_LAYER && PDSHM_LAYER < 6
+#error "groups/groups.h is layer 6, above the file that includes it (lib/LAYERS)"
+#endif
 
 #include "model/model.h"
 
@@ -205,9 +211,17 @@ void pdshm__group_announce(struct pdshm_group_rec *g, uint32_t r, uint64_t m);
 int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t r, uint64_t m);
 
 /* ---- group.c ---- */
-/* pdshm__group_reap_slot and pdshm__group_leave_all: internal.h.  The
- * reaper's part is idempotent, and answers 0 only once no live member writes
- * a collective the dead member took part in (group.c, invariant 4). */
+/* Detach: leaves every group of the attachment (when it still may) and
+ * frees the handles. */
+void pdshm__group_leave_all(pdshm_seg *seg);
+/* The reaper's part, idempotent: acting as dead slot `slot` through lane
+ * ln, its memberships marked dead, their rounds broken, empty groups freed.
+ * 0 once no live member writes a collective the dead member took part in
+ * into its buffers any more (group.c, invariant 4), so that its pins may go;
+ * PDSHM_ETIMEDOUT when one still does at `deadline` (CLOCK_MONOTONIC ns: a
+ * stopped process), the slot then to be left to the next reaper. */
+int pdshm__group_reap_slot(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *ln,
+                           uint64_t deadline);
 /* The arguments every joining call checks: EINVAL for a NULL seg or out (else
  * *out = NULL), the attachment's writability, the name's check (*len set). */
 int pdshm__group_args(pdshm_seg *seg, const char *name, pdshm_group **out, size_t *len);
@@ -268,4 +282,4 @@ size_t pdshm__reduce_elem(int dtype);
  * one of the sources. */
 void pdshm__reduce(int dtype, int op, void *dst, void *const *src, unsigned nsrc, size_t n);
 
-#endif /* PDSHM_GROUP_H */
+#endif /* PDSHM_GROUPS_GROUPS_H */

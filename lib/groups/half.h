@@ -7,6 +7,12 @@
 #ifndef PDSHM_HALF_H
 #define PDSHM_HALF_H
 
+/* Layer 6 (lib/LAYERS): a file of a lower layer that includes this fails
+ * to compile; each lib/ file names its layer (PDSHM_LAYER) first. */
+#if defined PDSHM_LAYER && PDSHM_LAYER < 6
+#error "groups/half.h is layer 6, above the file that includes it (lib/LAYERS)"
+#endif
+
 #include <stdint.h>
 #include <string.h>
 

@@ -10,6 +10,7 @@
  * zero, so that it does not depend on how many members (or, through
  * libpdshm-mpi, hosts) took part in the sum (DESIGN section 4).
  */
+#define PDSHM_LAYER 6 /* groups/ (lib/LAYERS) */
 #include "config.h"
 
 #include <string.h>

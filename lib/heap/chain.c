@@ -14,9 +14,10 @@
  *     change the block it is given (state, owner, type; or make it the tail
  *     of a merge into an earlier block) but never its end.
  */
+#define PDSHM_LAYER 3 /* heap/ (lib/LAYERS) */
 #include "config.h"
 
-#include "internal.h"
+#include "heap/heap.h"
 
 /* The size of the block whose header word is w at `at`, if it fits, else 0. */
 static uint64_t chain_size(uint64_t end, pdshm_off_t at, uint64_t w) {

@@ -45,6 +45,7 @@
  *    unused) flags a FREE block HOLEY, then punches it: a death between
  *    leaves a HOLEY block with its pages, which H1 allows.
  */
+#define PDSHM_LAYER 3 /* heap/ (lib/LAYERS) */
 #include "config.h"
 
 #include <fcntl.h>
@@ -55,7 +56,7 @@
 #include <linux/falloc.h>
 #endif
 
-#include "internal.h"
+#include "heap/heap.h"
 
 #define SMALL_CLASSES 31u  /* 32..512 by 16                                */
 #define EXACT_BINS 62u     /* bins of sizes 32..1008, one per 16 bytes     */

@@ -5,13 +5,14 @@
  * a report, never a crash or a hang.  A read-only attachment walks without the lock (it cannot
  * take it): the figures are then a best effort on a live segment.
  */
+#define PDSHM_LAYER 3 /* heap/ (lib/LAYERS) */
 #include "config.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "heap/heap.h"
 
 static const struct pdshm_blk *hc_blk(const pdshm_seg *seg, pdshm_off_t off) {
   return PDSHM_AT(seg->base, off, const struct pdshm_blk);

@@ -30,12 +30,13 @@
  *  - orphaning: flag set, block still owned by the slot that was freeing it
  *    (its reaper's sweep orphans it again, or frees it when unpinned).
  */
+#define PDSHM_LAYER 3 /* heap/ (lib/LAYERS) */
 #include "config.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "heap/heap.h"
 
 static struct pdshm_blk *ph_blk(const pdshm_seg *seg, pdshm_off_t at) {
   return PDSHM_AT(seg->base, at, struct pdshm_blk);

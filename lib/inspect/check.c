@@ -13,6 +13,7 @@
  * read-only attachment cannot lock; it walks the live segment and, when it
  * sees problems, looks again a few times, reporting only what persists.
  */
+#define PDSHM_LAYER 8 /* inspect/ (lib/LAYERS) */
 #include "config.h"
 
 #include <sched.h>
@@ -21,7 +22,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "groups/groups.h"
 #include "inspect/inspect.h"
 
 #define CK_RETRIES 5

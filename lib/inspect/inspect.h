@@ -22,15 +22,21 @@
  *     a few times the bytes of the records it describes, so a small multiple
  *     of the mapping's size), never by a count read from the segment.
  */
-#ifndef PDSHM_INTROSPECT_H
-#define PDSHM_INTROSPECT_H
+#ifndef PDSHM_INSPECT_INSPECT_H
+#define PDSHM_INSPECT_INSPECT_H
 
-#include "model/model.h"
+/* Layer 8 (lib/LAYERS): a file of a lower layer that includes this fails
+ * to compile; each lib/ file names its layer (PDSHM_LAYER) first. */
+#if defined PDSHM_LAYER && PDSHM_LAYER < 8
+#error "inspect/inspect.h is layer 8, above the file that includes it (lib/LAYERS)"
+#endif
+
+#include "groups/groups.h"
 
 #define PDSHM_INSPECT_TRIES 8                     /* failed walks nothing changed */
 #define PDSHM_INSPECT_BUSY_NS (5 * 1000000000ull) /* walks torn, one after another */
 
-/* pdshm__chain_walk (internal.h) with retries (inv. 3): 0, EBADSEG (with
+/* pdshm__chain_walk (heap.h) with retries (inv. 3): 0, EBADSEG (with
  * pdshm_last_error() saying where it broke), EAGAIN, or what visit
  * returned (EBADSEG from visit is retried as a broken chain is). */
 int pdshm__walk_blocks(const pdshm_seg *seg, const struct pdshm_walker *w);
@@ -100,4 +106,4 @@ const struct pdshm_scope_rec *pdshm__snap_scope(const struct pdshm_snap *s, uint
 uint64_t pdshm__inspect_var_bytes(const struct pdshm_snap *s, pdshm_off_t v,
                                   const struct pdshm_var_rec *r);
 
-#endif /* PDSHM_INTROSPECT_H */
+#endif /* PDSHM_INSPECT_INSPECT_H */

@@ -9,11 +9,11 @@
  * lost its liveness lock is dead, reaped or not); seats past the size hold
  * candidates, counted, not listed.
  */
+#define PDSHM_LAYER 8 /* inspect/ (lib/LAYERS) */
 #include "config.h"
 
 #include <string.h>
 
-#include "groups/groups.h"
 #include "inspect/inspect.h"
 
 static void gi_member(pdshm_seg *seg, const struct pdshm_group_rank *rk,

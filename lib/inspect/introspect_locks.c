@@ -8,6 +8,7 @@
  * lock is touched; -1 where the C library does not let a reader tell); the
  * holder's pid is the best-effort field the holder sets.
  */
+#define PDSHM_LAYER 8 /* inspect/ (lib/LAYERS) */
 #include "config.h"
 
 #include <string.h>

@@ -9,6 +9,7 @@
  * HANDLE records whose reference was counted (records.h) and the PIN records
  * that target a buffer (layout.h, invariant 6).
  */
+#define PDSHM_LAYER 8 /* inspect/ (lib/LAYERS) */
 #include "config.h"
 
 #include <string.h>

@@ -9,6 +9,7 @@
  * root exactly once (a parent cycle or an orphan is EBADSEG after retries):
  * the walk visits each record at most once, so it ends.
  */
+#define PDSHM_LAYER 8 /* inspect/ (lib/LAYERS) */
 #include "config.h"
 
 #include <stdlib.h>

@@ -2,6 +2,7 @@
  * introspect_seg.c - pdshm_inspect_seg (the header) and pdshm_inspect_alloc
  * (the allocator, from the heap's own statistics walk, heap_check.c).
  */
+#define PDSHM_LAYER 8 /* inspect/ (lib/LAYERS) */
 #include "config.h"
 
 #include <string.h>

@@ -3,6 +3,7 @@
  * view reads through: an offset is followed only when the snapshot has a
  * live block of the expected type and size there (inspect.h, inv. 1).
  */
+#define PDSHM_LAYER 8 /* inspect/ (lib/LAYERS) */
 #include "config.h"
 
 #include <string.h>

@@ -8,6 +8,7 @@
  * and never follows a half-updated index.  Names, labels and operator lists
  * are copied out (bounded by their blocks) before fn sees them.
  */
+#define PDSHM_LAYER 8 /* inspect/ (lib/LAYERS) */
 #include "config.h"
 
 #include <stdlib.h>

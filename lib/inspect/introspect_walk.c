@@ -2,6 +2,7 @@
  * introspect_walk.c - the retried walk of the block chain and the checks
  * every introspection call starts with (inspect.h).
  */
+#define PDSHM_LAYER 8 /* inspect/ (lib/LAYERS) */
 #include "config.h"
 
 #include <sched.h>

@@ -6,11 +6,12 @@
  * lane cache counts as free.  A read-only attachment cannot take the lock: it
  * walks the live chain, again when a walk is torn.
  */
+#define PDSHM_LAYER 8 /* inspect/ (lib/LAYERS) */
 #include "config.h"
 
 #include <string.h>
 
-#include "model/model.h"
+#include "inspect/inspect.h"
 
 static void stats_procs(pdshm_seg *seg, pdshm_stats *st) {
   for (uint32_t i = 0; i < seg->hdr->max_procs; i++) {

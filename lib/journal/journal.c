@@ -43,11 +43,12 @@
  *  - after oldb is recorded, before its owner mark: rollback keeps it anyway;
  *  - anywhere in ARMED: rolled back; anywhere in COMMIT: redone.
  */
+#define PDSHM_LAYER 4 /* journal/ (lib/LAYERS) */
 #include "config.h"
 
 #include <assert.h>
 
-#include "internal.h"
+#include "journal/journal.h"
 
 static struct pdshm_journal *jrn(struct pdshm_lane_ctx *ln) { return &ln->rec->j; }
 

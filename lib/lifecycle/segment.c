@@ -29,6 +29,7 @@
  *     inherited handle answers PDSHM_EFORKED and touches nothing, and
  *     pdshm_detach of one only unmaps its range and frees it.
  */
+#define PDSHM_LAYER 8 /* lifecycle/ (lib/LAYERS) */
 #include "config.h"
 
 #include <fcntl.h>
@@ -39,7 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "groups/groups.h"
+#include "lifecycle/lifecycle.h"
 
 #define SEG_PREFIX "/pdshm."
 #define SEG_ARENA_MIN (256u << 10) /* smallest arena a segment may have      */

@@ -33,6 +33,7 @@
  *     could take back an entry a new object had claimed since.  A reaper
  *     returns the slot+1 entries of a dead slot after settling its journals.
  */
+#define PDSHM_LAYER 2 /* locks/ (lib/LAYERS) */
 #include "config.h"
 
 #include <assert.h>
@@ -41,7 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "locks/locks.h"
 
 #ifndef PDSHM_DEBUG /* only debug builds check the order (lockorder.c) */
 #define pdshm__lockorder_check(seg, i) ((void)(seg), (void)(i))

@@ -22,11 +22,12 @@
  *     segment made before ranks were written): taking it is not checked,
  *     and holding it never conflicts.
  */
+#define PDSHM_LAYER 2 /* locks/ (lib/LAYERS) */
 #include "config.h"
 
 #include <stdio.h>
 
-#include "internal.h"
+#include "locks/locks.h"
 
 uint32_t pdshm__lock_rank(unsigned kind, uint32_t depth) {
   switch (kind) {

@@ -1,13 +1,21 @@
 /*
- * model.h - what the seed model's modules (names, table, scope, var,
- * tensor, varlock) say to each other and to the reaper above them (reap.c).
+ * model/model.h - layer 6, the model: what its modules (names, table,
+ * scope, var, tensor, varlock, pins) say to each other and to the layers
+ * above them (groups, the reaper, the lifecycle, the read-only users).
+ * Its records in the segment: records.h.
  */
-#ifndef PDSHM_MODEL_INT_H
-#define PDSHM_MODEL_INT_H
+#ifndef PDSHM_MODEL_MODEL_H
+#define PDSHM_MODEL_MODEL_H
+
+/* Layer 6 (lib/LAYERS): a file of a lower layer that includes this fails
+ * to compile; each lib/ file names its layer (PDSHM_LAYER) first. */
+#if defined PDSHM_LAYER && PDSHM_LAYER < 6
+#error "model/model.h is layer 6, above the file that includes it (lib/LAYERS)"
+#endif
 
 #include <string.h>
 
-#include "internal.h"
+#include "procs/procs.h"
 #include "model/records.h"
 
 /* A scope handle: one HANDLE record in the segment, one reference. */
@@ -163,7 +171,7 @@ static inline pdshm_seg *pdshm__var_attached(const pdshm_var *v, int *rc) {
 }
 
 /* The same, writable: also EROFS, ENOTRECOVERABLE.  Both check inline and
- * leave the errors to pdshm__seg_of_checked (attach_state.h), which checks
+ * leave the errors to pdshm__seg_of_checked (attach.h), which checks
  * again, each way to fail with its own. */
 static inline pdshm_seg *pdshm__var_seg(const pdshm_var *v, int *rc) {
   pdshm_seg *seg = v ? pdshm__seg_of(v) : NULL;
@@ -218,4 +226,12 @@ int pdshm__varlock_check(pdshm_seg *seg, const pdshm_off_t *vars, size_t n, FILE
  * holder's slot, -1 when none: for the inspector, read without a lock. */
 uint64_t pdshm__varlock_readers(const struct pdshm_var_rec *r, int *owner_slot);
 
-#endif /* PDSHM_MODEL_INT_H */
+/* ---- tensor_pins.c ---- */
+/* Detach: drops every pin the attachment holds (when it still may: not in a
+ * fork child, not read-only) and frees their private handles. */
+void pdshm__pin_drop_all(pdshm_seg *seg);
+/* pdshm_tensor_unpin keeping the error detail of an earlier failure of the
+ * same call (a collective unpins last, whatever its result). */
+int pdshm__tensor_unpin(pdshm_pin *p);
+
+#endif /* PDSHM_MODEL_MODEL_H */

@@ -4,6 +4,7 @@
  * A NAME block holds struct pdshm_name: the length, then the bytes and a NUL.
  * Names are never truncated: a name too long for its limit is an error.
  */
+#define PDSHM_LAYER 6 /* model/ (lib/LAYERS) */
 #include "config.h"
 
 #include <stdio.h>

@@ -29,8 +29,14 @@
  * group registry's lock after any scope's (group.c); any lock before the
  * heap lock (a pin takes its variable's scope lock, then the heap lock).
  */
-#ifndef PDSHM_MODEL_H
-#define PDSHM_MODEL_H
+#ifndef PDSHM_MODEL_RECORDS_H
+#define PDSHM_MODEL_RECORDS_H
+
+/* Layer 6 (lib/LAYERS): a file of a lower layer that includes this fails
+ * to compile; each lib/ file names its layer (PDSHM_LAYER) first. */
+#if defined PDSHM_LAYER && PDSHM_LAYER < 6
+#error "model/records.h is layer 6, above the file that includes it (lib/LAYERS)"
+#endif
 
 #include "base/layout.h"
 
@@ -158,4 +164,4 @@ struct pdshm_oplist {
   char names[];
 };
 
-#endif /* PDSHM_MODEL_H */
+#endif /* PDSHM_MODEL_RECORDS_H */

@@ -18,6 +18,7 @@
  * Locks are taken parent first: open by path walks hand over hand; nothing
  * here holds two scope locks except that walk and the kid-to-handle step.
  */
+#define PDSHM_LAYER 6 /* model/ (lib/LAYERS) */
 #include "config.h"
 
 #include <string.h>

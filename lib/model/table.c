@@ -23,6 +23,7 @@
  *     still odd there was damaged, and the reader, holding the lock, makes
  *     it even as a repair would.
  */
+#define PDSHM_LAYER 6 /* model/ (lib/LAYERS) */
 #include "config.h"
 
 #include <sched.h>

@@ -20,6 +20,7 @@
  *     pins out); otherwise the old one is freed at the commit, which orphans
  *     it instead when it is pinned (tensor_pins.c).
  */
+#define PDSHM_LAYER 6 /* model/ (lib/LAYERS) */
 #include "config.h"
 
 #include <string.h>

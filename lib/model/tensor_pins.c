@@ -22,6 +22,7 @@
  *     pdshm_pin_inherit gives the child a pin of its own on the same buffer,
  *     only while the parent's record still holds that buffer.
  */
+#define PDSHM_LAYER 6 /* model/ (lib/LAYERS) */
 #include "config.h"
 
 #include <string.h>

@@ -14,6 +14,7 @@
  *  3. v->gen is unique among every variable the segment ever had, so a
  *     pdshm_varref naming an erased variable never finds its successor.
  */
+#define PDSHM_LAYER 6 /* model/ (lib/LAYERS) */
 #include "config.h"
 
 #include <string.h>

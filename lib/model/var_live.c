@@ -26,6 +26,7 @@
  *     a variable, though not the one the caller looked up (its generation,
  *     pdshm_var_ref, tells them apart).
  */
+#define PDSHM_LAYER 6 /* model/ (lib/LAYERS) */
 #include "config.h"
 
 #include "model/model.h"

@@ -86,6 +86,7 @@
  *     finds only a hold on the variable there now; unlock lets go of that
  *     one, else of a hold on an erased variable that was there.
  */
+#define PDSHM_LAYER 6 /* model/ (lib/LAYERS) */
 #include "config.h"
 
 #include <string.h>

@@ -6,6 +6,12 @@
 #ifndef PDSHM_VARLOCK_H
 #define PDSHM_VARLOCK_H
 
+/* Layer 6 (lib/LAYERS): a file of a lower layer that includes this fails
+ * to compile; each lib/ file names its layer (PDSHM_LAYER) first. */
+#if defined PDSHM_LAYER && PDSHM_LAYER < 6
+#error "model/varlock.h is layer 6, above the file that includes it (lib/LAYERS)"
+#endif
+
 #define VL_OWNER 0x1fffull
 #define VL_FROZEN (1ull << 13)
 #define VL_READER (1ull << 14)

@@ -20,6 +20,7 @@
  *     stays counted until its reaper recounts).
  * A FROZEN word is a recount under way: only its tag is checked.
  */
+#define PDSHM_LAYER 6 /* model/ (lib/LAYERS) */
 #include "config.h"
 
 #include <sched.h>

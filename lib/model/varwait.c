@@ -11,6 +11,7 @@
  * A read-only attachment cannot raise the count (its mapping is read-only),
  * so it is never woken: it looks again every RDONLY_SLICE_NS.
  */
+#define PDSHM_LAYER 6 /* model/ (lib/LAYERS) */
 #include "config.h"
 
 #include <time.h>

@@ -16,6 +16,7 @@
  *  3. daemon_beat_ns is written only by the holder: CLOCK_REALTIME at claim
  *     and at each pdshm_daemon_beat, 0 at release.
  */
+#define PDSHM_LAYER 5 /* procs/ (lib/LAYERS) */
 #include "config.h"
 
 #include <fcntl.h>
@@ -23,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "procs/procs.h"
 
 #define DAEMON_PID_WAIT_MS 100 /* a new holder stores its pid right after locking */
 

@@ -22,6 +22,7 @@
  *   LIVE --death--> (LIVE, unlocked) --reaper--> REAPING --> FREE
  *   REAPING --reaper's death--> (REAPING, unlocked) --next reaper--> ...
  */
+#define PDSHM_LAYER 5 /* procs/ (lib/LAYERS) */
 #include "config.h"
 
 #include <fcntl.h>
@@ -30,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "procs/procs.h"
 
 static off_t proc_byte(uint32_t i) { return (off_t)(PDSHM_OFD_SLOT_BASE + i); }
 

@@ -35,12 +35,13 @@
  *     a dead one before it is taken, so that a new owner never starts from
  *     what it cannot account for.
  */
+#define PDSHM_LAYER 7 /* reaper/ (lib/LAYERS) */
 #include "config.h"
 
 #include <time.h>
 #include <unistd.h>
 
-#include "model/model.h"
+#include "reaper/reaper.h"
 
 /* How long a pass of the reaper lets live members go on writing into a dead
  * slot's buffers (they stop within a chunk of the break) before it leaves

@@ -39,7 +39,7 @@
 #include <string.h>
 
 #include "fuzz_image.h"
-#include "internal.h"
+#include "lifecycle/lifecycle.h"
 #include "model/model.h"
 
 #define RW_OPS_MAX 64u    /* operations of one input's script          */
