@@ -3,8 +3,9 @@
  * the segment's size as every bound reads it (attach_size.c), the list a
  * fork child walks (attach_list.c, attach_inherit.c), the checks every
  * entry point makes (attach_state.c), and the lane a thread mutates
- * through (lane.c).  The common paths are inline here: the thread's last
- * attachment, the checks, the lane it used last; no call.
+ * through (lane.c).  The common paths are inline (attach_list.h,
+ * attach_state.h, lane.h, which only this header includes): the thread's
+ * last attachment, the checks, the lane it used last; no call.
  */
 #ifndef PDSHM_ATTACH_ATTACH_H
 #define PDSHM_ATTACH_ATTACH_H
@@ -112,65 +113,11 @@ void pdshm__seg_list_remove(pdshm_seg *seg); /* at the start of detach        */
  * nothing, when it is detached (or was made before a fork). */
 bool pdshm__seg_list_with(uint64_t id, void (*fn)(pdshm_seg *seg, void *arg), void *arg);
 /* The attachment a pointer is in, looked up: attach_list.h (inline). */
-/* The attachment a pointer is in: from the thread's last answer when it
- * still holds, no lock, no call. */
-/* Bumped whenever an attachment comes or goes, and in a fork child (after
- * pdshm__forkgen), so that the thread's last answer of pdshm__seg_of can
- * tell it may be stale. */
-extern _Atomic uint64_t pdshm__seg_list_gen;
-/* This thread's last answer of pdshm__seg_find: valid while the list's
- * generation is still gen (then seg is on the list, so not detached). */
-struct pdshm_seg_last {
-  pdshm_seg *seg;
-  uint64_t gen;
-};
-extern PDSHM_TLS_HOT struct pdshm_seg_last pdshm__seg_last;
-/* The attachment whose address range holds p, looked up in the list under
- * its mutex (and remembered in pdshm__seg_last), or NULL. */
-pdshm_seg *pdshm__seg_find(const void *p);
-/* The attachment whose address range holds p (a variable pointer), or NULL;
- * p is compared, never read.  The thread's last answer is tried first, its
- * generation before its handle is read: no lock, no call on the common path. */
-static inline pdshm_seg *pdshm__seg_of(const void *p) {
-  const uint8_t *b = p;
-  const struct pdshm_seg_last *last = &pdshm__seg_last;
-  if (__builtin_expect(
-          last->seg &&
-              last->gen == atomic_load_explicit(&pdshm__seg_list_gen, memory_order_acquire) &&
-              b >= last->seg->base && b < last->seg->base + last->seg->size,
-          1))
-    return last->seg;
-  return pdshm__seg_find(p);
-}
+#include "attach/attach_list.h"
 
 /* ---- attach_state.c: the checks every entry point makes ------------------ */
-/* Inline when the answer is yes. */
-/* The handle is this process's: not NULL, not inherited across fork(). */
-static inline bool pdshm__seg_ok(const pdshm_seg *seg) {
-  return seg && seg->forkgen == atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
-}
-/* ... and may mutate the segment: not read-only, not poisoned (the header
- * is read only once the handle is known to be mapped here). */
-static inline bool pdshm__seg_ok_write(const pdshm_seg *seg) {
-  return pdshm__seg_ok(seg) && !(seg->flags & PDSHM_RDONLY) &&
-         !atomic_load_explicit(&seg->hdr->poisoned, memory_order_acquire);
-}
-/* Why pdshm__seg_ok, or pdshm__seg_ok_write, is false: the error, set. */
-int pdshm__seg_unusable(const pdshm_seg *seg);
-int pdshm__seg_unwritable(const pdshm_seg *seg);
-/* 0, or PDSHM_EFORKED in a child of the process that attached, or EINVAL. */
-static inline int pdshm__seg_usable(const pdshm_seg *seg) {
-  return __builtin_expect(pdshm__seg_ok(seg), 1) ? 0 : pdshm__seg_unusable(seg);
-}
-/* 0, or EROFS / EFORKED / ENOTRECOVERABLE: may this handle mutate the segment? */
-static inline int pdshm__seg_writable(const pdshm_seg *seg) {
-  return __builtin_expect(pdshm__seg_ok_write(seg), 1) ? 0 : pdshm__seg_unwritable(seg);
-}
-/* The attachment holding variable pointer p, checked as pdshm__seg_ok_write
- * (writable) or pdshm__seg_ok asks, with the error of each way to fail:
- * NULL p, in no attachment, the check's.  NULL with *rc set, else *rc = 0.
- * The slow path of pdshm__var_seg and pdshm__var_attached (model.h). */
-pdshm_seg *pdshm__seg_of_checked(const void *p, int *rc, bool writable);
+/* Inline when the answer is yes: attach_state.h. */
+#include "attach/attach_state.h"
 
 /* ---- attach_inherit.c ---------------------------------------------------- */
 /* In a fork child (atfork handler): swaps the inherited descriptor for one of
@@ -178,33 +125,7 @@ pdshm_seg *pdshm__seg_of_checked(const void *p, int *rc, bool writable);
 void pdshm__seg_inherit(pdshm_seg *seg);
 
 /* ---- lane.c: the lane a thread mutates through --------------------------- */
-/* A thread takes the lane it used last with one compare-and-swap, no
- * call; lane.c looks further when that lane is busy or the thread has
- * none yet. */
-/* The lane this thread used last, ~0u before its first (lane.c). */
-extern PDSHM_TLS_HOT unsigned pdshm__lane_hint;
-
-/* Takes ln if no thread of ours uses it. */
-static inline bool pdshm__lane_try(struct pdshm_lane_ctx *ln) {
-  int idle = 0;
-  return atomic_load_explicit(&ln->busy, memory_order_relaxed) == 0 &&
-         atomic_compare_exchange_strong_explicit(&ln->busy, &idle, 1, memory_order_acquire,
-                                                 memory_order_relaxed);
-}
-
-/* The rest of pdshm__lane_get: the other lanes, spinning, then yielding. */
-struct pdshm_lane_ctx *pdshm__lane_get_slow(pdshm_seg *seg);
-
-/* A lane of seg for this thread, held until pdshm__lane_put. */
-static inline struct pdshm_lane_ctx *pdshm__lane_get(pdshm_seg *seg) {
-  unsigned h = pdshm__lane_hint;
-  if (__builtin_expect(h < PDSHM_LANES, 1) && pdshm__lane_try(&seg->lanes[h]))
-    return &seg->lanes[h];
-  return pdshm__lane_get_slow(seg);
-}
-
-static inline void pdshm__lane_put(struct pdshm_lane_ctx *ln) {
-  atomic_store_explicit(&ln->busy, 0, memory_order_release);
-}
+/* Its common path inline: lane.h. */
+#include "attach/lane.h"
 
 #endif /* PDSHM_ATTACH_ATTACH_H */

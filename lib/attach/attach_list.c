@@ -23,7 +23,7 @@ _Atomic uint64_t pdshm__forkgen;
 
 static pthread_mutex_t seg_list_mu = PTHREAD_MUTEX_INITIALIZER;
 static pdshm_seg *seg_list;
-_Atomic uint64_t pdshm__seg_list_gen; /* attach.h */
+_Atomic uint64_t pdshm__seg_list_gen; /* attach_list.h */
 PDSHM_TLS_HOT struct pdshm_seg_last pdshm__seg_last;
 
 static void seg_atfork_prepare(void) { pthread_mutex_lock(&seg_list_mu); }

@@ -2,7 +2,7 @@
  * attach_state.c - what every entry point asks of an attachment before it
  * touches the segment: is the handle this process's (not inherited across
  * fork()), and may it write (not read-only, not poisoned)?  The checks are
- * inline (attach.h: pdshm__seg_ok, pdshm__seg_ok_write), on every entry
+ * inline (attach_state.h: pdshm__seg_ok, pdshm__seg_ok_write), on every entry
  * point's path; here are the errors when they fail.
  *
  * Owns nothing: it reads the handle (pdshm_seg), pdshm__forkgen

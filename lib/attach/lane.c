@@ -3,9 +3,9 @@
  *
  * A slot has PDSHM_LANES lanes so that threads of one process build and
  * journal in parallel; a thread takes a lane by a compare-and-swap of its
- * process-local busy flag (attach.h) and holds it for one whole operation.  A thread keeps returning to the lane it last used
+ * process-local busy flag (lane.h) and holds it for one whole operation.  A thread keeps returning to the lane it last used
  * (its cache stays warm) and moves on when that lane is busy.  The try of
- * that lane is inline (attach.h); here is the rest.
+ * that lane is inline (lane.h); here is the rest.
  */
 #define PDSHM_LAYER 1 /* attach/ (lib/LAYERS) */
 #include "config.h"
@@ -15,7 +15,7 @@
 #include "attach/attach.h"
 
 static _Atomic unsigned lane_next;        /* spreads new threads over lanes */
-PDSHM_TLS_HOT unsigned pdshm__lane_hint = ~0u; /* attach.h */
+PDSHM_TLS_HOT unsigned pdshm__lane_hint = ~0u; /* lane.h */
 
 /* Lanes are held for one operation (microseconds), so a thread that finds
  * them all busy spins, then yields. */
