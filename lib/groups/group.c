@@ -63,16 +63,10 @@ static bool group_rank_held(uint64_t m) { return m && !(m & PDSHM_GM_DEAD); }
 
 /* A record that is what it claims, or NULL (hostile bytes). */
 static struct pdshm_group_rec *group_at(pdshm_seg *seg, pdshm_off_t off) {
-  const struct pdshm_hdr *h = seg->hdr;
-  uint64_t end = pdshm__seg_end(seg);
-  if (off < h->arena_off + PDSHM_BLK_HDR || off % PDSHM_ALIGN ||
-      off + sizeof(struct pdshm_group_rec) > end)
-    return NULL;
-  struct pdshm_blk *b = pdshm__blk(seg, off);
-  if (pdshm__blk_type(b) != PDSHM_T_GROUP) return NULL;
+  if (!pdshm__block_live(seg, off, PDSHM_T_GROUP, sizeof(struct pdshm_group_rec))) return NULL;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, off);
   if (g->magic != PDSHM_GROUP_MAGIC || g->size == 0 || g->cap > PDSHM_GROUP_MAX ||
-      g->size > g->cap || off + pdshm__group_bytes(g->cap) > end ||
+      g->size > g->cap || pdshm__group_bytes(g->cap) > pdshm__alloc_usable(seg, off) ||
       !pdshm__plan_sane(g, atomic_load(&g->plan)))
     return NULL;
   pdshm__group_settle(g); /* every caller holds the lock */

@@ -614,13 +614,6 @@ void pdshm__heap_init(pdshm_seg *seg) {
   }
 }
 
-bool pdshm__payload_used(const pdshm_seg *seg, pdshm_off_t payload, size_t bytes) {
-  if (payload % PDSHM_ALIGN || payload < seg->hdr->arena_off + PDSHM_BLK_HDR ||
-      !pdshm__seg_holds(seg, payload, bytes))
-    return false;
-  return pdshm__blk_state(word(heap_blk(seg, payload - PDSHM_BLK_HDR))) == PDSHM_BLK_USED;
-}
-
 size_t pdshm__alloc_usable(const pdshm_seg *seg, pdshm_off_t payload) {
   return pdshm__blk_size(word(heap_blk(seg, payload - PDSHM_BLK_HDR))) - PDSHM_BLK_HDR;
 }
@@ -689,7 +682,7 @@ int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsign
 }
 
 void pdshm__heap_release_locked(pdshm_seg *seg, pdshm_off_t payload) {
-  if (pdshm__payload_used(seg, payload, 0)) heap_release(seg, payload - PDSHM_BLK_HDR);
+  if (pdshm__block_live(seg, payload, PDSHM_T_ANY, 0)) heap_release(seg, payload - PDSHM_BLK_HDR);
 }
 
 /* A pinned buffer is orphaned, not freed (layout.h, invariant 6); its pins
@@ -703,7 +696,7 @@ static void free_pinned(pdshm_seg *seg, pdshm_off_t payload) {
 
 void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload) {
   /* Freed already (never twice), or, read from a damaged record, no block. */
-  if (!pdshm__payload_used(seg, payload, 0)) return;
+  if (!pdshm__block_live(seg, payload, PDSHM_T_ANY, 0)) return;
   pdshm_off_t off = payload - PDSHM_BLK_HDR;
   uint64_t size = pdshm__blk_size(word(heap_blk(seg, off)));
   if (pdshm__blk_type(heap_blk(seg, off)) == PDSHM_T_TENSOR && pdshm__tensor_pinned(seg, payload)) {

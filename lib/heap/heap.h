@@ -19,6 +19,31 @@ static inline struct pdshm_blk *pdshm__blk(const pdshm_seg *seg, pdshm_off_t pay
   return PDSHM_AT(seg->base, payload - PDSHM_BLK_HDR, struct pdshm_blk);
 }
 
+/* Any type, for pdshm__block_live. */
+#define PDSHM_T_ANY 0xffffu
+
+/* The one test of an offset read from the segment that should name a live
+ * block (hostile bytes: a record's field, a journal's entry, a handle the
+ * caller passed): true when payload is aligned, inside the arena, and the
+ * payload of a USED block of `type` (PDSHM_T_ANY: of any type) that has at
+ * least `bytes` of payload and lies, whole as its header word says, inside
+ * the file (pdshm__seg_holds: the one bound).  Whose it is (its owner) is
+ * the caller's question.  What an offset must be before a block is freed,
+ * retired or read through it.  It reads the header word once (acquire),
+ * also on the optimistic side of a seqlock (a table's lookup), whose reader
+ * throws the answer away when the sequence moved. */
+PDSHM_SEQLOCK_READ static inline bool pdshm__block_live(const pdshm_seg *seg, pdshm_off_t payload,
+                                                        unsigned type, size_t bytes) {
+  if (payload % PDSHM_ALIGN || payload < seg->hdr->arena_off + PDSHM_BLK_HDR ||
+      !pdshm__seg_holds(seg, payload - PDSHM_BLK_HDR, PDSHM_BLK_HDR + bytes))
+    return false;
+  const struct pdshm_blk *b = pdshm__blk(seg, payload);
+  uint64_t w = atomic_load_explicit(&b->word, memory_order_acquire), size = pdshm__blk_size(w);
+  return pdshm__blk_state(w) == PDSHM_BLK_USED && size >= PDSHM_BLK_HDR + bytes &&
+         (type == PDSHM_T_ANY || pdshm__blk_type(b) == type) &&
+         pdshm__seg_holds(seg, payload - PDSHM_BLK_HDR, size);
+}
+
 /* ---- chain.c: the one walk of the block chain ------------------------------ */
 /* Called for each block of the arena, in chain order (chain.c); a nonzero
  * return stops the walk and is returned by it.  b is the block at `at` and
@@ -58,10 +83,6 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
 void pdshm__cache_flush(pdshm_seg *seg, struct pdshm_lane_ctx *ln);
 /* Usable payload bytes of a USED block. */
 size_t pdshm__alloc_usable(const pdshm_seg *seg, pdshm_off_t payload);
-/* True when payload is that of a USED block inside the arena with at least
- * `bytes` of payload (owned by anyone): what an offset read from the
- * segment must be before a block is freed, retired or read through it. */
-bool pdshm__payload_used(const pdshm_seg *seg, pdshm_off_t payload, size_t bytes);
 /* Heap lock held, its previous holder dead: recount the pins from the PIN
  * records (heap_pins.c), then rebuild the bins from the chain.  0, or EBADSEG
  * when the chain itself is broken. */

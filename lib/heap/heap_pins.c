@@ -46,35 +46,19 @@ static uint64_t ph_word(const struct pdshm_blk *b) {
   return atomic_load_explicit(&b->word, memory_order_acquire);
 }
 
-/* The tensor header of the TENSOR block at `at` (a block offset), or NULL
- * when it is not a USED TENSOR block large enough to carry one. */
-static struct pdshm_tensor_buf *ph_tbuf(const pdshm_seg *seg, pdshm_off_t at) {
-  const struct pdshm_blk *b = ph_blk(seg, at);
-  uint64_t w = ph_word(b);
-  if (pdshm__blk_state(w) != PDSHM_BLK_USED || pdshm__blk_type(b) != PDSHM_T_TENSOR ||
-      pdshm__blk_size(w) < PDSHM_BLK_HDR + sizeof(struct pdshm_tensor_buf))
+/* The tensor header of the TENSOR block whose payload is at `payload`, or
+ * NULL when that is not a live TENSOR block large enough to carry one. */
+static struct pdshm_tensor_buf *ph_tbuf(const pdshm_seg *seg, pdshm_off_t payload) {
+  if (!pdshm__block_live(seg, payload, PDSHM_T_TENSOR, sizeof(struct pdshm_tensor_buf)))
     return NULL;
-  return PDSHM_AT(seg->base, at + PDSHM_BLK_HDR, struct pdshm_tensor_buf);
+  return PDSHM_AT(seg->base, payload, struct pdshm_tensor_buf);
 }
 
-/* The tensor header a PIN target names, or NULL when the target is not the
- * payload of a USED TENSOR block inside the arena. */
-static struct pdshm_tensor_buf *ph_target(const pdshm_seg *seg, pdshm_off_t target) {
-  const struct pdshm_hdr *h = seg->hdr;
-  if (target % PDSHM_ALIGN || target < h->arena_off + PDSHM_BLK_HDR ||
-      target > pdshm__seg_end(seg) - PDSHM_BLK_MIN + PDSHM_BLK_HDR)
-    return NULL;
-  return ph_tbuf(seg, target - PDSHM_BLK_HDR);
-}
-
-/* The PIN record of the USED PIN block at `at`, or NULL. */
-static struct pdshm_pin_rec *ph_pin(const pdshm_seg *seg, pdshm_off_t at) {
-  const struct pdshm_blk *b = ph_blk(seg, at);
-  uint64_t w = ph_word(b);
-  if (pdshm__blk_state(w) != PDSHM_BLK_USED || pdshm__blk_type(b) != PDSHM_T_PIN ||
-      pdshm__blk_size(w) < PDSHM_BLK_HDR + sizeof(struct pdshm_pin_rec))
-    return NULL;
-  return PDSHM_AT(seg->base, at + PDSHM_BLK_HDR, struct pdshm_pin_rec);
+/* The PIN record whose payload is at `payload`, or NULL when that is not a
+ * live PIN block. */
+static struct pdshm_pin_rec *ph_pin(const pdshm_seg *seg, pdshm_off_t payload) {
+  if (!pdshm__block_live(seg, payload, PDSHM_T_PIN, sizeof(struct pdshm_pin_rec))) return NULL;
+  return PDSHM_AT(seg->base, payload, struct pdshm_pin_rec);
 }
 
 /* Marks a USED block FREE in place, for a relink that follows to bin. */
@@ -102,18 +86,18 @@ static int ph_walk(pdshm_seg *seg, uint16_t tag,
 /* ---- the API ---------------------------------------------------------------- */
 
 bool pdshm__tensor_pinned(const pdshm_seg *seg, pdshm_off_t payload) {
-  const struct pdshm_tensor_buf *t = ph_tbuf(seg, payload - PDSHM_BLK_HDR);
+  const struct pdshm_tensor_buf *t = ph_tbuf(seg, payload);
   return t && atomic_load_explicit(&t->pins, memory_order_acquire) != 0;
 }
 
 uint64_t pdshm__tensor_pins(const pdshm_seg *seg, pdshm_off_t payload, bool *orphan) {
-  const struct pdshm_tensor_buf *t = ph_tbuf(seg, payload - PDSHM_BLK_HDR);
+  const struct pdshm_tensor_buf *t = ph_tbuf(seg, payload);
   if (orphan) *orphan = t && t->orphan;
   return t ? atomic_load_explicit(&t->pins, memory_order_acquire) : 0;
 }
 
 void pdshm__pin_orphan_locked(pdshm_seg *seg, pdshm_off_t payload) {
-  struct pdshm_tensor_buf *t = ph_tbuf(seg, payload - PDSHM_BLK_HDR);
+  struct pdshm_tensor_buf *t = ph_tbuf(seg, payload);
   if (!t) return;
   t->orphan = 1;
   PDSHM_CRASHPOINT("pin.orphan.flagged");
@@ -122,8 +106,8 @@ void pdshm__pin_orphan_locked(pdshm_seg *seg, pdshm_off_t payload) {
 }
 
 int pdshm__pin_take_locked(pdshm_seg *seg, pdshm_off_t rec, pdshm_off_t target) {
-  struct pdshm_tensor_buf *t = ph_target(seg, target);
-  struct pdshm_pin_rec *p = ph_pin(seg, rec - PDSHM_BLK_HDR);
+  struct pdshm_tensor_buf *t = ph_tbuf(seg, target);
+  struct pdshm_pin_rec *p = ph_pin(seg, rec);
   if (!t || !p || p->target)
     return pdshm__fail(PDSHM_EBADSEG, "pin of %#llx: not a live buffer, or a bad record",
                        (unsigned long long)target);
@@ -135,10 +119,10 @@ int pdshm__pin_take_locked(pdshm_seg *seg, pdshm_off_t rec, pdshm_off_t target) 
 }
 
 pdshm_off_t pdshm__pin_drop_locked(pdshm_seg *seg, pdshm_off_t rec) {
-  struct pdshm_pin_rec *p = ph_pin(seg, rec - PDSHM_BLK_HDR);
+  struct pdshm_pin_rec *p = ph_pin(seg, rec);
   if (!p || !p->target) return 0;
   pdshm_off_t target = p->target;
-  struct pdshm_tensor_buf *t = ph_target(seg, target);
+  struct pdshm_tensor_buf *t = ph_tbuf(seg, target);
   p->target = 0;
   PDSHM_CRASHPOINT("pin.drop.cleared");
   if (!t) return 0; /* a damaged target counted for nothing */
@@ -153,7 +137,7 @@ pdshm_off_t pdshm__pin_drop_locked(pdshm_seg *seg, pdshm_off_t rec) {
 static int ph_sweep_one(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
   const struct ph_walk *pw = arg;
   (void)w;
-  if (pdshm__blk_owner(b) != pw->tag || !ph_pin(pw->seg, at)) return 0;
+  if (pdshm__blk_owner(b) != pw->tag || !ph_pin(pw->seg, at + PDSHM_BLK_HDR)) return 0;
   pdshm_off_t freed = pdshm__pin_drop_locked(pw->seg, at + PDSHM_BLK_HDR);
   if (freed) {
     ph_mark_free(pw->seg, freed - PDSHM_BLK_HDR);
@@ -192,8 +176,7 @@ struct ph_targets {
 
 /* The block at `at` is still USED of `type` (read after its payload). */
 static bool ph_still(const pdshm_seg *seg, pdshm_off_t at, unsigned type) {
-  const struct pdshm_blk *b = ph_blk(seg, at);
-  return pdshm__blk_state(ph_word(b)) == PDSHM_BLK_USED && pdshm__blk_type(b) == type;
+  return pdshm__block_live(seg, at + PDSHM_BLK_HDR, type, 0);
 }
 
 /* A record's target, read against a concurrent cache push of the record. */
@@ -208,11 +191,11 @@ static void ph_untarget(const pdshm_seg *seg, pdshm_off_t at, struct pdshm_pin_r
 
 static int ph_collect(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
   struct ph_targets *pt = arg;
-  struct pdshm_pin_rec *p = ph_pin(pt->seg, at);
+  struct pdshm_pin_rec *p = ph_pin(pt->seg, at + PDSHM_BLK_HDR);
   (void)b, (void)w;
   pdshm_off_t target = p ? ph_pin_target(p) : 0;
   if (!target) return 0;
-  if (!ph_target(pt->seg, target)) { /* names no buffer: let it count for nothing */
+  if (!ph_tbuf(pt->seg, target)) { /* names no buffer: let it count for nothing */
     ph_untarget(pt->seg, at, p);
     return 0;
   }
@@ -234,7 +217,7 @@ static int ph_collect(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint
 
 static int ph_count_one(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
   struct ph_targets *pt = arg;
-  const struct pdshm_pin_rec *p = ph_pin(pt->seg, at);
+  const struct pdshm_pin_rec *p = ph_pin(pt->seg, at + PDSHM_BLK_HDR);
   (void)b, (void)w;
   if (p && ph_pin_target(p) == pt->counting) pt->count++;
   return 0;
@@ -271,7 +254,7 @@ static uint64_t ph_records_of(struct ph_targets *pt, pdshm_off_t target) {
  * cache; those records are let go instead (ph_unpin_zeroed). */
 static int ph_settle(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
   struct ph_targets *pt = arg;
-  struct pdshm_tensor_buf *t = ph_tbuf(pt->seg, at);
+  struct pdshm_tensor_buf *t = ph_tbuf(pt->seg, at + PDSHM_BLK_HDR);
   (void)b, (void)w;
   if (!t) return 0;
   uint64_t pins = atomic_load_explicit(&t->pins, memory_order_acquire);
@@ -284,18 +267,18 @@ static int ph_settle(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint6
 
 static int ph_unpin_zeroed(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
   struct ph_targets *pt = arg;
-  struct pdshm_pin_rec *p = ph_pin(pt->seg, at);
+  struct pdshm_pin_rec *p = ph_pin(pt->seg, at + PDSHM_BLK_HDR);
   (void)b, (void)w;
   pdshm_off_t target = p ? ph_pin_target(p) : 0;
   if (!target) return 0;
-  const struct pdshm_tensor_buf *t = ph_target(pt->seg, target);
+  const struct pdshm_tensor_buf *t = ph_tbuf(pt->seg, target);
   if (!t || !atomic_load_explicit(&t->pins, memory_order_acquire)) ph_untarget(pt->seg, at, p);
   return 0;
 }
 
 static int ph_free_unpinned(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint64_t w) {
   pdshm_seg *seg = ((const struct ph_targets *)arg)->seg;
-  struct pdshm_tensor_buf *t = ph_tbuf(seg, at);
+  struct pdshm_tensor_buf *t = ph_tbuf(seg, at + PDSHM_BLK_HDR);
   (void)b, (void)w;
   if (t && t->orphan && !atomic_load_explicit(&t->pins, memory_order_relaxed)) {
     ph_mark_free(seg, at);

@@ -54,8 +54,8 @@ int pdshm__inspect_begin(const pdshm_seg *seg, bool given, const char *what, uns
 bool pdshm__slots_sane(const pdshm_seg *seg);
 bool pdshm__locks_sane(const pdshm_seg *seg);
 
-/* The payload at `off` when it starts a USED block of `type` at least
- * `bytes` long inside the arena, else NULL. */
+/* The payload at `off` when it is that of a live block of `type` with at
+ * least `bytes` of payload (pdshm__block_live), else NULL. */
 const void *pdshm__payload_at(const pdshm_seg *seg, pdshm_off_t off, unsigned type, size_t bytes);
 
 /* Runs once(arg) until it returns anything but EBADSEG (inv. 3), yielding

@@ -123,12 +123,5 @@ int pdshm__walk_blocks(const pdshm_seg *seg, const struct pdshm_walker *w) {
 }
 
 const void *pdshm__payload_at(const pdshm_seg *seg, pdshm_off_t off, unsigned type, size_t bytes) {
-  const uint64_t end = pdshm__seg_end(seg);
-  if (off % PDSHM_ALIGN || off < seg->hdr->arena_off + PDSHM_BLK_HDR || off >= end) return NULL;
-  const struct pdshm_blk *b = pdshm__blk(seg, off);
-  uint64_t word = atomic_load_explicit(&b->word, memory_order_acquire);
-  uint64_t size = pdshm__blk_size(word);
-  if (pdshm__blk_state(word) != PDSHM_BLK_USED || b->type != type) return NULL;
-  if (size < PDSHM_BLK_HDR + bytes || size > end - (off - PDSHM_BLK_HDR)) return NULL;
-  return seg->base + off;
+  return pdshm__block_live(seg, off, type, bytes) ? seg->base + off : NULL;
 }

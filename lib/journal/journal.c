@@ -138,7 +138,7 @@ void pdshm__j_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payl
   assert(j->nold < PDSHM_J_BLOCKS);
   /* An offset read from a damaged record may name no block: freeing it
    * would write through it.  pdshm_check reports what is left. */
-  if (!pdshm__payload_used(seg, payload, 0)) return;
+  if (!pdshm__block_live(seg, payload, PDSHM_T_ANY, 0)) return;
   /* A block we already own (a handle record) must stay ours on rollback:
    * the entry says so with JRN_KEEP; a published one goes back to owner 0. */
   pdshm_off_t keep = pdshm__blk_owner(pdshm__blk(seg, payload)) == ln->tag ? JRN_KEEP : 0;
@@ -170,9 +170,8 @@ static void jrn_seq_even(pdshm_seg *seg, struct pdshm_journal *j) {
 }
 
 static bool jrn_marked(pdshm_seg *seg, pdshm_off_t payload, uint16_t tag) {
-  struct pdshm_blk *b = pdshm__blk(seg, payload);
-  uint64_t w = atomic_load_explicit(&b->word, memory_order_acquire);
-  return pdshm__blk_state(w) == PDSHM_BLK_USED && pdshm__blk_owner(b) == tag;
+  return pdshm__block_live(seg, payload, PDSHM_T_ANY, 0) &&
+         pdshm__blk_owner(pdshm__blk(seg, payload)) == tag;
 }
 
 /* A bumped word is a version: a 64-bit counter followed by the 32-bit count

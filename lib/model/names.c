@@ -51,14 +51,14 @@ int pdshm__name_new(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const char *s, si
   return 0;
 }
 
-/* Bounds-checked: NULL unless off names a whole NAME payload in the arena. */
+/* Bounds-checked: NULL unless off names a live NAME block whose payload
+ * holds the whole name. */
 PDSHM_SEQLOCK_READ const struct pdshm_name *pdshm__name_at(const pdshm_seg *seg, pdshm_off_t off) {
-  if (off < seg->hdr->arena_off + PDSHM_BLK_HDR || off % 8 ||
-      !pdshm__seg_holds(seg, off, sizeof(uint64_t) + 1))
-    return NULL;
+  if (!pdshm__block_live(seg, off, PDSHM_T_NAME, sizeof(struct pdshm_name) + 1)) return NULL;
   const struct pdshm_name *nm = PDSHM_AT(seg->base, off, const struct pdshm_name);
   uint64_t len = __atomic_load_n(&nm->len, __ATOMIC_RELAXED);
-  if (len > PDSHM_NAME_MAX || !pdshm__seg_holds(seg, off, sizeof *nm + len + 1)) return NULL;
+  if (len > PDSHM_NAME_MAX || !pdshm__block_live(seg, off, PDSHM_T_NAME, sizeof *nm + len + 1))
+    return NULL;
   return nm;
 }
 

@@ -163,11 +163,8 @@ static int scope_handle_new(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off
 }
 
 static bool handle_ok(pdshm_seg *seg, pdshm_off_t h, uint16_t tag) {
-  if (h % PDSHM_ALIGN || h < seg->hdr->arena_off + PDSHM_BLK_HDR || h >= pdshm__seg_end(seg))
-    return false;
-  struct pdshm_blk *b = pdshm__blk(seg, h);
-  return pdshm__blk_state(atomic_load(&b->word)) == PDSHM_BLK_USED && pdshm__blk_owner(b) == tag &&
-         pdshm__blk_type(b) == PDSHM_T_HANDLE;
+  return pdshm__block_live(seg, h, PDSHM_T_HANDLE, sizeof(struct pdshm_handle_rec)) &&
+         pdshm__blk_owner(pdshm__blk(seg, h)) == tag;
 }
 
 int pdshm__handle_drop(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t h) {

@@ -89,8 +89,7 @@ PDSHM_SEQLOCK_READ static bool name_equals(const struct pdshm_name *nm, const ch
 }
 
 PDSHM_SEQLOCK_READ static bool var_is(const pdshm_seg *seg, pdshm_off_t v, const char *name, size_t len) {
-  if (v % 16 || v < seg->hdr->arena_off || !pdshm__seg_holds(seg, v, sizeof(struct pdshm_var_rec) + 1))
-    return false;
+  if (!pdshm__block_live(seg, v, PDSHM_T_VAR, sizeof(struct pdshm_var_rec))) return false;
   const struct pdshm_var_rec *r = pdshm__var_at(seg, v);
   const struct pdshm_name *nm = pdshm__name_at(seg, ld(&r->name));
   return nm && name_equals(nm, name, len);

@@ -68,8 +68,7 @@ static int tensor_size(pdshm_dtype dt, int ndim, const int64_t *dims, uint64_t *
 static int tensor_buffer(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_var_rec *r,
                          uint64_t nbytes, pdshm_off_t *buf) {
   uint64_t need = nbytes + TENSOR_SLACK;
-  if (r->buf && (!pdshm__payload_used(seg, r->buf, sizeof(struct pdshm_tensor_buf)) ||
-                 pdshm__blk_type(pdshm__blk(seg, r->buf)) != PDSHM_T_TENSOR))
+  if (r->buf && !pdshm__block_live(seg, r->buf, PDSHM_T_TENSOR, sizeof(struct pdshm_tensor_buf)))
     return pdshm__fail(PDSHM_EBADSEG, "the variable's buffer at %#llx is none (damaged)",
                        (unsigned long long)r->buf);
   if (r->buf) {

@@ -233,15 +233,9 @@ void pdshm__pin_drop_all(pdshm_seg *seg) {
 
 /* Heap lock held: the parent's record still pins its buffer. */
 static bool pin_parent_holds(const pdshm_seg *seg, const pdshm_pin *in) {
-  const struct pdshm_hdr *h = seg->hdr;
-  if (in->slot >= h->max_procs || in->rec % PDSHM_ALIGN ||
-      in->rec < h->arena_off + PDSHM_BLK_HDR || in->rec > pdshm__seg_end(seg) - PDSHM_BLK_MIN)
-    return false;
-  const struct pdshm_blk *b = pdshm__blk(seg, in->rec);
-  uint64_t w = atomic_load_explicit(&b->word, memory_order_acquire);
-  if (pdshm__blk_state(w) != PDSHM_BLK_USED || pdshm__blk_type(b) != PDSHM_T_PIN ||
-      pdshm__blk_owner(b) != in->slot + 1 ||
-      pdshm__blk_size(w) < PDSHM_BLK_HDR + sizeof(struct pdshm_pin_rec))
+  if (in->slot >= seg->hdr->max_procs ||
+      !pdshm__block_live(seg, in->rec, PDSHM_T_PIN, sizeof(struct pdshm_pin_rec)) ||
+      pdshm__blk_owner(pdshm__blk(seg, in->rec)) != in->slot + 1)
     return false;
   const struct pdshm_pin_rec *r = PDSHM_AT(seg->base, in->rec, const struct pdshm_pin_rec);
   return r->target == in->target &&

@@ -311,7 +311,7 @@ PDSHM_API int pdshm_var_set_label(pdshm_var *v, const char *label) {
 /* The list at off, NULL when there is none or it is damaged: a block
  * inside the arena holding `bytes` of strings, `count` of them whole. */
 static const struct pdshm_oplist *oplist_at(const pdshm_seg *seg, pdshm_off_t off) {
-  if (!off || !pdshm__payload_used(seg, off, sizeof(struct pdshm_oplist))) return NULL;
+  if (!off || !pdshm__block_live(seg, off, PDSHM_T_OPLIST, sizeof(struct pdshm_oplist))) return NULL;
   const struct pdshm_oplist *l = PDSHM_AT(seg->base, off, const struct pdshm_oplist);
   uint64_t room = pdshm__alloc_usable(seg, off) - sizeof *l, ends = 0;
   if (l->bytes > room || l->count > l->bytes) return NULL;
@@ -401,14 +401,7 @@ PDSHM_API pdshm_varref pdshm_var_ref(const pdshm_var *v) {
 
 PDSHM_API pdshm_var *pdshm_varref_get(pdshm_seg *seg, pdshm_varref ref) {
   if (pdshm__seg_usable(seg)) return NULL;
-  const struct pdshm_hdr *h = seg->hdr;
-  if (ref.off % PDSHM_ALIGN || ref.off < h->arena_off + PDSHM_BLK_HDR ||
-      ref.off > pdshm__seg_end(seg) - sizeof(struct pdshm_var_rec))
-    return NULL;
-  struct pdshm_blk *b = pdshm__blk(seg, ref.off);
-  if (pdshm__blk_state(atomic_load_explicit(&b->word, memory_order_acquire)) != PDSHM_BLK_USED ||
-      pdshm__blk_type(b) != PDSHM_T_VAR)
-    return NULL;
+  if (!pdshm__block_live(seg, ref.off, PDSHM_T_VAR, sizeof(struct pdshm_var_rec))) return NULL;
   struct pdshm_var_rec *r = pdshm__var_at(seg, ref.off);
   if (r->magic != PDSHM_VAR_MAGIC || r->self != ref.off || r->gen != ref.gen) return NULL;
   return pdshm__var_handle(r);

@@ -36,9 +36,8 @@
  * what they answer then is thrown away when the sequence moved. */
 PDSHM_SEQLOCK_READ static bool block_is(const pdshm_seg *seg, pdshm_off_t payload, unsigned type,
                                         size_t bytes) {
-  if (!pdshm__payload_used(seg, payload, bytes)) return false;
-  const struct pdshm_blk *b = pdshm__blk(seg, payload);
-  return pdshm__blk_type(b) == type && pdshm__blk_owner(b) == 0;
+  return pdshm__block_live(seg, payload, type, bytes) &&
+         pdshm__blk_owner(pdshm__blk(seg, payload)) == 0;
 }
 
 PDSHM_SEQLOCK_READ bool pdshm__var_rec_ok(const pdshm_seg *seg, pdshm_off_t v) {
@@ -47,13 +46,11 @@ PDSHM_SEQLOCK_READ bool pdshm__var_rec_ok(const pdshm_seg *seg, pdshm_off_t v) {
 }
 
 bool pdshm__var_parts_ok(const pdshm_seg *seg, pdshm_off_t v) {
-  if (!pdshm__payload_used(seg, v, sizeof(struct pdshm_var_rec)) ||
-      pdshm__blk_type(pdshm__blk(seg, v)) != PDSHM_T_VAR)
-    return false;
+  if (!pdshm__block_live(seg, v, PDSHM_T_VAR, sizeof(struct pdshm_var_rec))) return false;
   const struct pdshm_var_rec *r = pdshm__var_at(seg, v);
   const pdshm_off_t parts[] = {r->name, r->label, r->readers, r->writers, r->buf};
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-    if (parts[i] && !pdshm__payload_used(seg, parts[i], 0)) return false;
+    if (parts[i] && !pdshm__block_live(seg, parts[i], PDSHM_T_ANY, 0)) return false;
   return r->magic == PDSHM_VAR_MAGIC && r->self == v;
 }
 
@@ -75,9 +72,7 @@ static uint32_t scope_lock_of(const pdshm_seg *seg, pdshm_off_t x) {
 
 bool pdshm__tensor_span_ok(const pdshm_seg *seg, const struct pdshm_var_rec *r) {
   pdshm_off_t buf = r->buf;
-  if (!pdshm__payload_used(seg, buf, sizeof(struct pdshm_tensor_buf)) ||
-      pdshm__blk_type(pdshm__blk(seg, buf)) != PDSHM_T_TENSOR)
-    return false;
+  if (!pdshm__block_live(seg, buf, PDSHM_T_TENSOR, sizeof(struct pdshm_tensor_buf))) return false;
   uint64_t end = buf + pdshm__alloc_usable(seg, buf);
   return r->data >= buf + sizeof(struct pdshm_tensor_buf) && r->data <= end &&
          r->nbytes <= end - r->data;

@@ -177,9 +177,7 @@ static void vl_held_release(struct pdshm_held_lock *h) {
 
 /* Invariant 5: r is still the live variable of generation gen. */
 static bool vl_same(const pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen) {
-  const struct pdshm_blk *b = pdshm__blk(seg, pdshm__off(seg, r));
-  uint64_t w = atomic_load_explicit(&((struct pdshm_blk *)b)->word, memory_order_acquire);
-  return pdshm__blk_state(w) == PDSHM_BLK_USED && pdshm__blk_type(b) == PDSHM_T_VAR &&
+  return pdshm__block_live(seg, pdshm__off(seg, r), PDSHM_T_VAR, sizeof *r) &&
          r->magic == PDSHM_VAR_MAGIC && r->gen == gen;
 }
 
