@@ -229,17 +229,26 @@ static pdshm_off_t bin_search(pdshm_seg *seg, uint64_t n) {
 
 static uint64_t heap_trim(pdshm_seg *seg, uint64_t want);
 
-/* Invariant H1: reserve the whole pages under [off, off+size).  When /dev/shm
- * is full, the backed FREE blocks of the segment give their pages back first
- * (the block being carved is spared: its pages are the ones wanted). */
+/* Backs [lo, lo+len) of the file (fallocate), extending it when that lies
+ * past its end.  When /dev/shm is full, the backed FREE blocks of the
+ * segment give their pages back (heap_trim) and it is tried once more; then
+ * ENOSPC, with the one /dev/shm message (also for EFBIG: a file larger than
+ * the file system allows).  A failed fallocate leaves the file as it was. */
+static int fallocate_or_trim(pdshm_seg *seg, uint64_t lo, uint64_t len) {
+  if (fallocate(seg->fd, 0, (off_t)lo, (off_t)len) == 0) return 0;
+  if (errno == ENOSPC && heap_trim(seg, UINT64_MAX) &&
+      fallocate(seg->fd, 0, (off_t)lo, (off_t)len) == 0)
+    return 0;
+  if (errno == ENOSPC || errno == EFBIG) return pdshm__shmfs_full(seg->fd, len);
+  return pdshm__fail(-errno, "fallocate: %s", strerror(errno));
+}
+
+/* Invariant H1: reserve the whole pages under [off, off+size) (the block
+ * being carved is not FREE, so a trim spares it: its pages are the ones
+ * wanted). */
 static int reserve(pdshm_seg *seg, pdshm_off_t off, uint64_t size) {
   uint64_t pg = seg->hdr->page_size, lo = off / pg * pg, hi = (off + size + pg - 1) / pg * pg;
-  if (fallocate(seg->fd, 0, (off_t)lo, (off_t)(hi - lo)) == 0) return 0;
-  if (errno == ENOSPC && heap_trim(seg, UINT64_MAX) &&
-      fallocate(seg->fd, 0, (off_t)lo, (off_t)(hi - lo)) == 0)
-    return 0;
-  if (errno == ENOSPC) return pdshm__shmfs_full(seg->fd, hi - lo);
-  return pdshm__fail(-errno, "fallocate: %s", strerror(errno));
+  return fallocate_or_trim(seg, lo, hi - lo);
 }
 
 /* Records of what a process holds must read as empty until a journal (or,
@@ -511,18 +520,6 @@ static pdshm_off_t tail_block(pdshm_seg *seg, uint64_t end) {
   return t;
 }
 
-/* Extends the file over [end, end+len): ENOSPC (the one /dev/shm message)
- * when /dev/shm cannot hold it even after the FREE blocks gave their pages
- * back.  A failed fallocate leaves the file as it was. */
-static int grow_reserve(pdshm_seg *seg, uint64_t end, uint64_t len) {
-  if (fallocate(seg->fd, 0, (off_t)end, (off_t)len) == 0) return 0;
-  if (errno == ENOSPC && heap_trim(seg, UINT64_MAX) &&
-      fallocate(seg->fd, 0, (off_t)end, (off_t)len) == 0)
-    return 0;
-  if (errno == ENOSPC || errno == EFBIG) return pdshm__shmfs_full(seg->fd, len);
-  return pdshm__fail(-errno, "fallocate: %s", strerror(errno));
-}
-
 #define GROW_MIN (1ull << 20)           /* the least a growth adds              */
 #define GROW_MAX (PDSHM_BLK_MAX / 2)    /* the most: one block, merged or not   */
 
@@ -559,15 +556,15 @@ static int heap_grow(pdshm_seg *seg, uint64_t n) {
     step = grow_step(end - hd->arena_off, max - end, n, 0);
   }
   if (!step) return PDSHM_ENOMEM;
-  int rc = grow_reserve(seg, end, step);
+  int rc = fallocate_or_trim(seg, end, step);
   uint64_t least = grow_step(0, max - end, n, have);
   if (rc == PDSHM_ENOSPC && least < step) { /* what /dev/shm still holds may do */
     step = least;
     pdshm__fail_clear();
-    rc = grow_reserve(seg, end, step);
+    rc = fallocate_or_trim(seg, end, step);
   }
   if (rc) return rc;
-  /* a full /dev/shm made grow_reserve trim the FREE blocks, the last one
+  /* a full /dev/shm made fallocate_or_trim trim the FREE blocks, the last one
    * too: its HOLEY flag is the one to merge with, not the one read above */
   tw = word(heap_blk(seg, t));
   PDSHM_CRASHPOINT("heap.grow.reserved");
