@@ -19,8 +19,10 @@
 #include "base/layout.h"
 #include "base/crashpoint.h"
 #include "base/cpu.h"
+#include "base/invariant.h"
 
 #define PDSHM_NOSLOT UINT32_MAX
+
 
 /* Marks the optimistic side of a seqlock: it reads memory that a writer may
  * be changing (or that was freed and reused), then throws the result away if

@@ -675,10 +675,12 @@ int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsign
     if (rc) return rc;
   }
   *payload = blk + PDSHM_BLK_HDR;
+  PDSHM_ASSERT(pdshm__block_live(seg, *payload, type, bytes));
   return 0;
 }
 
 void pdshm__heap_release_locked(pdshm_seg *seg, pdshm_off_t payload) {
+  PDSHM_ASSERT(pdshm__lock_mine(seg, PDSHM_LOCK_HEAP));
   if (pdshm__block_live(seg, payload, PDSHM_T_ANY, 0)) heap_release(seg, payload - PDSHM_BLK_HDR);
 }
 

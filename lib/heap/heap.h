@@ -122,7 +122,8 @@ int pdshm__heap_check(pdshm_seg *seg, FILE *report);
  * be NULL. */
 void pdshm__check_vsay(FILE *report, const char *what, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
-/* The same with the heap lock already held (pdshm_check stops the world). */
+/* The same with the heap lock already held (pdshm_check stops the world),
+ * or, on a read-only attachment, which cannot take it, none. */
 int pdshm__heap_check_locked(pdshm_seg *seg, FILE *report);
 /* Heap lock held: returns a USED block to the bins at once. */
 void pdshm__heap_release_locked(pdshm_seg *seg, pdshm_off_t payload);

@@ -224,6 +224,7 @@ static void hc_bins(struct hc *c) {
 }
 
 int pdshm__heap_check_locked(pdshm_seg *seg, FILE *report) {
+  PDSHM_ASSERT((seg->flags & PDSHM_RDONLY) || pdshm__lock_mine(seg, PDSHM_LOCK_HEAP));
   struct hc c = {.seg = seg, .report = report};
   hc_chain(&c);
   if (!c.problems) hc_bins(&c);

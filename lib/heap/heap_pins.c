@@ -97,6 +97,7 @@ uint64_t pdshm__tensor_pins(const pdshm_seg *seg, pdshm_off_t payload, bool *orp
 }
 
 void pdshm__pin_orphan_locked(pdshm_seg *seg, pdshm_off_t payload) {
+  PDSHM_ASSERT(pdshm__lock_mine(seg, PDSHM_LOCK_HEAP));
   struct pdshm_tensor_buf *t = ph_tbuf(seg, payload);
   if (!t) return;
   t->orphan = 1;
@@ -106,6 +107,7 @@ void pdshm__pin_orphan_locked(pdshm_seg *seg, pdshm_off_t payload) {
 }
 
 int pdshm__pin_take_locked(pdshm_seg *seg, pdshm_off_t rec, pdshm_off_t target) {
+  PDSHM_ASSERT(pdshm__lock_mine(seg, PDSHM_LOCK_HEAP));
   struct pdshm_tensor_buf *t = ph_tbuf(seg, target);
   struct pdshm_pin_rec *p = ph_pin(seg, rec);
   if (!t || !p || p->target)
@@ -119,6 +121,7 @@ int pdshm__pin_take_locked(pdshm_seg *seg, pdshm_off_t rec, pdshm_off_t target) 
 }
 
 pdshm_off_t pdshm__pin_drop_locked(pdshm_seg *seg, pdshm_off_t rec) {
+  PDSHM_ASSERT(pdshm__lock_mine(seg, PDSHM_LOCK_HEAP));
   struct pdshm_pin_rec *p = ph_pin(seg, rec);
   if (!p || !p->target) return 0;
   pdshm_off_t target = p->target;
@@ -147,6 +150,7 @@ static int ph_sweep_one(void *arg, pdshm_off_t at, const struct pdshm_blk *b, ui
 }
 
 int pdshm__pin_sweep_slot_locked(pdshm_seg *seg, uint16_t tag) {
+  PDSHM_ASSERT(pdshm__lock_mine(seg, PDSHM_LOCK_HEAP));
   return ph_walk(seg, tag, ph_sweep_one);
 }
 
@@ -293,6 +297,7 @@ static int ph_pass(struct ph_targets *pt,
 }
 
 int pdshm__pin_recount_locked(pdshm_seg *seg) {
+  PDSHM_ASSERT(pdshm__lock_mine(seg, PDSHM_LOCK_HEAP));
   struct ph_targets pt = {.seg = seg};
   int rc = ph_pass(&pt, ph_collect);
   if (!rc) {

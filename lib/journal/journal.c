@@ -52,6 +52,12 @@
 
 static struct pdshm_journal *jrn(struct pdshm_lane_ctx *ln) { return &ln->rec->j; }
 
+/* Invariant 1, as each step of an open journal needs it: ARMED, its lock
+ * held by this thread. */
+#define JRN_ASSERT_OPEN(seg, j)                                                   \
+  PDSHM_ASSERT(atomic_load_explicit(&(j)->state, memory_order_relaxed) == PDSHM_J_ARMED && \
+               pdshm__lock_mine((seg), atomic_load_explicit(&(j)->lock, memory_order_relaxed)))
+
 static void jrn_arm(struct pdshm_journal *j, uint32_t op) {
   j->op = op;
   j->nredo = j->nnew = j->nold = 0;
@@ -75,8 +81,8 @@ int pdshm__j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uin
  * are skipped, whatever their lock says. */
 void pdshm__j_begin_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op) {
   struct pdshm_journal *j = jrn(ln);
-  (void)seg;
   assert(atomic_load(&j->state) == PDSHM_J_IDLE);
+  PDSHM_ASSERT(pdshm__lock_mine(seg, lock));
   atomic_store_explicit(&j->lock, lock, memory_order_relaxed);
   jrn_arm(j, op);
   PDSHM_CRASHPOINT("j.armed");
@@ -91,6 +97,7 @@ static pdshm_off_t jrn_off(pdshm_off_t e) { return e & ~(pdshm_off_t)JRN_KEEP; }
 static int jrn_alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsigned type,
                      pdshm_off_t *payload, pdshm_off_t keep) {
   struct pdshm_journal *j = jrn(ln);
+  JRN_ASSERT_OPEN(seg, j);
   assert(j->nnew < PDSHM_J_BLOCKS);
   int rc = pdshm__alloc(seg, ln, bytes, type, payload);
   if (rc) return rc;
@@ -118,6 +125,7 @@ int pdshm__j_alloc_keep(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes,
 static void jrn_redo(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at, uint64_t val,
                      pdshm_off_t bump) {
   struct pdshm_journal *j = jrn(ln);
+  JRN_ASSERT_OPEN(seg, j);
   assert(j->nredo < PDSHM_J_REDO && at % 8 == 0 && at < seg->size); /* our own word */
   j->redo[j->nredo] = (struct pdshm_redo){.at = at | bump, .val = val};
   atomic_thread_fence(memory_order_release);
@@ -135,6 +143,7 @@ void pdshm__j_bump(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t at) {
 
 void pdshm__j_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload) {
   struct pdshm_journal *j = jrn(ln);
+  JRN_ASSERT_OPEN(seg, j);
   assert(j->nold < PDSHM_J_BLOCKS);
   /* An offset read from a damaged record may name no block: freeing it
    * would write through it.  pdshm_check reports what is left. */
@@ -151,6 +160,7 @@ void pdshm__j_retire(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payl
 }
 
 void pdshm__j_seq(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t seq) {
+  JRN_ASSERT_OPEN(seg, jrn(ln));
   (void)seg;
   jrn(ln)->seq = seq;
 }
@@ -240,6 +250,7 @@ static void jrn_unretire(pdshm_seg *seg, struct pdshm_journal *j, uint16_t tag) 
 
 void pdshm__j_commit(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_journal *j = jrn(ln);
+  JRN_ASSERT_OPEN(seg, j);
   PDSHM_CRASHPOINT("j.commit.before");
   atomic_store_explicit(&j->state, PDSHM_J_COMMIT, memory_order_release); /* commit point */
   PDSHM_CRASHPOINT("j.commit.after");
@@ -259,6 +270,7 @@ void pdshm__j_commit(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
  * until freed, so a death in between leaves them to the reaper's sweep. */
 void pdshm__j_abort(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   struct pdshm_journal *j = jrn(ln);
+  JRN_ASSERT_OPEN(seg, j);
   jrn_unretire(seg, j, ln->tag);
   atomic_store_explicit(&j->state, PDSHM_J_IDLE, memory_order_release);
   PDSHM_CRASHPOINT("j.idle");

@@ -39,6 +39,7 @@
 #include <assert.h>
 #include <linux/futex.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -233,6 +234,14 @@ int pdshm__lock_held_hint(const pdshm_seg *seg, uint32_t i) {
 int pdshm__lock_holder_hint(const pdshm_seg *seg, uint32_t i) {
   int64_t w = lock_word(seg, i);
   return w < 0 ? -1 : (int)(w & FUTEX_TID_MASK);
+}
+
+/* The holder's id is ours from the moment the lock is taken, a dead
+ * holder's too (its repair runs under it). */
+bool pdshm__lock_mine(const pdshm_seg *seg, uint32_t i) {
+  if (i >= seg->hdr->max_locks) return false;
+  int holder = pdshm__lock_holder_hint(seg, i);
+  return holder < 0 || holder == (int)syscall(SYS_gettid);
 }
 
 /* ---- entries lent to objects ---------------------------------------------- */

@@ -51,6 +51,9 @@ int pdshm__lock_held_hint(const pdshm_seg *seg, uint32_t i);
  * its holder died (the kernel let go of the robust mutex for it), -1 when
  * this C library does not let us tell. */
 int pdshm__lock_holder_hint(const pdshm_seg *seg, uint32_t i);
+/* For PDSHM_ASSERT: false only when lock i is known not to be held by this
+ * thread (true when this C library does not let us tell). */
+bool pdshm__lock_mine(const pdshm_seg *seg, uint32_t i);
 /* Claims a free lock-table entry for an object being built (alloc = slot+1),
  * ranked for its kind (a scope's builder ranks it again for its depth). */
 int pdshm__lock_claim(pdshm_seg *seg, unsigned kind, pdshm_off_t guards, uint32_t *out);

@@ -231,6 +231,7 @@ PDSHM_SEQLOCK_READ int pdshm__table_snapshot(pdshm_seg *seg, struct pdshm_scope_
 
 int64_t pdshm__table_find_locked(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
                                  size_t len, uint64_t hash) {
+  PDSHM_ASSERT(pdshm__lock_mine(seg, x->lock));
   uint64_t cap;
   const struct pdshm_table *t = tab_at(seg, x->table, &cap);
   int64_t i = t ? tab_probe(seg, t, cap, name, len, hash) : -1;

@@ -95,6 +95,7 @@ uint32_t pdshm__var_scope_lock(const pdshm_seg *seg, const struct pdshm_var_rec 
 }
 
 bool pdshm__var_live_locked(const pdshm_seg *seg, const struct pdshm_var_rec *r, uint32_t lk) {
+  PDSHM_ASSERT(!lk || pdshm__lock_mine(seg, lk));
   return lk && pdshm__var_scope_lock(seg, r) == lk;
 }
 
