@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h" /* pdshm__alloc, pdshm__lane_get */
+#include "heap/heap.h" /* pdshm__alloc, pdshm__lane_get */
 #include "peers.h"    /* peer_malloc_is_jemalloc */
 
 #define SEG_SIZE (512ull << 20)

@@ -5,7 +5,7 @@
  * the same run.
  *
  *   growth   a segment of 64 MiB (max_size 1 GiB + 64 MiB) gets 16 tensors
- *            of 64 MiB, each allocation growing it (lib/heap.c, heap_grow);
+ *            of 64 MiB, each allocation growing it (lib/heap/heap.c, heap_grow);
  *            the peer fallocates the same 16 steps of 64 MiB at the end of a
  *            plain file in /dev/shm.  Target: a growth costs what its
  *            fallocate costs, give or take the time's noise.
@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h" /* pdshm__alloc, pdshm__lane_get */
+#include "heap/heap.h" /* pdshm__alloc, pdshm__lane_get */
 
 #define MIB (1ull << 20)
 #define STEP (64 * MIB)

@@ -24,7 +24,7 @@
  *     this isolates what the journal and the robust lock add.
  *
  * Part 2 also takes the shared hold's figure with the built pdshmd watching.
- * It uses the internals (lib/internal.h) for parts 2 and 3, as bench_alloc does.
+ * It uses the internals (lib/'s layer headers) for parts 2 and 3, as bench_alloc does.
  *
  * usage: bench_recovery [--quick]      figures on stdout, progress on stderr
  */
@@ -39,7 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model_int.h" /* pdshm__lock, pdshm__j_*, struct pdshm_scope */
+#include "model/model.h" /* pdshm__lock, pdshm__j_*, struct pdshm_scope */
 
 #define SEG_SIZE (256ull << 20)
 #define HANDLES 10000

@@ -37,7 +37,7 @@
 
 #include <stdbool.h>
 
-#include "half.h"
+#include "groups/half.h"
 #include "mpi_int.h"
 
 #define MPI_CHUNK (1 << 30) /* elements of one MPI call (its count is an int) */

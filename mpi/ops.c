@@ -4,12 +4,12 @@
  * F32, F64, I32, I64 map to MPI's own types and ops.  MPI has no 16-bit
  * floats, so F16 and BF16 travel as 2-byte integers and are combined by
  * user-defined commutative ops that widen to float32, combine and narrow
- * with round-to-nearest-even (lib/half.h's conversions, as the group's own
+ * with round-to-nearest-even (lib/groups/half.h's conversions, as the group's own
  * reduction uses).  MEAN crosses hosts as SUM: the caller divides.
  */
 #include "config.h"
 
-#include "half.h"
+#include "groups/half.h"
 #include "mpi_int.h"
 
 typedef float (*half_load_fn)(uint16_t);

@@ -17,7 +17,7 @@
 #define PDSHM_TEST_CRASHRUN_H
 
 #include "crashsnap.h"
-#include "model_int.h"
+#include "model/model.h"
 #include "testutil.h"
 
 #define CRASH_SEG_SIZE (2u << 20) /* bytes of the world's segment at first */

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "model_int.h"
+#include "model/model.h"
 
 struct sb {
   char *buf;

@@ -3,7 +3,7 @@
 #ifndef PDSHM_TEST_CRASHSNAP_H
 #define PDSHM_TEST_CRASHSNAP_H
 
-#include "internal.h"
+#include "lifecycle/lifecycle.h"
 
 /* Text of the scope tree reachable from `from` (0: the root): per scope its
  * name, flags, links and refs, then its variables sorted by name with label,

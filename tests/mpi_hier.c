@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "half.h"
+#include "groups/half.h"
 #include "pdshm-mpi.h"
 
 #define N 1003 /* elements: not a multiple of any local size */

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model_int.h"
+#include "model/model.h"
 #include "testutil.h"
 
 static char g_name[64];
@@ -221,7 +221,7 @@ static int step_wait(int fd, char want) {
 static int step_say(int fd, char c) { return write(fd, &c, 1) == 1 ? 0 : -1; }
 
 /* A process forked from the grandchild: the grandchild's handle is inherited
- * the same way (seg_inherit.c, invariant 3). */
+ * the same way (attach_inherit.c, invariant 3). */
 static int great_grandchild(void *arg) {
   struct family *f = arg;
   return f->data[2] == 0xC3 && pdshm_var_version(g_var) == 0 ? 0 : 1;

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "half.h"
+#include "groups/half.h"
 #include "testutil.h"
 
 #define SEC 1000000000ll

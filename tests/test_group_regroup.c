@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "group.h"
+#include "groups/groups.h"
 #include "testutil.h"
 
 #define SEC 1000000000ll

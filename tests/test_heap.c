@@ -16,6 +16,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "testutil.h"
 
 static pdshm_seg *seg;
@@ -476,6 +477,33 @@ START_TEST(check_sees_wrong_bin_and_bad_bounds) {
 }
 END_TEST
 
+#ifdef PDSHM_DEBUG
+/* Debug builds check their own invariants (PDSHM_ASSERT): a `*_locked`
+ * function called without its lock, a step of a journal that is not open,
+ * stop the process (SIGABRT) before they touch anything. */
+START_TEST(a_locked_call_without_its_lock_aborts) {
+  pdshm_off_t off = alloc(64);
+  ck_assert_int_eq(pdshm__lock(seg, PDSHM_LOCK_HEAP), 0);
+  pdshm__heap_release_locked(seg, alloc(64)); /* with it: fine */
+  pdshm__unlock(seg, PDSHM_LOCK_HEAP);
+  pdshm__heap_release_locked(seg, off);
+#ifdef HAVE_GLIBC_MUTEX_LOCK_WORD
+  ck_abort_msg("the heap lock was not asked for");
+#else
+  raise(SIGABRT); /* without the mutex's word, nobody can tell who holds it */
+#endif
+}
+END_TEST
+
+START_TEST(a_journal_step_outside_a_journal_aborts) {
+  pdshm_off_t off = alloc(64);
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
+  pdshm__j_set(seg, ln, off, 1);
+  ck_abort_msg("a store outside a journal was not caught");
+}
+END_TEST
+#endif
+
 static Suite *heap_suite(void) {
   Suite *s = suite_create("heap");
   TCase *tc = tcase_create("allocator");
@@ -497,6 +525,10 @@ static Suite *heap_suite(void) {
   tcase_add_test(tc, check_sees_broken_chain);
   tcase_add_test(tc, double_free_is_ignored);
   tcase_add_test(tc, check_sees_wrong_bin_and_bad_bounds);
+#ifdef PDSHM_DEBUG
+  tcase_add_test_raise_signal(tc, a_locked_call_without_its_lock_aborts, SIGABRT);
+  tcase_add_test_raise_signal(tc, a_journal_step_outside_a_journal_aborts, SIGABRT);
+#endif
   suite_add_tcase(s, tc);
   return s;
 }

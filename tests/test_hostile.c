@@ -275,7 +275,7 @@ static void init_lock(int fd, short type) {
 }
 
 /* A creator still building (it holds the init lock; no magic yet): attach
- * waits for it; once it is done, attach succeeds.  (seg.c invariant 3)
+ * waits for it; once it is done, attach succeeds.  (segment.c invariant 3)
  * The probe's attach is seen under way (the file open in the probe), then
  * left 300 ms, time enough for an attach that does not wait to answer
  * EBADSEG: it must not have answered before the creator is done. */

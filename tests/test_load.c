@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "elfinfo.h"
-#include "internal.h" /* PDSHM_TLS_BUDGET (no code of it is linked) */
+#include "base/base.h" /* PDSHM_TLS_BUDGET (no code of it is linked) */
 
 /* The library's functions, looked up by name. */
 struct lib {

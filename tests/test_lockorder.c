@@ -1,5 +1,5 @@
 /*
- * test_lockorder.c - the locks' ranks and the order check of lib/lockorder.c:
+ * test_lockorder.c - the locks' ranks and the order check of lib/locks/lockorder.c:
  * the rule on a thread's list of held locks (every build), the ranks the
  * library gives its entries, and, in a debug build, a wrong order caught.
  */
@@ -7,7 +7,7 @@
 
 #include <signal.h>
 
-#include "model_int.h"
+#include "model/model.h"
 #include "testutil.h"
 
 static struct pdshm_lockorder_ent lo_ent(const void *lock, const void *base, uint32_t rank) {

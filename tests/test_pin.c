@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model_int.h"
+#include "model/model.h"
 #include "testutil.h"
 
 #define FLOATS 4096 /* 16 KiB: a lane-cached size class */
@@ -500,6 +500,29 @@ START_TEST(check_finds_bad_pin_counts) {
 }
 END_TEST
 
+/* A buffer whose block's size word was damaged to reach past the file, and
+ * a record whose byte count reaches as far: the bytes lie inside the block
+ * as its word says, but not inside the file, and are refused, not handed
+ * out.  Nothing changes: the same pin works once the word is mended. */
+START_TEST(buffer_reaching_past_the_file_is_ebadseg) {
+  pdshm_var *v = filled(root, "t", FLOATS, 0);
+  struct pdshm_var_rec *r = (struct pdshm_var_rec *)(void *)v;
+  struct pdshm_blk *b = pdshm__blk(seg, r->buf);
+  const uint64_t word = atomic_load(&b->word), nbytes = r->nbytes;
+  const uint64_t huge = seg->size * 2 / PDSHM_ALIGN * PDSHM_ALIGN;
+  atomic_store(&b->word, huge | (word & PDSHM_BLK_FLAGS));
+  r->nbytes = seg->size;
+  pdshm_pin *p;
+  ck_assert_int_eq(pdshm_tensor_pin(v, &p, NULL), PDSHM_EBADSEG);
+  atomic_store(&b->word, word);
+  r->nbytes = nbytes;
+  clean();
+  ck_assert_uint_eq(my_pins(), 0);
+  ck_assert_int_eq(pdshm_tensor_pin(v, &p, NULL), 0);
+  ck_assert_int_eq(pdshm_tensor_unpin(p), 0);
+}
+END_TEST
+
 /* ---- other processes ------------------------------------------------------------------- */
 
 /* A child that attaches and erases "t" in the root. */
@@ -811,6 +834,7 @@ static Suite *pin_suite(void) {
   tcase_add_test(tc, read_only_attachment_cannot_pin);
   tcase_add_test(tc, enomem_changes_nothing);
   tcase_add_test(tc, check_finds_bad_pin_counts);
+  tcase_add_test(tc, buffer_reaching_past_the_file_is_ebadseg);
   tc = tu_tcase(s, "procs", 30, setup, teardown);
   tcase_add_test(tc, erase_in_another_process);
   tcase_add_test(tc, two_pins_from_two_processes);

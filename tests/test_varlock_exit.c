@@ -8,8 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "crashpoint.h"
-#include "model_int.h"
+#include "base/crashpoint.h"
+#include "model/model.h"
 #include "testutil.h"
 
 #define SEC 1000000000ll

@@ -10,8 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "crashpoint.h"
-#include "model_int.h"
+#include "base/crashpoint.h"
+#include "model/model.h"
 #include "testutil.h"
 
 enum child_op { TAKE_SHARED, TAKE_EXCLUSIVE, RELEASE_SHARED, RELEASE_EXCLUSIVE };

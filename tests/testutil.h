@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "internal.h"
+#include "lifecycle/lifecycle.h"
 
 /* A segment name of its own for each test: "t-<tag>-<pid>-<n>". */
 const char *tu_name(const char *tag);

@@ -4,7 +4,7 @@
 #define PDSHM_TEST_WORLD_H
 
 #include "kid.h"
-#include "model_int.h"
+#include "model/model.h"
 
 /* The test's own part: params/fc (W, b), data (x, shared-locked by us), a
  * variable "step" in the root; kids add an anonymous scope each. */

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "fuzz_image.h"
-#include "internal.h"
+#include "lifecycle/lifecycle.h"
 
 #define FUZZ_REC_HDR 6u
 

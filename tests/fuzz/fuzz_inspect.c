@@ -15,7 +15,7 @@
 
 #include "attach.h"
 #include "fuzz_image.h"
-#include "internal.h"
+#include "lifecycle/lifecycle.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n);
 

@@ -39,8 +39,8 @@
 #include <string.h>
 
 #include "fuzz_image.h"
-#include "internal.h"
-#include "model_int.h"
+#include "lifecycle/lifecycle.h"
+#include "model/model.h"
 
 #define RW_OPS_MAX 64u    /* operations of one input's script          */
 #define RW_KEEP 4u        /* handles of each kind the script keeps     */

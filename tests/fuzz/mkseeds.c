@@ -27,7 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "crashpoint.h"
+#include "base/crashpoint.h"
 #include "pdshm.h"
 
 static char seg_name[64];

@@ -1,0 +1,702 @@
+/*
+ * varlock.c - pdshm_var_lock: a shared/exclusive lock on a variable, one
+ * 64-bit word of its record, whose holder's death never blocks anyone.
+ *
+ * Owns: a variable's lk and lk_wwait fields (records.h), the vl[] hold records
+ * of the process slots (layout.h), and this thread's table of held variable
+ * locks (in its block, thread.c).
+ *
+ * The word, r->lk (the version sits beside it: one 16-byte pair):
+ *   bits  0-12  owner: slot+1 of the exclusive holder; while FROZEN, slot+1
+ *               of the dead slot whose reaper recounts the readers
+ *   bit  13     FROZEN: a reaper recounts the shared holders (invariant 4)
+ *   bits 14-29  shared holders
+ *   bit  30     RSLEEP: a reader may sleep on the word (futex.c, inv. 4)
+ *   bit  31     WSLEEP: a writer may sleep on the word
+ *   bits 32-63  TAG: the variable's generation (pdshm__varlock_tag), set when
+ *               the record is made and never changed (invariant 5)
+ * The low half is the futex word.  A waiter sets its class's bit before it
+ * sleeps, as a writer or a reader (a futex bitset).  Whoever takes away what
+ * waiters wait for clears the bits in the same read-modify-write and, for
+ * each that was set, wakes: an owner leaving, one writer and every reader;
+ * the last reader leaving, one writer (readers do not wait for readers); a
+ * thaw, everyone.  A writer that slept and takes the lock sets WSLEEP again,
+ * since other writers may still sleep: its release wakes the next.  So a
+ * hand-off costs one wake, and a release nobody waits for none.
+ *
+ * Invariants:
+ *  1. Exclusive = owner set; then readers are 0 and the word is not FROZEN.
+ *     Uncontended, lock is one CAS (0 -> owner) and unlock one version bump
+ *     and one read-modify-write back, whose old value tells whether there
+ *     is anyone to wake.
+ *  2. Every hold, and every take or release in flight, is recorded in a
+ *     struct pdshm_vl_hold of the holder's slot, written only by that
+ *     process: CLAIMED (naming the variable and its generation) before the
+ *     word is touched, then EXCL before an exclusive CAS; TAKING before a
+ *     shared one and HELD after it; RELEASING before the shared release's
+ *     CAS and IDLE after it.  State stores are releases and the word's CASes
+ *     read-modify-writes, so whoever changes the word after a CAS sees the
+ *     state its taker stored before it.
+ *  3. A dead exclusive holder: its word names its slot.  Its reaper (found
+ *     by a waiter that saw the owner's slot dead between sleeps, which then
+ *     reaps) clears the owner of the variable each EXCL record of that slot
+ *     names, when that variable is still of the record's generation, by CAS
+ *     from exactly that owner and TAG: only that slot ever wrote its number
+ *     there, so the word alone tells whether the take's CAS happened.  No
+ *     journal runs under a variable lock (resize journals under the scope's
+ *     lock, whose own repair finishes it), so there is nothing more to
+ *     repair: the next taker gets the lock, the data as the dead holder left
+ *     it, and the version it had.
+ *  4. A dead shared holder: whether its CAS happened is not known from the
+ *     word (others change it too), so nothing guesses.  Its reaper freezes
+ *     the word (FROZEN, owner = the dead slot+1; takers and releasers that
+ *     see FROZEN step back to CLAIMED or HELD and wait), waits until no live
+ *     slot's record of that variable is TAKING or RELEASING, counts the
+ *     live slots' HELD records of that variable and generation, and stores
+ *     that count as it thaws the word.  A dead slot's records are never
+ *     counted: each recount is right whoever else is dead.  A reaper killed
+ *     while the word is frozen leaves its dead slot's records in place; the
+ *     next reaper of that slot takes the freeze over (or anyone's, whose
+ *     slot nobody holds any more) and recounts.
+ *  5. A variable erased while held or waited for, its record freed and
+ *     perhaps made again as another variable: every change to the word is a
+ *     compare-and-swap from a value read with this variable's TAG, so a lock,
+ *     unlock, undo, reap, freeze or thaw through a stale record changes
+ *     nobody else's word (a new variable's word has another TAG; a block
+ *     reused for anything else would have to hold, at that place, the very
+ *     value read).  The exclusive release swaps the word and the version in
+ *     one 16-byte compare-and-swap (cpu.h), so the bump cannot land on a
+ *     successor either.  A shared release never takes a share the word does
+ *     not count (readers 0).  A take whose CAS landed on a variable erased
+ *     since undoes it (a CAS against the same TAG: after a reuse there is
+ *     nothing of ours to undo) and returns ESTALE; so does any call that
+ *     reads another TAG.
+ *  6. Writer preference: a writer waiting for readers to drain marks
+ *     lk_wwait with its slot and epoch, and new readers back off for a
+ *     bounded time, and not at all once that slot is dead or taken again (a
+ *     writer that died waiting must not slow readers).  It reaps now and
+ *     then, since a dead reader's share only goes away when someone reaps it.
+ *  7. Holds are per thread: a thread unlocks what it locked, and what it
+ *     still holds when it exits is let go then (thread.c's exit hook).  This
+ *     thread's holds are kept in a table in its block (thread.c), which
+ *     answers EDEADLK and EPERM; a fork child inherits the table but none of
+ *     the holds, and an attachment none of a detached one's (entries carry
+ *     the attachment's id).  Entries are found by the record's address and
+ *     generation, since a new variable may get an erased one's record: lock
+ *     finds only a hold on the variable there now; unlock lets go of that
+ *     one, else of a hold on an erased variable that was there.
+ */
+#define PDSHM_LAYER 6 /* model/ (lib/LAYERS) */
+#include "config.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "model/model.h"
+#include "model/varlock.h"
+
+#define VL_AS_WRITER 1u               /* futex bitsets: a waiter's class   */
+#define VL_AS_READER 2u
+
+#define VL_SPIN 1                     /* looks at the word before sleeping */
+#define VL_SLICE_MIN_NS 250000ll      /* a first sleep; then liveness is   */
+#define VL_SLICE_NS 2000000ll         /* checked, and the sleep doubles    */
+#define VL_REAP_EVERY_NS 10000000ull  /* a writer blocked by readers reaps */
+#define VL_READER_BACKOFF 2000        /* rounds a reader defers to a writer */
+
+/* This thread's held locks are in its block (thread.c): t->held[0, vl_top),
+ * which is a few entries for a thread holding a few locks (a scan of all
+ * PDSHM_VL_HELD_MAX entries cost more than the lock itself).  The block is
+ * made at the thread's first lock; while vl_top is 0 it is not looked at.
+ * vl_hint is where this thread looks first for a free record in its slot's
+ * vl[]: the one it used last, still in its cache. */
+static PDSHM_TLS_HOT unsigned vl_top;
+static PDSHM_TLS_HOT unsigned vl_hint;
+
+/* This thread's entry for var of generation vgen (any generation when
+ * any_gen) in attachment seg, or NULL; *hole, when asked for, gets the first
+ * free entry below vl_top (or NULL) on the same walk.  Entries made before a
+ * fork are free in the child, and those of a detached attachment free in
+ * any later one. */
+static struct pdshm_held_lock *vl_find_gen(const pdshm_seg *seg, const void *var, uint64_t vgen,
+                                           bool any_gen, struct pdshm_held_lock **hole) {
+  uint64_t gen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
+  struct pdshm_held_lock *held = vl_top ? pdshm__self->held : NULL, *free = NULL;
+  for (unsigned i = 0; i < vl_top; i++) {
+    if (!held[i].var || held[i].forkgen != gen || held[i].attach_id != seg->id) {
+      if (!free) free = &held[i];
+    } else if (held[i].var == var && (any_gen || held[i].gen == vgen)) {
+      return &held[i];
+    }
+  }
+  if (hole) *hole = free;
+  return NULL;
+}
+
+static struct pdshm_held_lock *vl_find(const pdshm_seg *seg, const void *var) {
+  return vl_find_gen(seg, var, 0, true, NULL);
+}
+
+/* This thread's entry for var of generation vgen, tried first at the top
+ * of the table, where the last lock taken is (locks are mostly released in
+ * the reverse order of their taking): no walk for the common unlock. */
+static struct pdshm_held_lock *vl_find_held(const pdshm_seg *seg, const void *var,
+                                            uint64_t vgen) {
+  if (!vl_top) return NULL;
+  struct pdshm_held_lock *top = &pdshm__self->held[vl_top - 1];
+  if (top->var == var && top->gen == vgen && top->attach_id == seg->id &&
+      top->forkgen == atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed))
+    return top;
+  return vl_find_gen(seg, var, vgen, false, NULL);
+}
+
+static void vl_thread_exit(struct pdshm_thread *t);
+
+/* A free entry: the hole vl_find_gen found below vl_top, else the one at
+ * vl_top.  ENOLCK when the table is full, ENOMEM when the thread's block
+ * cannot be made. */
+static int vl_held_free(struct pdshm_held_lock *hole, struct pdshm_held_lock **out) {
+  struct pdshm_thread *t = pdshm__thread();
+  if (!t) return pdshm__fail(PDSHM_ENOMEM, "out of private memory for this thread's lock table");
+  if (!vl_top && !atomic_load_explicit(&pdshm__thread_exit_hook, memory_order_relaxed))
+    atomic_store(&pdshm__thread_exit_hook, vl_thread_exit);
+  struct pdshm_held_lock *h = hole;
+  if (!h && vl_top < PDSHM_VL_HELD_MAX) h = &t->held[vl_top++];
+  if (!h) return pdshm__fail(PDSHM_ENOLCK, "this thread holds %d variable locks", PDSHM_VL_HELD_MAX);
+  *out = h;
+  return 0;
+}
+
+static void vl_held_release(struct pdshm_held_lock *h) {
+  memset(h, 0, sizeof *h);
+  const struct pdshm_held_lock *held = pdshm__self->held;
+  unsigned top = vl_top;
+  while (top && !held[top - 1].var) top--;
+  vl_top = top;
+}
+
+/* Invariant 5: r is still the live variable of generation gen. */
+static bool vl_same(const pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen) {
+  return pdshm__block_live(seg, pdshm__off(seg, r), PDSHM_T_VAR, sizeof *r) &&
+         r->magic == PDSHM_VAR_MAGIC && r->gen == gen;
+}
+
+static struct pdshm_vl_hold *vl_rec(const pdshm_seg *seg, uint32_t slot, uint32_t i) {
+  return &pdshm__slot(seg, slot)->vl[i];
+}
+
+static void vl_state(struct pdshm_vl_hold *e, uint32_t st) {
+  atomic_store_explicit(&e->state, st, memory_order_release);
+}
+
+/* Invariant 2: a free record of our slot, CLAIMED and naming r: its index
+ * in *out, the record itself in *rec. */
+static int vl_claim(pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen, uint32_t *out,
+                    struct pdshm_vl_hold **rec) {
+  struct pdshm_vl_hold *vl = vl_rec(seg, seg->slot, 0);
+  for (unsigned k = 0; k < PDSHM_VL_SLOT_HOLDS; k++) {
+    uint32_t i = (vl_hint + k) % PDSHM_VL_SLOT_HOLDS, idle = PDSHM_VL_IDLE;
+    struct pdshm_vl_hold *e = &vl[i];
+    if (atomic_load_explicit(&e->state, memory_order_relaxed) != idle) continue;
+    /* acquire: the thread of ours that let the record go (a release store
+     * of IDLE) wrote var and gen before; ours come after */
+    if (!atomic_compare_exchange_strong_explicit(&e->state, &idle, PDSHM_VL_CLAIMED,
+                                                 memory_order_acquire, memory_order_relaxed))
+      continue;
+    e->var = pdshm__off(seg, r);
+    e->gen = gen;
+    vl_hint = i;
+    *out = i;
+    *rec = e;
+    return 0;
+  }
+  return pdshm__fail(PDSHM_ENOLCK, "this process holds %u variable locks", PDSHM_VL_SLOT_HOLDS);
+}
+
+/* The process of slot s is gone and nobody reaps it now: its lock is free
+ * while its state is not FREE. */
+static bool vl_slot_abandoned(pdshm_seg *seg, uint32_t s) {
+  if (s == seg->slot || s >= seg->hdr->max_procs) return false;
+  if (atomic_load_explicit(&pdshm__slot(seg, s)->state, memory_order_acquire) == PDSHM_SLOT_FREE)
+    return false;
+  return pdshm__slot_alive(seg, s) == 0;
+}
+
+/* ---- waiting ----------------------------------------------------------------------- */
+
+/* Invariant 2 read backwards, for a waiter whose wait no death explains:
+ * the holders word w names are not in any slot's records (an owner with no
+ * EXCL record of this variable, a recount by a slot nobody holds, more
+ * shares than every slot's records of it), and w is still the word.  The
+ * waiter's own record, mine, explains nothing.  Only damaged bytes make that
+ * so; the waiter then answers EBADSEG rather than wait for ever.  (Two
+ * waiters of one process on a word that names their slot as owner each see
+ * the other's EXCL record, which may be a holder's: they keep waiting.) */
+static bool vl_unexplained(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64_t w,
+                           const struct pdshm_vl_hold *mine) {
+  uint32_t procs = seg->hdr->max_procs, who = (uint32_t)(w & VL_OWNER);
+  if (who > procs) return atomic_load_explicit(&r->lk, memory_order_acquire) == w;
+  uint64_t shares = 0;
+  bool owner_recorded = false, owner_slot_used = false;
+  for (uint32_t s = 0; s < procs; s++) {
+    const struct pdshm_slot *sl = pdshm__slot(seg, s);
+    if (atomic_load_explicit(&sl->state, memory_order_acquire) == PDSHM_SLOT_FREE) continue;
+    owner_slot_used |= s + 1u == who;
+    for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++) {
+      const struct pdshm_vl_hold *e = &sl->vl[i];
+      uint32_t st = atomic_load_explicit(&((struct pdshm_vl_hold *)e)->state, memory_order_acquire);
+      if (st < PDSHM_VL_TAKING || e == mine || e->var != r->self || e->gen != gen) continue;
+      if (st == PDSHM_VL_EXCL) owner_recorded |= s + 1u == who;
+      else shares++;
+    }
+  }
+  bool bad = (w & VL_FROZEN) ? !who || !owner_slot_used
+                             : (who && !owner_recorded) || (w & VL_READERS) / VL_READER > shares;
+  return bad && atomic_load_explicit(&r->lk, memory_order_acquire) == w;
+}
+
+struct vl_waiter {
+  unsigned round;
+  uint32_t as;        /* VL_AS_WRITER or VL_AS_READER                              */
+  bool slept;         /* a writer's take then sets WSLEEP: its release wakes the next */
+  int64_t slice;      /* the next sleep's bound, ns (0: VL_SLICE_MIN_NS)             */
+  uint64_t next_reap; /* CLOCK_MONOTONIC ns; 0 before the first timed-out sleep */
+};
+
+/* One wait of a taker that the word w stops: spins a little, then sets its
+ * class's sleep bit and sleeps on the low half in slices.  After a slice that timed
+ * out it reaps when the word names an abandoned slot (an owner, or a
+ * reaper's frozen recount), or, stopped by readers alone, every
+ * VL_REAP_EVERY_NS (a dead reader's share).  ESTALE when the variable is
+ * gone (w is another's word, or the record no longer the variable),
+ * EBADSEG when no record explains w (vl_unexplained; mine is the caller's
+ * record); 0 to look at the word again. */
+static int vl_wait(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64_t w,
+                   struct vl_waiter *wt, const struct pdshm_vl_hold *mine) {
+  if (!vl_ours(w, pdshm__varlock_tag(gen)))
+    return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  if (wt->round++ < VL_SPIN) {
+    pdshm__cpu_relax();
+    return 0;
+  }
+  if (!vl_same(seg, r, gen)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  uint64_t bit = wt->as == VL_AS_WRITER ? VL_WSLEEP : VL_RSLEEP;
+  if (!(w & bit) && !atomic_compare_exchange_strong_explicit(&r->lk, &w, w | bit,
+                                                             memory_order_relaxed,
+                                                             memory_order_relaxed))
+    return 0;
+  wt->slept = true;
+  if (pdshm__futex_wait_bits(pdshm__futex_low(&r->lk), (uint32_t)(w | bit), wt->as,
+                             wt->slice ? wt->slice : VL_SLICE_MIN_NS) != PDSHM_ETIMEDOUT)
+    return 0;
+  wt->slice = wt->slice ? (wt->slice * 2 < VL_SLICE_NS ? wt->slice * 2 : VL_SLICE_NS)
+                        : 2 * VL_SLICE_MIN_NS;
+  uint32_t who = (uint32_t)(w & VL_OWNER);
+  bool reap = who && vl_slot_abandoned(seg, who - 1);
+  if (!who && (w & VL_READERS)) {
+    uint64_t now = pdshm__now_ns(CLOCK_MONOTONIC);
+    reap = wt->next_reap && now >= wt->next_reap;
+    if (reap || !wt->next_reap) wt->next_reap = now + VL_REAP_EVERY_NS;
+  }
+  if (reap) return pdshm__slot_reap_dead(seg);
+  if (wt->slice == VL_SLICE_NS && vl_unexplained(seg, r, gen, w | bit, mine))
+    return pdshm__fail(PDSHM_EBADSEG, "the lock word of variable %#llx names holders that no "
+                       "process records", (unsigned long long)r->self);
+  return 0;
+}
+
+/* After a read-modify-write that took away what waiters wait for and
+ * cleared the sleep bits set in `cleared` (its old value, masked): one
+ * writer (every writer when all_writers) and every reader. */
+static void vl_wake(struct pdshm_var_rec *r, uint64_t cleared, bool all_writers) {
+  _Atomic uint32_t *f = pdshm__futex_low(&r->lk);
+  if (cleared & VL_WSLEEP) pdshm__futex_wake_bits(f, VL_AS_WRITER, all_writers ? INT32_MAX : 1);
+  if (cleared & VL_RSLEEP) pdshm__futex_wake_bits(f, VL_AS_READER, INT32_MAX);
+}
+
+/* Takes owner `who` (slot+1) off r's word of tag `tag`, with the sleep
+ * bits, and wakes their sleepers (every writer when all_writers); false
+ * when the word is not so held (another variable's now, or not that
+ * owner's). */
+static bool vl_release_owner(struct pdshm_var_rec *r, uint64_t tag, uint64_t who,
+                             bool all_writers) {
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  while (vl_ours(w, tag) && (w & (VL_OWNER | VL_FROZEN)) == who)
+    if (atomic_compare_exchange_weak_explicit(&r->lk, &w, w & ~(VL_OWNER | VL_SLEEPERS),
+                                              memory_order_acq_rel, memory_order_relaxed)) {
+      vl_wake(r, w, all_writers);
+      return true;
+    }
+  return false;
+}
+
+static void vl_pause(unsigned round) {
+  if (round < 64) {
+    pdshm__cpu_relax();
+    return;
+  }
+  long ns = round < 1024 ? 1000 : 100000;
+  nanosleep(&(struct timespec){0, ns}, NULL);
+}
+
+/* ---- exclusive ---------------------------------------------------------------------- */
+
+/* What a waiting writer leaves in lk_wwait: who it is. */
+static uint64_t vl_writer_mark(pdshm_seg *seg) {
+  return (seg->slot + 1u) | atomic_load(&pdshm__slot(seg, seg->slot)->epoch) << 16;
+}
+
+/* Invariant 6: a writer that died waiting (its slot dead, or taken again
+ * since) no longer makes readers back off. */
+static bool vl_writer_waits(pdshm_seg *seg, struct pdshm_var_rec *r) {
+  uint64_t w = atomic_load_explicit(&r->lk_wwait, memory_order_relaxed), s = (w & 0xffff) - 1;
+  if (!w) return false;
+  if (s < seg->hdr->max_procs && w >> 16 == atomic_load(&pdshm__slot(seg, (uint32_t)s)->epoch) &&
+      pdshm__slot_alive(seg, (uint32_t)s) != 0)
+    return true;
+  atomic_compare_exchange_strong(&r->lk_wwait, &w, 0);
+  return false;
+}
+
+static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
+                        struct pdshm_vl_hold *e) {
+  const uint64_t me = seg->slot + 1u, tag = pdshm__varlock_tag(gen);
+  vl_state(e, PDSHM_VL_EXCL);
+  PDSHM_CRASHPOINT("varlock.excl.recorded");
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed), mark = 0;
+  struct vl_waiter wt = {.as = VL_AS_WRITER};
+  for (;;) {
+    if (vl_ours(w, tag) && !(w & (VL_BUSY | VL_READERS))) {
+      uint64_t next = w | me | (wt.slept ? VL_WSLEEP : 0);
+      if (atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acquire,
+                                                memory_order_relaxed))
+        break;
+      continue;
+    }
+    if (!(w & VL_BUSY) && !mark) { /* readers alone: invariant 6 */
+      mark = vl_writer_mark(seg);
+      atomic_store_explicit(&r->lk_wwait, mark, memory_order_relaxed);
+      PDSHM_CRASHPOINT("varlock.excl.waiting");
+    }
+    int rc = vl_wait(seg, r, gen, w, &wt, e);
+    if (rc) {
+      if (mark) atomic_compare_exchange_strong(&r->lk_wwait, &mark, 0);
+      return rc;
+    }
+    w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  }
+  PDSHM_CRASHPOINT("varlock.excl.held");
+  if (!vl_same(seg, r, gen)) { /* invariant 5: erased since; the word is its own still */
+    vl_release_owner(r, tag, me, false);
+    return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  }
+  if (mark || atomic_load_explicit(&r->lk_wwait, memory_order_relaxed)) /* no store when clear */
+    atomic_store_explicit(&r->lk_wwait, 0, memory_order_relaxed);
+  return 0;
+}
+
+/* The owner leaves and the version moves in one step (invariant 5): of an
+ * erased variable, nothing is touched. */
+static void vl_unlock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen) {
+  const uint64_t me = seg->slot + 1u, tag = pdshm__varlock_tag(gen);
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed),
+           v = atomic_load_explicit(&r->version, memory_order_relaxed);
+  PDSHM_CRASHPOINT("varlock.excl.releasing");
+  do {
+    if (!vl_ours(w, tag) || (w & (VL_OWNER | VL_FROZEN)) != me) return;
+  } while (!pdshm__cas_pair(&r->lk, &w, &v, w & ~(VL_OWNER | VL_SLEEPERS), v + 1));
+  PDSHM_CRASHPOINT("varlock.excl.released");
+  vl_wake(r, w, false);
+  pdshm__futex_wake_after_rmw(pdshm__futex_low(&r->version), &r->vwaiters);
+}
+
+/* ---- shared ------------------------------------------------------------------------- */
+
+enum vl_uncount_rc { VL_UNCOUNTED, VL_CHANGED, VL_NOT_COUNTED };
+
+/* One share less of the variable whose tag is `tag`, *w being its word as
+ * last read (not FROZEN): the last one clears WSLEEP and wakes a writer
+ * (only writers wait for readers).  VL_CHANGED when the word changed from
+ * *w first (*w is then what it is now); VL_NOT_COUNTED, touching nothing,
+ * when *w is another variable's word or counts no share (invariant 5). */
+static enum vl_uncount_rc vl_uncount(struct pdshm_var_rec *r, uint64_t *w, uint64_t tag) {
+  if (!vl_ours(*w, tag) || !(*w & VL_READERS)) return VL_NOT_COUNTED;
+  uint64_t next = *w - VL_READER;
+  bool last = !(next & VL_READERS);
+  if (last) next &= ~VL_WSLEEP;
+  if (!atomic_compare_exchange_weak_explicit(&r->lk, w, next, memory_order_acq_rel,
+                                             memory_order_relaxed))
+    return VL_CHANGED;
+  if (last) vl_wake(r, *w & VL_WSLEEP, false);
+  return VL_UNCOUNTED;
+}
+
+/* Invariant 5 after a counted CAS on a variable erased since: takes the
+ * share back from its word, unless a recount (FROZEN) drops it anyway or
+ * the record is another variable's by now. */
+static void vl_uncount_stale(struct pdshm_var_rec *r, uint64_t tag) {
+  PDSHM_CRASHPOINT("varlock.shared.undoing");
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  while (!(w & VL_FROZEN) && vl_uncount(r, &w, tag) == VL_CHANGED) {
+  }
+}
+
+static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
+                          struct pdshm_vl_hold *e) {
+  const uint64_t tag = pdshm__varlock_tag(gen);
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  struct vl_waiter wt = {.as = VL_AS_READER};
+  for (unsigned round = 0;; round++) {
+    if (!vl_ours(w, tag)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+    bool defer = atomic_load_explicit(&r->lk_wwait, memory_order_relaxed) &&
+                 round < VL_READER_BACKOFF && vl_writer_waits(seg, r);
+    if (!(w & VL_BUSY) && !defer) {
+      if ((w & VL_READERS) == VL_READERS)
+        return pdshm__fail(PDSHM_ENOLCK, "%llu shared holders already",
+                           (unsigned long long)(VL_READERS / VL_READER));
+      vl_state(e, PDSHM_VL_TAKING);
+      PDSHM_CRASHPOINT("varlock.shared.taking");
+      uint64_t next = w + VL_READER;
+      if (atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acq_rel,
+                                                memory_order_relaxed))
+        break;
+      continue;
+    }
+    if (atomic_load_explicit(&e->state, memory_order_relaxed) == PDSHM_VL_TAKING)
+      vl_state(e, PDSHM_VL_CLAIMED); /* a recount must not wait for us */
+    int rc = defer ? (vl_pause(round), vl_same(seg, r, gen) ? 0 : PDSHM_ESTALE)
+                   : vl_wait(seg, r, gen, w, &wt, e);
+    if (rc) return rc == PDSHM_ESTALE ? pdshm__fail(rc, "variable was erased") : rc;
+    w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  }
+  PDSHM_CRASHPOINT("varlock.shared.counted");
+  if (!vl_same(seg, r, gen)) {
+    vl_uncount_stale(r, tag);
+    return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  }
+  vl_state(e, PDSHM_VL_HELD);
+  return 0;
+}
+
+/* Gives a share back; a frozen word waits for its recount (invariant 4).
+ * Of an erased variable, its word gets the share back while the record is
+ * not yet another variable's, and nothing is touched after. */
+static int vl_unlock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
+                            struct pdshm_vl_hold *e) {
+  const uint64_t tag = pdshm__varlock_tag(gen);
+  struct vl_waiter wt = {.round = VL_SPIN, .as = VL_AS_READER}; /* a recount: sleep at once */
+  for (;;) {
+    vl_state(e, PDSHM_VL_RELEASING);
+    PDSHM_CRASHPOINT("varlock.shared.releasing");
+    uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+    while (!(w & VL_FROZEN)) {
+      enum vl_uncount_rc rc = vl_uncount(r, &w, tag);
+      if (rc == VL_NOT_COUNTED) return 0;
+      if (rc == VL_UNCOUNTED) {
+        PDSHM_CRASHPOINT("varlock.shared.uncounted");
+        return 0;
+      }
+    }
+    vl_state(e, PDSHM_VL_HELD);
+    int rc = vl_wait(seg, r, gen, w, &wt, e);
+    if (rc == PDSHM_ESTALE) return 0;
+    if (rc) return rc;
+  }
+}
+
+/* ---- the API ------------------------------------------------------------------------- */
+
+/* Lets go of this thread's hold `held` in seg (its last re-entry): 0, or
+ * the error that leaves it held. */
+static int vl_let_go(pdshm_seg *seg, struct pdshm_held_lock *held) {
+  struct pdshm_var_rec *r = (struct pdshm_var_rec *)(uintptr_t)held->var;
+  struct pdshm_vl_hold *e = vl_rec(seg, seg->slot, held->ent);
+  if (held->excl) {
+    vl_unlock_excl(seg, r, held->gen);
+  } else {
+    int rc = vl_unlock_shared(seg, r, held->gen, e);
+    if (rc) return rc;
+  }
+  vl_state(e, PDSHM_VL_IDLE);
+  vl_held_release(held);
+  return 0;
+}
+
+PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
+  int rc;
+  pdshm__fail_clear();
+  pdshm_seg *seg = pdshm__var_seg(v, &rc);
+  if (!seg) return rc;
+  struct pdshm_var_rec *r = pdshm__var_rec(v);
+  uint64_t gen = r->gen;
+  struct pdshm_held_lock *hole = NULL, *held = vl_top ? vl_find_gen(seg, r, gen, false, &hole) : NULL;
+  if (held && (held->excl || exclusive))
+    return pdshm__fail(PDSHM_EDEADLK, "this thread already holds the lock of \"%s\"",
+                       pdshm_var_name(v));
+  if (held) {
+    held->count++;
+    return 0;
+  }
+  if (!vl_same(seg, r, gen)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  uint32_t ent = 0;
+  struct pdshm_vl_hold *e = NULL; /* vl_claim sets it when it answers 0 */
+  if ((rc = vl_held_free(hole, &held))) return rc;
+  if ((rc = vl_claim(seg, r, gen, &ent, &e))) {
+    vl_held_release(held);
+    return rc;
+  }
+  rc = exclusive ? vl_lock_excl(seg, r, gen, e) : vl_lock_shared(seg, r, gen, e);
+  if (rc) {
+    vl_state(e, PDSHM_VL_IDLE);
+    vl_held_release(held); /* the entry stays free */
+    return rc;
+  }
+  *held = (struct pdshm_held_lock){.var = r, .gen = gen, .count = 1, .ent = ent,
+                                   .excl = exclusive != 0, .attach_id = seg->id,
+                                   .forkgen = atomic_load_explicit(&pdshm__forkgen,
+                                                                   memory_order_relaxed)};
+  return 0;
+}
+
+PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
+  int rc;
+  pdshm__fail_clear();
+  pdshm_seg *seg = pdshm__var_seg(v, &rc);
+  if (!seg) return rc;
+  struct pdshm_var_rec *r = pdshm__var_rec(v);
+  /* The hold on the variable at r now, else one on an erased one that was
+   * there (invariant 7). */
+  struct pdshm_held_lock *held = vl_find_held(seg, r, r->gen);
+  if (!held) held = vl_find(seg, r);
+  if (!held) return pdshm__fail(PDSHM_EPERM, "this thread does not hold that variable's lock");
+  if (!held->excl && --held->count) return 0;
+  if ((rc = vl_let_go(seg, held))) /* the share stays, and so does the hold: unlock may be called again */
+    held->count = 1;
+  return rc;
+}
+
+/* Invariant 7: a thread that exits lets go of the locks it still holds in
+ * attachments not detached since (a detach let go of them already); a
+ * share a recount keeps frozen past the wait stays until the detach. */
+static void vl_exit_let_go(pdshm_seg *seg, void *arg) {
+  if (!pdshm__seg_usable(seg)) (void)vl_let_go(seg, arg);
+}
+
+static void vl_thread_exit(struct pdshm_thread *t) {
+  uint64_t forkgen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
+  for (unsigned i = vl_top; i-- > 0;) {
+    struct pdshm_held_lock *h = &t->held[i];
+    if (h->var && h->forkgen == forkgen) pdshm__seg_list_with(h->attach_id, vl_exit_let_go, h);
+  }
+  vl_top = 0;
+}
+
+/* ---- the reaper ------------------------------------------------------------------------ */
+
+/* The live variable a hold record names (its offset and generation), or
+ * NULL: a take's CAS changes only its own generation's word (invariant 5). */
+static struct pdshm_var_rec *vl_var_of(pdshm_seg *seg, const struct pdshm_vl_hold *e) {
+  pdshm_var *v = pdshm_varref_get(seg, (pdshm_varref){.off = e->var, .gen = e->gen});
+  return v ? pdshm__var_rec(v) : NULL;
+}
+
+/* Invariant 3: dead slot d's exclusive hold on r (of generation gen), if
+ * its CAS happened.  Its version's waiters are woken either way: a holder
+ * that died between its release (which moved the version) and its wakes
+ * must not leave them asleep. */
+static void vl_reap_excl(struct pdshm_var_rec *r, uint64_t gen, uint32_t d) {
+  if (vl_release_owner(r, pdshm__varlock_tag(gen), d + 1u, true))
+    PDSHM_CRASHPOINT("varlock.reap.released");
+  pdshm__futex_wake(pdshm__futex_low(&r->version), &r->vwaiters);
+}
+
+/* Invariant 4: freezes r's word for dead slot d.  False when there is
+ * nothing to recount: held exclusively (so no share counted), or gone. */
+static bool vl_freeze(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t d) {
+  const uint64_t tag = pdshm__varlock_tag(r->gen);
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_acquire);
+  for (unsigned round = 0;; round++) {
+    if (!vl_ours(w, tag)) return false;
+    uint32_t who = (uint32_t)(w & VL_OWNER);
+    if (!(w & VL_FROZEN) && who) return false;
+    if (w & VL_FROZEN && who == d + 1u) return true; /* our slot's reaper died here */
+    bool nobody = !who || who > seg->hdr->max_procs; /* a freeze no reaper could have made */
+    if (!(w & VL_FROZEN) || nobody || vl_slot_abandoned(seg, who - 1)) { /* or left by a dead reaper */
+      uint64_t next = (w & ~VL_OWNER) | VL_FROZEN | (d + 1u);
+      if (atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acq_rel,
+                                                memory_order_acquire))
+        return true;
+      continue;
+    }
+    vl_pause(round + 64); /* another slot's reaper recounts: wait for it */
+    w = atomic_load_explicit(&r->lk, memory_order_acquire);
+  }
+}
+
+/* Waits while live slot s's record e of r is in flight; true when it is a
+ * counted share of r's generation. */
+static bool vl_counts(pdshm_seg *seg, uint32_t s, const struct pdshm_vl_hold *e,
+                      const struct pdshm_var_rec *r) {
+  for (unsigned round = 0;; round++) {
+    uint32_t st = atomic_load_explicit(&((struct pdshm_vl_hold *)e)->state, memory_order_acquire);
+    if (e->var != r->self) return false;
+    if (st == PDSHM_VL_HELD) return e->gen == r->gen;
+    if (st != PDSHM_VL_TAKING && st != PDSHM_VL_RELEASING) return false;
+    if (round % 64 == 63 && pdshm__slot_alive(seg, s) == 0) return false; /* died meanwhile */
+    vl_pause(round + 64);
+  }
+}
+
+/* Invariant 4: r's shared holders, recounted without dead slot d. */
+static void vl_recount(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t d) {
+  if (!vl_freeze(seg, r, d)) return;
+  PDSHM_CRASHPOINT("varlock.reap.frozen");
+  uint64_t n = 0;
+  for (uint32_t s = 0; s < seg->hdr->max_procs; s++) {
+    const struct pdshm_slot *sl = pdshm__slot(seg, s);
+    if (s == d || atomic_load_explicit(&sl->state, memory_order_acquire) != PDSHM_SLOT_LIVE)
+      continue;
+    int alive = -1; /* asked once, and only of a slot that has a record of r */
+    for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++) {
+      const struct pdshm_vl_hold *e = &sl->vl[i];
+      uint32_t st = atomic_load_explicit(&((struct pdshm_vl_hold *)e)->state, memory_order_acquire);
+      if (st < PDSHM_VL_TAKING || st > PDSHM_VL_RELEASING || e->var != r->self) continue;
+      if (alive < 0) alive = pdshm__slot_alive(seg, s) != 0;
+      if (!alive) break;
+      n += vl_counts(seg, s, e, r);
+    }
+  }
+  const uint64_t tag = pdshm__varlock_tag(r->gen);
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed), next;
+  do {
+    if (!vl_ours(w, tag) || (w & (VL_FROZEN | VL_OWNER)) != (VL_FROZEN | (d + 1u)))
+      return; /* erased meanwhile */
+    next = (w & ~(VL_OWNER | VL_FROZEN | VL_READERS | VL_SLEEPERS)) | n * VL_READER;
+  } while (!atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acq_rel,
+                                                  memory_order_relaxed));
+  PDSHM_CRASHPOINT("varlock.reap.thawed");
+  vl_wake(r, w, true);
+}
+
+/* Reaper (or detach) of slot d: every lock its records show it held or was
+ * taking is given back; each step is idempotent (proc.c, invariant 3). */
+void pdshm__varlock_reap_slot(pdshm_seg *seg, uint32_t d) {
+  for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++) {
+    struct pdshm_vl_hold *e = vl_rec(seg, d, i);
+    uint32_t st = atomic_load_explicit(&e->state, memory_order_acquire);
+    if (st == PDSHM_VL_IDLE) continue;
+    struct pdshm_var_rec *r = st == PDSHM_VL_CLAIMED ? NULL : vl_var_of(seg, e);
+    if (r && st == PDSHM_VL_EXCL) vl_reap_excl(r, e->gen, d);
+    else if (r) vl_recount(seg, r, d);
+    vl_state(e, PDSHM_VL_IDLE);
+    PDSHM_CRASHPOINT("varlock.reap.record");
+  }
+}
+
+/* The inspector's view of r's lock: holders, and the exclusive one's slot
+ * (-1 when none). */
+uint64_t pdshm__varlock_readers(const struct pdshm_var_rec *r, int *owner_slot) {
+  uint64_t w = atomic_load_explicit(&((struct pdshm_var_rec *)r)->lk, memory_order_relaxed);
+  *owner_slot = !(w & VL_FROZEN) && (w & VL_OWNER) ? (int)(w & VL_OWNER) - 1 : -1;
+  return (w & VL_READERS) / VL_READER;
+}
