@@ -176,8 +176,21 @@ def dying_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, die_ste
             train(torch, dp, model, kind, size, rank, steps)
 
 
+def share_gradients(torch, model, x, y, rank, size):
+    """Accumulates into model's .grad rank's part of the gradient of the mean
+    loss over x, y in a group of `size`: its rows [len*rank//size,
+    len*(rank+1)//size) (uneven when size does not divide len(x)), their
+    summed loss weighted so that the group's mean of the parts is the full
+    batch's gradient."""
+    n = x.shape[0]
+    lo, hi = n * rank // size, n * (rank + 1) // size
+    loss = torch.nn.functional.mse_loss(model(x[lo:hi]), y[lo:hi], reduction="sum")
+    (loss * (size / n)).backward()
+
+
 def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths=(),
-                   newcomer=False, regroup_at=None, shrink_after=0.5):
+                   newcomer=False, regroup_at=None, shrink_after=0.5, hold_at=None,
+                   patient_after_shrink=False):
     """Trains `kind` through DataParallel(shrink_after=...) on its share of
     problem() at the group's size of the moment, until `steps`.  deaths: a
     list of (step, phase) at which this process SIGKILLs itself: the phases
@@ -187,8 +200,12 @@ def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths
     "switched" (new rank 0, right after the switch).
     newcomer: enlist instead of joining.  regroup_at: (step, size): after
     that step the members call dp.regroup() until the group has that size
-    (a newcomer taken in).  shrink_after: DataParallel's.  Returns (steps
-    redone, final rank, final size)."""
+    (a newcomer taken in).  shrink_after: DataParallel's.  hold_at: once
+    that many steps are done, send ("held", rank, size) and wait for a
+    message before going on.  patient_after_shrink: once the group is
+    smaller than `size`, wait for replacements for 60 s (shrink no more).
+    kind: one that share_gradients() can compute (not "accum" nor
+    "autocast").  Returns (steps redone, final rank, final size)."""
     import os
     import signal
     import time
@@ -249,10 +266,14 @@ def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths
                     while dp.regroup()[1] < regroup_at[1]:
                         time.sleep(0.05)
                     regroup_at = None
-                n = x.shape[0] // group.size
-                r = group.rank
+                if hold_at is not None and dp.steps_done == hold_at:
+                    conn.send(("held", group.rank, group.size))
+                    conn.recv()
+                    hold_at = None
+                if patient_after_shrink and group.size < size:
+                    dp.shrink_after = 60.0
                 dp.zero_grad()
-                gradients(torch, model, kind, x[r * n:(r + 1) * n], y[r * n:(r + 1) * n], 1)
+                share_gradients(torch, model, x, y, group.rank, group.size)
                 if not dp.step():
                     redone += 1
             out = (redone, group.rank, group.size)

@@ -4,6 +4,7 @@ during the repair of another and the one switching the layout; a newcomer
 taken in at a step boundary.  Every run ends with the parameters of one
 process over the same global batches; train_digits.py --kill K with the
 loss and accuracy of an uninterrupted run."""
+import json
 import os
 import subprocess
 import sys
@@ -142,6 +143,80 @@ def test_a_replacement_within_shrink_after_takes_the_rank_over(seg, children):
     assert [(r, s) for _, r, s in out] == [(0, 3), (1, 3), (2, 3)]
     assert "generation" in seg.open(f"run-{KIND}")
     assert int(seg.open(f"run-{KIND}")["generation"].numpy()[0]) == 0  # no re-shard
+    check_result(seg, children)
+
+
+def candidates(seg, group="dp"):
+    """The processes waiting in Segment.enlist for `group`, as pdshm-attach
+    --groups shows them."""
+    out = subprocess.run([os.path.join(ROOT, "tools", "pdshm-attach"), seg.name, "--groups",
+                          "--json"], capture_output=True, text=True, timeout=T, check=True)
+    return sum(g["candidates"] for g in json.loads(out.stdout)["groups"] if g["name"] == group)
+
+
+def test_a_newcomer_waiting_is_admitted_by_the_regroup_a_death_starts(seg, children):
+    """3 trainers hold after step 3 until a newcomer waits in enlist; then
+    rank 2 dies in step 5: the survivors' regroup (no replacement came)
+    drops it and admits the newcomer, which takes part in that re-shard."""
+    seg.root.new_scope(f"run-{KIND}")
+    kids = [children("spawn", dp_workers.shrink_trainer, seg.name, "run", 3, r, STEPS, KIND,
+                     [(5, "update")] if r == 2 else (), False, None, 0.5, 3) for r in range(3)]
+    for k in kids:
+        assert k.recv(timeout=T)[0] == "joined"
+    for k in kids:
+        assert k.recv(timeout=T)[0] == "held"
+    new = children("spawn", dp_workers.shrink_trainer, seg.name, "run", 3, -1, STEPS, KIND,
+                   (), True, None)
+    end = time.monotonic() + T
+    while candidates(seg) < 1 and time.monotonic() < end:
+        time.sleep(0.05)
+    assert candidates(seg) == 1
+    for k in kids:
+        k.send("go")
+    kids[2].proc.join(T)
+    assert kids[2].proc.exitcode == -9
+    assert new.recv(timeout=T) == ("joined", 5)  # it helped finish the dead one's step 5
+    out = [k.result(timeout=T) for k in kids[:2]] + [new.result(timeout=T)]
+    assert [(r, s) for _, r, s in out] == [(0, 3), (1, 3), (2, 3)]
+    assert int(seg.open(f"run-{KIND}")["generation"].numpy()[0]) == 1  # one re-shard
+    check_result(seg, children)
+
+
+def test_a_replacement_takes_a_rank_of_a_shrunk_group_over(seg, children):
+    """3 trainers; rank 2 dies in step 3 with no replacement (group of 2,
+    generation 1); old rank 1, now rank 1 of 2, dies in step 6 and a
+    replacement joins rank 1 of the group of 2: it takes the rank over in
+    the shrunk layout, finishing the dead one's step 6."""
+    seg.root.new_scope(f"run-{KIND}")
+    deaths = {1: [(6, "update")], 2: [(3, "update")]}
+    kids = [children("spawn", dp_workers.shrink_trainer, seg.name, "run", 3, r, STEPS, KIND,
+                     deaths.get(r, ()), False, None, 0.5, None, True) for r in range(3)]
+    for k in kids:
+        assert k.recv(timeout=T)[0] == "joined"
+    for r in (2, 1):
+        kids[r].proc.join(T)
+        assert kids[r].proc.exitcode == -9
+    new = children("spawn", dp_workers.shrink_trainer, seg.name, "run", 2, 1, STEPS, KIND,
+                   (), False, None, 60.0)
+    assert new.recv(timeout=T) == ("joined", 6)
+    out = [kids[0].result(timeout=T), new.result(timeout=T)]
+    assert [(r, s) for _, r, s in out] == [(0, 2), (1, 2)]
+    assert int(seg.open(f"run-{KIND}")["generation"].numpy()[0]) == 1  # no second re-shard
+    check_result(seg, children)
+
+
+def test_five_trainers_lose_three_in_three_steps(seg, children):
+    """5 -> 4 -> 3 -> 2, one death per step, in three phases (24 rows: the
+    shares of 5 and 4... are uneven)."""
+    out = run(children, seg, 5, {4: [(2, "update")], 0: [(4, "commit")], 2: [(6, "reduce")]})
+    assert sorted((r, s) for _, r, s in out) == [(0, 2), (1, 2)]
+    assert int(seg.open(f"run-{KIND}")["generation"].numpy()[0]) == 3
+    check_result(seg, children)
+
+
+def test_five_trainers_lose_three_in_one_step(seg, children):
+    out = run(children, seg, 5, {1: [(3, "update")], 2: [(3, "commit")], 4: [(3, "reduce")]})
+    assert sorted((r, s) for _, r, s in out) == [(0, 2), (1, 2)]
     check_result(seg, children)
 
 
