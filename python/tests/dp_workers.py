@@ -190,7 +190,7 @@ def share_gradients(torch, model, x, y, rank, size):
 
 def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths=(),
                    newcomer=False, regroup_at=None, shrink_after=0.5, hold_at=None,
-                   patient_after_shrink=False):
+                   patient_after_shrink=False, ready_first=False):
     """Trains `kind` through DataParallel(shrink_after=...) on its share of
     problem() at the group's size of the moment, until `steps`.  deaths: a
     list of (step, phase) at which this process SIGKILLs itself: the phases
@@ -204,6 +204,7 @@ def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths
     that many steps are done, send ("held", rank, size) and wait for a
     message before going on.  patient_after_shrink: once the group is
     smaller than `size`, wait for replacements for 60 s (shrink no more).
+    ready_first: send ("ready",) and wait for a message before joining.
     kind: one that share_gradients() can compute (not "accum" nor
     "autocast").  Returns (steps redone, final rank, final size)."""
     import os
@@ -254,6 +255,9 @@ def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths
     opt, kw, sched = optimizer_of(kind)
     redone = 0
     with pdshm.attach(seg_name) as seg:
+        if ready_first:
+            conn.send(("ready",))
+            conn.recv()
         group = seg.enlist("dp", timeout=30.0) if newcomer else pt.join_group(seg, "dp", size,
                                                                                 rank)
         with group:
@@ -277,5 +281,64 @@ def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths
                 if not dp.step():
                     redone += 1
             out = (redone, group.rank, group.size)
+            del dp
+    return out
+
+
+def torture_trainer(conn, seg_name, scope_name, steps, size, rank, role, shrink_after, every,
+                    pace):
+    """A trainer of test_torch_torture.py: trains "adam-steplr" through
+    DataParallel(shrink_after=...) on its share_gradients() of problem()
+    until `steps`, and every `every` steps all members call dp.regroup()
+    (once per boundary: while regrouped_at is behind), which admits the
+    newcomers waiting.  role "member": joins rank of size; "spare": sends
+    ("ready",), then waits for an order: ("join", size, rank), to replace
+    the dead member of that rank (when that fails because the group has
+    regrouped meanwhile, it enlists instead), ("enlist",), or ("quit",).
+    pace: seconds each step sleeps (the work of a bigger model).  Sends
+    ("joined", steps done, rank, size); returns (rank, size) at the end, or
+    None for a spare told to quit."""
+    import time
+    import torch
+    import pdshm.torch as pt
+    torch.set_num_threads(1)
+    x, y = problem(torch)
+    from pdshm import _pdshm
+    opt, kw, sched = optimizer_of("adam-steplr")
+    newcomer = False
+    with pdshm.attach(seg_name) as seg:
+        if role == "spare":
+            conn.send(("ready",))
+            order = conn.recv()
+            if order[0] == "quit":
+                return None
+            newcomer = order[0] == "enlist"
+            if not newcomer:
+                size, rank = order[1:]
+        group = None
+        if not newcomer:
+            try:
+                group = pt.join_group(seg, "dp", size, rank, patience=2.0)
+            except pdshm.Error as e:  # regrouped (EINVAL) or regrouping (EBUSY) meanwhile
+                if role != "spare" or e.code not in (_pdshm.EINVAL, _pdshm.EBUSY):
+                    raise
+                newcomer = True
+        if newcomer:
+            group = seg.enlist("dp", timeout=120.0)
+        with group:
+            model = linear_model(torch)
+            dp = pt.DataParallel(model, seg.open(scope_name), group, opt, timeout=60.0,
+                                 scheduler=sched, shrink_after=shrink_after,
+                                 newcomer=newcomer, **kw)
+            conn.send(("joined", dp.steps_done, group.rank, group.size))
+            while dp.steps_done < steps:
+                s = dp.steps_done
+                if s and s % every == 0 and dp.regrouped_at < s:
+                    dp.regroup()
+                dp.zero_grad()
+                share_gradients(torch, model, x, y, group.rank, group.size)
+                time.sleep(pace)
+                dp.step()
+            out = (group.rank, group.size)
             del dp
     return out

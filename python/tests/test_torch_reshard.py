@@ -21,6 +21,8 @@ import dp_workers  # noqa: E402
 from procutil import child_env  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# pdshm-attach, of the build tree (make check says where it is)
+ATTACH = os.path.join(os.environ.get("abs_top_builddir", ROOT), "tools", "pdshm-attach")
 
 STEPS = 8
 KIND = "adam-steplr"  # moments, a step count and a schedule: all must move right
@@ -123,6 +125,7 @@ def test_a_newcomer_is_taken_in_at_a_step_boundary(seg, children):
     gen = int(scope["generation"].numpy()[0])
     assert gen >= 1 and f"progress.{gen}" in scope  # the old generations' are erased
     assert not [h for h in range(1, gen) if f"progress.{h}" in scope]
+    assert int(scope["regrouped"].numpy()[0]) == 4  # dp.regrouped_at of the members
     check_result(seg, children)
 
 
@@ -149,7 +152,7 @@ def test_a_replacement_within_shrink_after_takes_the_rank_over(seg, children):
 def candidates(seg, group="dp"):
     """The processes waiting in Segment.enlist for `group`, as pdshm-attach
     --groups shows them."""
-    out = subprocess.run([os.path.join(ROOT, "tools", "pdshm-attach"), seg.name, "--groups",
+    out = subprocess.run([ATTACH, seg.name, "--groups",
                           "--json"], capture_output=True, text=True, timeout=T, check=True)
     return sum(g["candidates"] for g in json.loads(out.stdout)["groups"] if g["name"] == group)
 
@@ -202,6 +205,53 @@ def test_a_replacement_takes_a_rank_of_a_shrunk_group_over(seg, children):
     out = [kids[0].result(timeout=T), new.result(timeout=T)]
     assert [(r, s) for _, r, s in out] == [(0, 2), (1, 2)]
     assert int(seg.open(f"run-{KIND}")["generation"].numpy()[0]) == 1  # no second re-shard
+    check_result(seg, children)
+
+
+def test_a_replacement_for_one_of_two_dead_joins_the_regroup_for_the_other(seg, children):
+    """Ranks 2 and 3 of 4 die in step 4; a replacement joins rank 2 only:
+    it waits for rank 3's replacement as long as the survivors do
+    (shrink_after), then regroups with them into a group of 3 and the
+    re-shard finishes both shards."""
+    seg.root.new_scope(f"run-{KIND}")
+    kids = [children("spawn", dp_workers.shrink_trainer, seg.name, "run", 4, r, STEPS, KIND,
+                     [(4, "update")] if r >= 2 else (), False, None, 3.0, 3) for r in range(4)]
+    for k in kids:
+        assert k.recv(timeout=T)[0] == "joined"
+    for k in kids:
+        assert k.recv(timeout=T)[0] == "held"
+    new = children("spawn", dp_workers.shrink_trainer, seg.name, "run", 4, 2, STEPS, KIND,
+                   (), False, None, 3.0, None, False, True)
+    assert new.recv(timeout=T) == ("ready",)
+    for k in kids:
+        k.send("go")
+    for k in kids[2:]:
+        k.proc.join(T)
+        assert k.proc.exitcode == -9
+    new.send("go")
+    assert new.recv(timeout=T) == ("joined", 4)
+    out = [k.result(timeout=T) for k in kids[:2]] + [new.result(timeout=T)]
+    assert [(r, s) for _, r, s in out] == [(0, 3), (1, 3), (2, 3)]
+    check_result(seg, children)
+
+
+def test_a_replacement_killed_while_taking_the_rank_over(seg, children):
+    """Rank 2 of 3 dies in step 4; its replacement dies half-way through
+    committing the dead one's shard of step 4, and no one replaces it: the
+    survivors re-shard into a group of 2, finishing that shard."""
+    seg.root.new_scope(f"run-{KIND}")
+    kids = [children("spawn", dp_workers.shrink_trainer, seg.name, "run", 3, r, STEPS, KIND,
+                     [(4, "update")] if r == 2 else (), False, None, 60.0) for r in range(3)]
+    for k in kids:
+        assert k.recv(timeout=T)[0] == "joined"
+    kids[2].proc.join(T)
+    assert kids[2].proc.exitcode == -9
+    new = children("spawn", dp_workers.shrink_trainer, seg.name, "run", 3, 2, STEPS, KIND,
+                   [(4, "commit")], False, None, 60.0)
+    new.proc.join(T)
+    assert new.proc.exitcode == -9
+    out = [k.result(timeout=T) for k in kids[:2]]
+    assert [(r, s) for _, r, s in out] == [(0, 2), (1, 2)]
     check_result(seg, children)
 
 
