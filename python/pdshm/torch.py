@@ -603,10 +603,14 @@ class DataParallel:
         members dropped, newcomers waiting in Segment.enlist taken in; they
         build their DataParallel with newcomer=True), then the shards are
         dealt again over the new group.  Returns the new (rank, size).  The
-        step count it was called at becomes regrouped_at."""
+        step count it was called at becomes regrouped_at.  A replacement
+        that joined the rank of a member dead at this boundary takes part
+        once it has waited shrink_after for the peers' repair."""
         self._boundary = True
         try:
-            self.group.regroup(timeout=self.timeout)
+            # a replacement that took a rank over just now waits in its first
+            # barrier until it gives up waiting (shrink_after) and regroups too
+            self._regroup()
             self._reshard()
         finally:
             self._boundary = False

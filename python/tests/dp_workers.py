@@ -266,14 +266,14 @@ def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths
                        scheduler=sched, shrink_after=shrink_after, newcomer=newcomer, **kw)
             conn.send(("joined", dp.steps_done))
             while dp.steps_done < steps:
-                if regroup_at is not None and dp.steps_done == regroup_at[0] and not newcomer:
-                    while dp.regroup()[1] < regroup_at[1]:
-                        time.sleep(0.05)
-                    regroup_at = None
                 if hold_at is not None and dp.steps_done == hold_at:
                     conn.send(("held", group.rank, group.size))
                     conn.recv()
                     hold_at = None
+                if regroup_at is not None and dp.steps_done == regroup_at[0] and not newcomer:
+                    while dp.regroup()[1] < regroup_at[1]:
+                        time.sleep(0.05)
+                    regroup_at = None
                 if patient_after_shrink and group.size < size:
                     dp.shrink_after = 60.0
                 dp.zero_grad()

@@ -255,6 +255,42 @@ def test_a_replacement_killed_while_taking_the_rank_over(seg, children):
     check_result(seg, children)
 
 
+def members(seg, group="dp"):
+    """{rank: pid} of the live members of `group`, as pdshm-attach --groups shows them."""
+    out = subprocess.run([ATTACH, seg.name, "--groups", "--json"], capture_output=True,
+                         text=True, timeout=T, check=True)
+    return {m["rank"]: m["pid"] for g in json.loads(out.stdout)["groups"] if g["name"] == group
+            for m in g["members"] if m["state"] == "alive"}
+
+
+def test_a_replacement_joins_at_a_boundary_where_the_members_regroup(seg, children):
+    """3 trainers hold after step 4, where they will call dp.regroup();
+    rank 2 is killed there and its replacement joins rank 2 before the
+    others regroup: it waits for a repair that does not come (they are
+    regrouping, not repairing) for shrink_after, then regroups with them."""
+    seg.root.new_scope(f"run-{KIND}")
+    kids = [children("spawn", dp_workers.shrink_trainer, seg.name, "run", 3, r, STEPS, KIND,
+                     (), False, (4, 3), 2.0, 4) for r in range(3)]
+    for k in kids:
+        assert k.recv(timeout=T)[0] == "joined"
+    for k in kids:
+        assert k.recv(timeout=T)[0] == "held"
+    kids[2].kill()
+    new = children("spawn", dp_workers.shrink_trainer, seg.name, "run", 3, 2, STEPS, KIND,
+                   (), False, None, 2.0)
+    end = time.monotonic() + T
+    while members(seg).get(2) != new.pid and time.monotonic() < end:
+        time.sleep(0.05)
+    assert members(seg).get(2) == new.pid
+    for k in kids[:2]:
+        k.send("go")
+    assert new.recv(timeout=T) == ("joined", 4)
+    out = [k.result(timeout=T) for k in kids[:2]] + [new.result(timeout=T)]
+    assert [(r, s) for _, r, s in out] == [(0, 3), (1, 3), (2, 3)]
+    assert int(seg.open(f"run-{KIND}")["regrouped"].numpy()[0]) == 4
+    check_result(seg, children)
+
+
 def test_five_trainers_lose_three_in_three_steps(seg, children):
     """5 -> 4 -> 3 -> 2, one death per step, in three phases (24 rows: the
     shares of 5 and 4... are uneven)."""
@@ -331,3 +367,23 @@ def test_train_digits_with_kills_and_no_replacement_ends_as_without():
     (acc, loss), (calm_acc, calm_loss) = final_line(killed), final_line(calm)
     assert calm_acc > 0.8 and abs(acc - calm_acc) <= 1 / 360 and abs(loss - calm_loss) <= 2e-4, \
         (calm, killed)
+
+
+def test_train_digits_with_churn_ends_as_an_uninterrupted_run():
+    """--churn 5: trainers killed (replaced or not) and added at random
+    steps; the script trains the same uninterrupted in one process and
+    prints both results and the largest parameter difference."""
+    pytest.importorskip("sklearn", reason="sklearn (python3-sklearn) is not installed")
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "train_digits.py"),
+                           "--trainers", "3", "--batch", "48", "--epochs", "3", "--churn", "5",
+                           "--seed", "2"], env=child_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    out = done.stdout
+    events = [ln for ln in out.splitlines() if ln.startswith("after step")]
+    assert "--churn 5 (seed 2)" in out and len(events) == 5, out
+    acc, loss = final_line(out)
+    words = [ln for ln in out.splitlines() if ln.startswith("uninterrupted:")][0].split()
+    calm_acc, calm_loss, diff = float(words[3]), float(words[6]), float(words[10])
+    assert calm_acc > 0.8 and abs(acc - calm_acc) <= 1 / 360 and abs(loss - calm_loss) <= 2e-4
+    assert diff < 1e-5, out
