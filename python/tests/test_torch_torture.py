@@ -4,7 +4,7 @@ milliseconds after the first, inside its repair), replaced or not at
 random, newcomers enlisting at random; the members regroup every few
 steps.  Every run ends with the parameters of one process over the full
 batch and a clean check().  TORTURE_SEEDS=n runs seeds 1..n (3 by
-default), TORTURE_ROUNDS=m events (kills or newcomers) per run (4 by
+default; a-b: seeds a..b), TORTURE_ROUNDS=m events (kills or newcomers) per run (4 by
 default); `make torture-python` runs many.  A failure names its seed."""
 import json
 import os
@@ -18,12 +18,19 @@ torch = pytest.importorskip("torch", reason="torch is not installed: pdshm.torch
 import dp_workers  # noqa: E402
 from test_torch_reshard import ATTACH, current_step  # noqa: E402
 
-SEEDS = int(os.environ.get("TORTURE_SEEDS", "3"))
+def seeds(spec):
+    """TORTURE_SEEDS: n (seeds 1..n) or a-b (seeds a..b)."""
+    first, _, last = spec.partition("-")
+    return range(int(first), int(last) + 1) if last else range(1, int(first) + 1)
+
+
+SEEDS = seeds(os.environ.get("TORTURE_SEEDS", "3"))
 ROUNDS = int(os.environ.get("TORTURE_ROUNDS", "4"))
 START = 4          # trainers at the start
 EVERY = 4          # the members regroup every EVERY steps
 SHRINK_AFTER = 1.0  # seconds the survivors wait for a replacement
 T = 120.0
+T_START = 600.0   # for the processes to start: torch's import is slow on a loaded host
 PACE = 0.02       # seconds of "work" per step
 
 
@@ -67,10 +74,10 @@ class Run:
         self.scope = seg.root.new_scope("torture")
         self.spares = [self.start("spare", 0, 0) for _ in range(spares)]
         for k in self.spares:
-            assert k.recv(timeout=T) == ("ready",)
+            assert k.recv(timeout=T_START) == ("ready",)
         self.live = [self.start("member", START, r) for r in range(START)]
         for k in self.live:
-            assert k.recv(timeout=T)[0] == "joined"
+            assert k.recv(timeout=T_START)[0] == "joined"
         self.killed = []
 
     def start(self, role, size, rank):
@@ -140,7 +147,7 @@ def torture(seg, children, seed, log):
     assert seg.check() == []
 
 
-@pytest.mark.parametrize("seed", range(1, 1 + SEEDS))
+@pytest.mark.parametrize("seed", SEEDS)
 def test_trainers_killed_replaced_and_added_at_random(seg, children, seed):
     log = []
     try:
