@@ -1,9 +1,12 @@
 """pdshm.torch.DataParallel in groups that shrink and grow: trainers killed
-(kill -9) with no replacement, in any phase of a step, two in one step, one
-during the repair of another and the one switching the layout; a newcomer
-taken in at a step boundary.  Every run ends with the parameters of one
-process over the same global batches; train_digits.py --kill K with the
-loss and accuracy of an uninterrupted run."""
+(kill -9) with no replacement, in any phase of a step, two or three in one
+step, three in three steps, one during the repair of another and the one
+switching the layout; a newcomer taken in at a step boundary and by the
+regroup a death starts; replacements in a shrunk group, for one of two
+dead, killed while taking over, and at a boundary where the members
+regroup.  Every run ends with the parameters of one process over the same
+global batches; train_digits.py --kill K and --churn N with the loss and
+accuracy of an uninterrupted run."""
 import json
 import os
 import subprocess
