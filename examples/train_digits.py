@@ -8,6 +8,9 @@ segment (pdshm.torch.DataParallel).
     ... --kill-one       SIGKILL a trainer mid-epoch, start a replacement
     ... --kill K         SIGKILL K trainers at random steps, no replacement:
                          the survivors go on as a smaller group
+    ... --churn N        N random events: a trainer SIGKILLed (replaced or
+                         not) or a new trainer enlisted; then the same
+                         training uninterrupted in one process, compared
     ... --plot loss.png  the loss curve (needs matplotlib)
 
 Across hosts (pdshm.mpi over mpi4py): every MPI rank is a trainer, the
@@ -26,15 +29,23 @@ segment, so a run resumes from the segments without a checkpoint file; a
 host whose segment is gone is re-seeded from another host.
 
 Every step takes one global batch (--batch rows, the same for any number of
-trainers, so the run does not depend on it) and gives each trainer an equal
-share; the gradients are averaged through the group, and each trainer
+trainers, so the run does not depend on it) and gives each trainer its
+share (rows [batch*r/n, batch*(r+1)/n) for rank r of n, its summed loss
+weighted by n/batch, so that the group's mean gradient is the global
+batch's); the gradients are averaged through the group, and each trainer
 updates its slice of the parameters.  With --kill-one the survivors see
 pdshm.PeerDied, the replacement takes the dead trainer's rank, and the step
 is redone: training ends with the same accuracy as without the kill.  With
 --kill K nobody replaces the dead: after a second the survivors regroup,
 deal the shards of the update anew and split the global batch among
-themselves (--batch must divide evenly at every size), and training ends
-with the loss and accuracy of an uninterrupted run.
+themselves, and training ends with the loss and accuracy of an
+uninterrupted run.  With --churn N (seeded by --seed, printed) trainers
+come and go throughout: a trainer SIGKILLed and replaced (a process that
+joins its rank; when the survivors have regrouped already, it enlists
+instead), one SIGKILLed with no replacement, or a newcomer (enlisted,
+taken in when the members regroup, every quarter epoch); at the end the
+same training runs uninterrupted in this process, and the two runs' loss,
+accuracy and largest parameter difference are printed.
 """
 import argparse
 import multiprocessing
@@ -74,13 +85,13 @@ def steps_per_epoch(n_train, batch):
 
 def batch_rows(step, n_train, batch, size, rank):
     """The rows of the training set that `rank` of `size` uses at `step` (from 1):
-    epoch e visits a permutation seeded by e, one global batch per step."""
+    epoch e visits a permutation seeded by e, one global batch per step, of
+    which rank takes [batch*rank/size, batch*(rank+1)/size)."""
     per = steps_per_epoch(n_train, batch)
     epoch, i = divmod(step - 1, per)
     order = np.random.default_rng(1000 + epoch).permutation(n_train)
     rows = order[i * batch:(i + 1) * batch]
-    share = batch // size
-    return rows[rank * share:(rank + 1) * share]
+    return rows[batch * rank // size:batch * (rank + 1) // size]
 
 
 def accuracy(torch, model, x, y):
@@ -108,42 +119,93 @@ def make_optimizer(args):
     return torch.optim.SGD, dict(lr=args.lr, momentum=0.9)
 
 
-def trainer(seg_name, rank, args):
-    """One trainer process: joins rank `rank` and trains until every step is done."""
+def join(seg, args, order):
+    """The group of a trainer started with `order`: ("member", rank), to
+    join that rank of --trainers; ("replace", rank, size), to take the rank
+    of a dead trainer over (it enlists when the group has regrouped
+    since); ("enlist",).  Returns (group, whether enlisted)."""
+    import pdshm.torch as pt
+    if order[0] == "member":
+        return pt.join_group(seg, GROUP, args.trainers, order[1]), False
+    if order[0] == "replace":
+        try:
+            return pt.join_group(seg, GROUP, order[2], order[1], patience=2.0), False
+        except pdshm.Error as e:  # EINVAL: regrouped meanwhile; EBUSY: regrouping
+            if e.code not in (pdshm._pdshm.EINVAL, pdshm._pdshm.EBUSY):
+                raise
+            print(f"replacement for rank {order[1]} of {order[2]}: the group has regrouped; "
+                  "enlisting", flush=True)
+    return seg.enlist(GROUP, timeout=120.0), True
+
+
+def trainer(seg_name, order, args, conn=None):
+    """One trainer process: joins the group as `order` says (see join())
+    and trains until every step is done.  With conn (a spare of --churn):
+    says it is ready, then waits for its order there (None: quit)."""
     import torch
     import pdshm.torch as pt
     torch.set_num_threads(1)
     x_train, y_train, x_test, y_test = load_data()
     per = steps_per_epoch(len(x_train), args.batch)
     total = per * args.epochs
-    with pdshm.attach(seg_name) as seg, pt.join_group(seg, GROUP, args.trainers, rank) as group:
-        scope = seg.open(SCOPE)
-        model = make_model(torch, args.hidden)
-        opt, settings = make_optimizer(args)
-        dp = pt.DataParallel(model, scope, group, opt, timeout=120.0,
-                             shrink_after=1.0 if args.kill else None, **settings)
-        losses = scope["loss"].numpy()  # (steps, trainers): each rank's share of each step
-        started = time.monotonic()
-        while dp.steps_done < total:
-            step = dp.steps_done + 1
-            rank = group.rank  # it changes when the group shrinks
-            rows = batch_rows(step, len(x_train), args.batch, group.size, rank)
-            dp.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x_train[rows])),
-                                                     torch.from_numpy(y_train[rows]))
-            loss.backward()
-            # before the step: a death after the step is applied leaves it written
-            losses[step - 1, rank] = loss.item()
-            if not dp.step():
-                print(f"trainer {rank}: a trainer died during step {step}: redoing it",
-                      flush=True)
-                continue
-            if rank == 0 and step % per == 0:
-                # every shard of this step is applied, and no one writes the
-                # parameters before rank 0 joins the next reduction
-                # the loss of rank 0's shares (the others may not have written theirs yet)
-                started = report_epoch(torch, model, step // per, losses[step - per:step, 0].mean(),
-                                       x_test, y_test, started)
+    if conn is not None:
+        conn.send("ready")
+        order = conn.recv()
+        if order is None:
+            return
+    with pdshm.attach(seg_name) as seg:
+        group, enlisted = join(seg, args, order)
+        with group:
+            train(torch, pt, seg, group, enlisted, args, x_train, y_train, x_test, y_test,
+                  per, total)
+
+
+def train(torch, pt, seg, group, enlisted, args, x_train, y_train, x_test, y_test, per, total):
+    scope = seg.open(SCOPE)
+    model = make_model(torch, args.hidden)
+    opt, settings = make_optimizer(args)
+    elastic = bool(args.kill or args.churn)
+    dp = pt.DataParallel(model, scope, group, opt, timeout=120.0,
+                         shrink_after=(3.0 if args.churn else 1.0) if elastic else None,
+                         newcomer=enlisted, **settings)
+    if args.churn:
+        print(f"pid {os.getpid()}: {'enlisted' if enlisted else 'joined'}, rank {group.rank} "
+              f"of {group.size}, at step {dp.steps_done}", flush=True)
+    losses = scope["loss"].numpy()  # (steps, ranks): each rank's summed loss of each step
+    sizes = scope["size"].numpy()   # (steps,): the group's size at each step
+    pids = scope["pid"].numpy()     # (ranks,): the process at each rank, for --churn
+    every = max(1, per // 4)        # the members regroup (admit newcomers) that often
+    started = time.monotonic()
+    while dp.steps_done < total:
+        s = dp.steps_done  # not at 0: the ranks not joined yet would be dropped
+        if args.churn and s and s % every == 0 and dp.regrouped_at < s:
+            dp.regroup()
+        step = dp.steps_done + 1
+        rank = group.rank  # it changes when the group shrinks or grows
+        pids[rank] = os.getpid()
+        rows = batch_rows(step, len(x_train), args.batch, group.size, rank)
+        dp.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x_train[rows])),
+                                                 torch.from_numpy(y_train[rows]),
+                                                 reduction="sum")
+        (loss * (group.size / args.batch)).backward()
+        # before the step: a death after the step is applied leaves it written
+        losses[step - 1, rank] = loss.item()
+        if rank == 0:
+            sizes[step - 1] = group.size
+        if not dp.step():
+            print(f"trainer {rank}: a trainer died during step {step}: redoing it",
+                  flush=True)
+            continue
+        if rank == 0 and step % per == 0:
+            # every shard of this step is applied, and no one writes the
+            # parameters before rank 0 joins the next reduction
+            # the loss of rank 0's shares (the others may not have written theirs yet)
+            mine = losses[step - per:step, 0].sum() / sum(len(batch_rows(
+                t, len(x_train), args.batch, int(sizes[t - 1]), 0))
+                for t in range(step - per + 1, step + 1))
+            started = report_epoch(torch, model, step // per, mine, x_test, y_test, started)
+    del dp
 
 
 def segment_bytes(args):
@@ -153,12 +215,18 @@ def segment_bytes(args):
     h = args.hidden
     params = 64 * h + h + h * h + h + 10 * h + 10
     # value, two moments, their working copy (the ranks' slices), a spare; a gradient per rank
-    per_param = 4 * (7 + args.trainers)
+    per_param = 4 * (7 + max_ranks(args))
     return params * per_param + (8 << 20)
 
 
-def start_trainer(ctx, seg_name, rank, args):
-    p = ctx.Process(target=trainer, args=(seg_name, rank, args), name=f"trainer{rank}")
+def max_ranks(args):
+    """The most trainers the group can have (--churn's newcomers come on top)."""
+    return args.trainers + args.churn
+
+
+def start_trainer(ctx, seg_name, order, args, conn=None, name=None):
+    p = ctx.Process(target=trainer, args=(seg_name, order, args, conn),
+                    name=name or f"trainer{order[1]}")
     p.start()
     return p
 
@@ -179,7 +247,7 @@ def kill_one_mid_epoch(ctx, seg_name, procs, args, seg, per):
     procs[victim].join()
     print(f"killed trainer {victim} (pid {procs[victim].pid}) at step "
           f"{progress.numpy()[victim, 0] + 1}; starting its replacement", flush=True)
-    procs[victim] = start_trainer(ctx, seg_name, victim, args)
+    procs[victim] = start_trainer(ctx, seg_name, ("member", victim), args)
     return procs
 
 
@@ -216,6 +284,90 @@ def kill_some(procs, args, seg, per):
         print(f"killed {victim.name} (pid {victim.pid}) after step {current_step(scope)}; "
               "no replacement", flush=True)
     return killed
+
+
+def start_spares(ctx, seg_name, args, n):
+    """n trainers started ahead of --churn's events (torch imported, data
+    loaded, so that a replacement joins within milliseconds), each waiting
+    for its order on a pipe: [(process, our end)]."""
+    spares = []
+    for i in range(n):
+        ours, theirs = ctx.Pipe()
+        spares.append((start_trainer(ctx, seg_name, None, args, theirs, f"spare{i}"), ours))
+    for _, conn in spares:
+        if conn.recv() != "ready":
+            raise SystemExit("a spare trainer failed to start")
+    return spares
+
+
+def churn(procs, spares, args, seg, per):
+    """--churn: at args.churn random steps before the last epoch (seeded by
+    --seed), SIGKILLs a random trainer and starts a replacement for its
+    rank (or not), or starts a newcomer; at least one trainer is left, at
+    most max_ranks(args) run.  Returns the processes killed."""
+    rng = np.random.default_rng(args.seed)
+    total = per * args.epochs
+    at = sorted(int(s) for s in rng.choice(np.arange(2, total - per), args.churn, replace=False))
+    print(f"--churn {args.churn} (seed {args.seed}): events after steps {at}", flush=True)
+    scope = seg.open(SCOPE)
+    pids = scope["pid"].numpy()
+    live, killed = list(procs), []
+    for step in at:
+        while current_step(scope) < step:
+            if not any(p.is_alive() for p in live):
+                raise SystemExit("the trainers ended early")
+            time.sleep(0.001)
+        event = rng.choice(["replace", "kill", "add"])
+        if len(live) < 2 and event != "add":
+            event = "add"
+        if len(live) >= max_ranks(args) and event == "add":
+            event = "replace"
+        now = current_step(scope)
+        if event == "add":
+            proc, conn = spares.pop()
+            conn.send(("enlist",))
+            live.append(proc)
+            print(f"after step {now}: newcomer {proc.name} (pid {proc.pid}) enlists", flush=True)
+            continue
+        victim = live[int(rng.integers(len(live)))]
+        if not victim.is_alive():
+            raise SystemExit(f"{victim.name} ended early (exit code {victim.exitcode})")
+        sizes = scope["size"].numpy()
+        size = int(sizes[now]) or int(sizes[max(0, now - 1)])  # of the step in progress
+        held = [r for r in range(size) if pids[r] == victim.pid]
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join()
+        live.remove(victim)
+        killed.append(victim)
+        print(f"after step {now}: killed {victim.name} (pid {victim.pid}, rank "
+              f"{held[0] if held else '?'} of {size})"
+              + ("; no replacement" if event == "kill" else "; starting its replacement"),
+              flush=True)
+        if event == "replace":  # a rank not known (a regroup meanwhile): it enlists
+            proc, conn = spares.pop()
+            conn.send(("replace", held[0], size) if len(held) == 1 else ("enlist",))
+            live.append(proc)
+    for proc, conn in spares:
+        conn.send(None)
+    return live, killed
+
+
+def uninterrupted(torch, args, x_train, y_train, per):
+    """The same training in this process, the whole global batch at once:
+    (model, mean loss of the last epoch)."""
+    model = make_model(torch, args.hidden)
+    opt_class, settings = make_optimizer(args)
+    opt = opt_class(model.parameters(), **settings)
+    losses = []
+    for step in range(1, per * args.epochs + 1):
+        rows = batch_rows(step, len(x_train), args.batch, 1, 0)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x_train[rows])),
+                                                 torch.from_numpy(y_train[rows]))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return model, float(np.mean(losses[-per:]))
 
 
 def plot(losses, path):
@@ -306,7 +458,10 @@ def main(argv=None):
                     help="SIGKILL the last trainer mid-epoch and start a replacement")
     ap.add_argument("--kill", type=int, default=0, metavar="K",
                     help="SIGKILL K trainers at random steps, start no replacement")
-    ap.add_argument("--seed", type=int, default=None, help="--kill: the seed of the steps")
+    ap.add_argument("--churn", type=int, default=0, metavar="N",
+                    help="N random events: a trainer killed (replaced or not) or added")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="--kill, --churn: the seed of the events")
     ap.add_argument("--plot", metavar="FILE", help="write the loss curve as a PNG")
     ap.add_argument("--mpi", metavar="PREFIX",
                     help="run as one MPI rank of a job across hosts (under mpirun); host h's "
@@ -315,22 +470,21 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.lr is None:
         args.lr = 0.05 if args.optimizer == "sgd" else 0.002
-    if args.trainers < 1 or args.batch % args.trainers:
-        ap.error("--trainers must be >= 1 and divide --batch")
+    if args.trainers < 1 or args.batch < args.trainers + args.churn:
+        ap.error("--trainers must be >= 1, and --batch at least the most trainers there can be")
     if args.kill_one and args.trainers < 2:
         ap.error("--kill-one needs at least 2 trainers")
     if args.kill and (args.kill_one or not 0 < args.kill < args.trainers):
         ap.error("--kill K needs 0 < K < --trainers, and not --kill-one")
-    if any(args.batch % n for n in range(args.trainers - args.kill, args.trainers + 1)):
-        ap.error(f"--batch must divide evenly among {args.trainers - args.kill} to "
-                 f"{args.trainers} trainers")
-    if args.kill and args.epochs < 2:
-        ap.error("--kill needs at least 2 epochs (the kills come before the last)")
+    if args.churn and (args.churn < 0 or args.kill or args.kill_one):
+        ap.error("--churn N needs N >= 0, and neither --kill nor --kill-one")
+    if (args.kill or args.churn) and args.epochs < 2:
+        ap.error("--kill and --churn need at least 2 epochs (the events come before the last)")
     if args.seed is None:
         args.seed = int.from_bytes(os.urandom(4), "little")
     if args.mpi:
-        if args.kill_one or args.kill or args.plot:
-            ap.error("--mpi runs without --kill-one, --kill and --plot")
+        if args.kill_one or args.kill or args.churn or args.plot:
+            ap.error("--mpi runs without --kill-one, --kill, --churn and --plot")
         return mpi_main(args)
 
     import torch
@@ -344,31 +498,46 @@ def main(argv=None):
     with pdshm.create(seg_name, size=segment_bytes(args)) as seg:
         try:
             scope = seg.root.new_scope(SCOPE)
-            scope.var("loss").assign(np.full((per * args.epochs, args.trainers), np.nan,
-                                             np.float32))
+            total = per * args.epochs
+            scope.var("loss").assign(np.full((total, max_ranks(args)), np.nan, np.float32))
+            scope.var("size").assign(np.zeros(total + 1, np.int64))
+            scope.var("pid").assign(np.zeros(max_ranks(args), np.int64))
+            spares = start_spares(ctx, seg_name, args, args.churn)
             start = time.monotonic()
-            procs = [start_trainer(ctx, seg_name, r, args) for r in range(args.trainers)]
+            procs = [start_trainer(ctx, seg_name, ("member", r), args)
+                     for r in range(args.trainers)]
             killed = []
             if args.kill_one:
                 procs = kill_one_mid_epoch(ctx, seg_name, procs, args, seg, per)
             if args.kill:
-                killed = kill_some(procs, args, seg, per)
+                killed = [procs[i] for i in kill_some(procs, args, seg, per)]
+            if args.churn:
+                procs, killed = churn(procs, spares, args, seg, per)
+            for p, _ in spares:
+                p.join()
             for p in procs:
                 p.join()
-            failed = [p.name for i, p in enumerate(procs) if p.exitcode != 0 and i not in killed]
+            failed = [p.name for p in procs if p.exitcode != 0 and p not in killed]
             if failed:
                 raise SystemExit(f"trainers failed: {failed}")
             elapsed = time.monotonic() - start
             model = make_model(torch, args.hidden)
             pt.share_parameters(model, scope)  # the trained parameters, from the segment
-            # the shares of the group's final size (the kills came before the last epoch)
-            losses = scope["loss"].numpy()[:, :args.trainers - args.kill].mean(axis=1)
+            # each step's loss: the sum of the shares of the group's size at that step
+            sizes, record = scope["size"].numpy()[:total], scope["loss"].numpy()
+            losses = np.array([record[s, :n].sum() for s, n in enumerate(sizes)]) / args.batch
             missing = int(np.isnan(losses).sum())
             if missing:
                 print(f"{missing} steps have no recorded loss")
             print(f"final test accuracy {accuracy(torch, model, x_test, y_test):.4f}  "
                   f"final loss {losses[-per:].mean():.4f}  "
                   f"({elapsed:.2f} s with process start)")
+            if args.churn:
+                calm, calm_loss = uninterrupted(torch, args, x_train, y_train, per)
+                diff = max(float((a - b).abs().max()) for a, b in
+                           zip(model.parameters(), calm.parameters()))
+                print(f"uninterrupted: test accuracy {accuracy(torch, calm, x_test, y_test):.4f}"
+                      f"  final loss {calm_loss:.4f}  largest parameter difference {diff:.3g}")
             if args.plot:
                 plot(losses, args.plot)
         finally:

@@ -85,7 +85,13 @@ the survivors in the order of their old ranks) and re-shard, and step() goes
 on in the smaller group.  A newcomer (Segment.enlist, then
 DataParallel(..., newcomer=True)) is taken in when the members call
 dp.regroup() at a step boundary.  A step is defined by the global batch: after
-a repair each member computes its share of it at the group's new size.
+a repair each member computes its share of it at the group's new size.  A
+loop that regroups every k steps does so at a boundary s only while
+dp.regrouped_at (kept in the segment) < s: a replacement could not tell
+otherwise whether its predecessor's peers had regrouped at s already.  A
+replacement waits, as the survivors do, shrink_after for the other dead
+to be replaced; when they are not, or another member dies while it takes
+the rank over, it regroups and re-shards with the survivors.
 
 The re-shard is crash-safe by the same means as a step: every stage can be
 redone from what is in the segment, by whoever is left.  The layouts are
@@ -466,6 +472,10 @@ class DataParallel:
         self._generation_var = scope.var("generation")
         _init_var(self._generation_var, lambda: _np.zeros(1, _np.int64), "optimizer")
         self._generation = self._generation_var.numpy()
+        self._regrouped_var = scope.var("regrouped")
+        _init_var(self._regrouped_var, lambda: _np.full(1, -1, _np.int64), "optimizer")
+        self._regrouped = self._regrouped_var.numpy()
+        self._boundary = False  # in regroup(): the switch records the step in `regrouped`
         _init_var(scope.var("progress"), lambda: _np.zeros((size, 3), _np.int64), "optimizer")
         if newcomer:  # enlisted: the members are regrouping with it
             self._reshard()
@@ -592,10 +602,30 @@ class DataParallel:
         """At a step boundary, every member together: Group.regroup() (dead
         members dropped, newcomers waiting in Segment.enlist taken in; they
         build their DataParallel with newcomer=True), then the shards are
-        dealt again over the new group.  Returns the new (rank, size)."""
-        self.group.regroup(timeout=self.timeout)
-        self._reshard()
+        dealt again over the new group.  Returns the new (rank, size).  The
+        step count it was called at becomes regrouped_at.  A replacement
+        that joined the rank of a member dead at this boundary takes part
+        once it has waited shrink_after for the peers' repair."""
+        self._boundary = True
+        try:
+            # a replacement that took a rank over just now waits in its first
+            # barrier until it gives up waiting (shrink_after) and regroups too
+            self._regroup()
+            self._reshard()
+        finally:
+            self._boundary = False
         return self.group.rank, self.group.size
+
+    @property
+    def regrouped_at(self) -> int:
+        """The step count at which the members last called regroup() (-1:
+        never), kept in the segment.  A loop that regroups every k steps
+        calls regroup() at a boundary s only while regrouped_at < s: a
+        replacement cannot know otherwise whether the peers of the member
+        it replaces regrouped at s before that member died (a death in step
+        s + 1) or not yet (a death at the end of step s), and every member
+        of a group must call regroup() at the same boundary."""
+        return int(self._regrouped[0])
 
     # ---- a step: run in the working copy, staged, then committed -----------
     def _apply(self, t: int) -> None:
@@ -734,7 +764,11 @@ class DataParallel:
                 self._regroup()
                 self._reshard()
                 return
-        self.group.barrier(timeout=self.timeout)  # the replacement has finished its shard
+        try:
+            self.group.barrier(timeout=self.timeout)  # the replacement has finished its shard
+        except _pdshm.PeerDied:  # a death while it did (its own, maybe): re-shard (the
+            self._regroup()      # replacement does so too), which finishes what is behind
+            self._reshard()
 
     def _regroup(self) -> None:
         """Group.regroup(), again while a member still waits in the barrier
@@ -821,6 +855,8 @@ class DataParallel:
             for r in range(1, size):
                 self._labelled(f"optimizer.{r}").assign(meta)
         del old
+        if self._boundary:  # recorded before the switch, so a redone switch records it too
+            self._regrouped[0] = last
         self._generation[0] = gen + 1
         if gen:  # no one reads the old generation's progress any more
             self.scope.erase(_progress_name(gen))
@@ -833,8 +869,23 @@ class DataParallel:
         alone), else when the peers applied a step this rank had not, run
         this rank's shard of it from a survivor's mean gradient; then the
         second barrier."""
+        try:
+            self._finish_taken_rank(pending)
+        except (_pdshm.PeerDied, TimeoutError):
+            if self.shrink_after is None:
+                raise
+            # another death during the take-over, or one that no replacement
+            # came for (the first barrier waits shrink_after for it, as the
+            # survivors do): the survivors re-shard (see _repair), and so
+            # does this member, which finishes whatever this rank has not
+            self._regroup()
+            self._reshard()
+
+    def _finish_taken_rank(self, pending: bool) -> None:
+        """_take_over's two barriers and, between them, this rank's shard."""
         rank, size = self._rank, self.group.size
-        self.group.barrier(timeout=self.timeout)
+        self.group.barrier(timeout=self.timeout if self.shrink_after is None
+                           else self.shrink_after)
         mine = self.steps_done
         ahead = [q for q in range(size) if q != rank and int(self._progress[q, DONE]) == mine + 1]
         if pending:

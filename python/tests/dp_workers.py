@@ -176,8 +176,21 @@ def dying_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, die_ste
             train(torch, dp, model, kind, size, rank, steps)
 
 
+def share_gradients(torch, model, x, y, rank, size):
+    """Accumulates into model's .grad rank's part of the gradient of the mean
+    loss over x, y in a group of `size`: its rows [len*rank//size,
+    len*(rank+1)//size) (uneven when size does not divide len(x)), their
+    summed loss weighted so that the group's mean of the parts is the full
+    batch's gradient."""
+    n = x.shape[0]
+    lo, hi = n * rank // size, n * (rank + 1) // size
+    loss = torch.nn.functional.mse_loss(model(x[lo:hi]), y[lo:hi], reduction="sum")
+    (loss * (size / n)).backward()
+
+
 def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths=(),
-                   newcomer=False, regroup_at=None, shrink_after=0.5):
+                   newcomer=False, regroup_at=None, shrink_after=0.5, hold_at=None,
+                   patient_after_shrink=False, ready_first=False):
     """Trains `kind` through DataParallel(shrink_after=...) on its share of
     problem() at the group's size of the moment, until `steps`.  deaths: a
     list of (step, phase) at which this process SIGKILLs itself: the phases
@@ -187,8 +200,13 @@ def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths
     "switched" (new rank 0, right after the switch).
     newcomer: enlist instead of joining.  regroup_at: (step, size): after
     that step the members call dp.regroup() until the group has that size
-    (a newcomer taken in).  shrink_after: DataParallel's.  Returns (steps
-    redone, final rank, final size)."""
+    (a newcomer taken in).  shrink_after: DataParallel's.  hold_at: once
+    that many steps are done, send ("held", rank, size) and wait for a
+    message before going on.  patient_after_shrink: once the group is
+    smaller than `size`, wait for replacements for 60 s (shrink no more).
+    ready_first: send ("ready",) and wait for a message before joining.
+    kind: one that share_gradients() can compute (not "accum" nor
+    "autocast").  Returns (steps redone, final rank, final size)."""
     import os
     import signal
     import time
@@ -237,6 +255,9 @@ def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths
     opt, kw, sched = optimizer_of(kind)
     redone = 0
     with pdshm.attach(seg_name) as seg:
+        if ready_first:
+            conn.send(("ready",))
+            conn.recv()
         group = seg.enlist("dp", timeout=30.0) if newcomer else pt.join_group(seg, "dp", size,
                                                                                 rank)
         with group:
@@ -245,16 +266,79 @@ def shrink_trainer(conn, seg_name, scope_prefix, size, rank, steps, kind, deaths
                        scheduler=sched, shrink_after=shrink_after, newcomer=newcomer, **kw)
             conn.send(("joined", dp.steps_done))
             while dp.steps_done < steps:
+                if hold_at is not None and dp.steps_done == hold_at:
+                    conn.send(("held", group.rank, group.size))
+                    conn.recv()
+                    hold_at = None
                 if regroup_at is not None and dp.steps_done == regroup_at[0] and not newcomer:
                     while dp.regroup()[1] < regroup_at[1]:
                         time.sleep(0.05)
                     regroup_at = None
-                n = x.shape[0] // group.size
-                r = group.rank
+                if patient_after_shrink and group.size < size:
+                    dp.shrink_after = 60.0
                 dp.zero_grad()
-                gradients(torch, model, kind, x[r * n:(r + 1) * n], y[r * n:(r + 1) * n], 1)
+                share_gradients(torch, model, x, y, group.rank, group.size)
                 if not dp.step():
                     redone += 1
             out = (redone, group.rank, group.size)
+            del dp
+    return out
+
+
+def torture_trainer(conn, seg_name, scope_name, steps, size, rank, role, shrink_after, every,
+                    pace):
+    """A trainer of test_torch_torture.py: trains "adam-steplr" through
+    DataParallel(shrink_after=...) on its share_gradients() of problem()
+    until `steps`, and every `every` steps all members call dp.regroup()
+    (once per boundary: while regrouped_at is behind), which admits the
+    newcomers waiting.  role "member": joins rank of size; "spare": sends
+    ("ready",), then waits for an order: ("join", size, rank), to replace
+    the dead member of that rank (when that fails because the group has
+    regrouped meanwhile, it enlists instead), ("enlist",), or ("quit",).
+    pace: seconds each step sleeps (the work of a bigger model).  Sends
+    ("joined", steps done, rank, size); returns (rank, size) at the end, or
+    None for a spare told to quit."""
+    import time
+    import torch
+    import pdshm.torch as pt
+    torch.set_num_threads(1)
+    x, y = problem(torch)
+    from pdshm import _pdshm
+    opt, kw, sched = optimizer_of("adam-steplr")
+    newcomer = False
+    with pdshm.attach(seg_name) as seg:
+        if role == "spare":
+            conn.send(("ready",))
+            order = conn.recv()
+            if order[0] == "quit":
+                return None
+            newcomer = order[0] == "enlist"
+            if not newcomer:
+                size, rank = order[1:]
+        group = None
+        if not newcomer:
+            try:
+                group = pt.join_group(seg, "dp", size, rank, patience=2.0)
+            except pdshm.Error as e:  # regrouped (EINVAL) or regrouping (EBUSY) meanwhile
+                if role != "spare" or e.code not in (_pdshm.EINVAL, _pdshm.EBUSY):
+                    raise
+                newcomer = True
+        if newcomer:
+            group = seg.enlist("dp", timeout=120.0)
+        with group:
+            model = linear_model(torch)
+            dp = pt.DataParallel(model, seg.open(scope_name), group, opt, timeout=60.0,
+                                 scheduler=sched, shrink_after=shrink_after,
+                                 newcomer=newcomer, **kw)
+            conn.send(("joined", dp.steps_done, group.rank, group.size))
+            while dp.steps_done < steps:
+                s = dp.steps_done
+                if s and s % every == 0 and dp.regrouped_at < s:
+                    dp.regroup()
+                dp.zero_grad()
+                share_gradients(torch, model, x, y, group.rank, group.size)
+                time.sleep(pace)
+                dp.step()
+            out = (group.rank, group.size)
             del dp
     return out
