@@ -89,8 +89,10 @@
 #define PDSHM_LAYER 6 /* model/ (lib/LAYERS) */
 #include "config.h"
 
+#include <sched.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "model/model.h"
 #include "model/varlock.h"
@@ -98,7 +100,9 @@
 #define VL_AS_WRITER 1u               /* futex bitsets: a waiter's class   */
 #define VL_AS_READER 2u
 
-#define VL_SPIN 1                     /* looks at the word before sleeping */
+#define VL_SPIN_NS 2000ull            /* a taker spins this long, then     */
+#define VL_SPIN_YIELDS 4              /* yields so often on a few cores,   */
+#define VL_FEW_CPUS 4                 /* (fewer than this), then sleeps    */
 #define VL_SLICE_MIN_NS 250000ll      /* a first sleep; then liveness is   */
 #define VL_SLICE_NS 2000000ll         /* checked, and the sleep doubles    */
 #define VL_REAP_EVERY_NS 10000000ull  /* a writer blocked by readers reaps */
@@ -258,14 +262,48 @@ static bool vl_unexplained(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen
 }
 
 struct vl_waiter {
-  unsigned round;
+  uint64_t spin_end;  /* CLOCK_MONOTONIC ns; 0 before this spin's first look     */
+  unsigned yields;    /* of this spin                                              */
+  bool no_spin;       /* sleeps at once (a frozen word: a recount takes long)      */
   uint32_t as;        /* VL_AS_WRITER or VL_AS_READER                              */
   bool slept;         /* a writer's take then sets WSLEEP: its release wakes the next */
   int64_t slice;      /* the next sleep's bound, ns (0: VL_SLICE_MIN_NS)             */
   uint64_t next_reap; /* CLOCK_MONOTONIC ns; 0 before the first timed-out sleep */
 };
 
-/* One wait of a taker that the word w stops: spins a little, then sets its
+/* The machine has fewer than VL_FEW_CPUS processors online: a spinner then
+ * most likely keeps the holder it waits for off a processor. */
+static bool vl_few_cpus(void) {
+  static _Atomic long cpus; /* 0 until asked */
+  long n = atomic_load_explicit(&cpus, memory_order_relaxed);
+  if (!n) {
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    atomic_store_explicit(&cpus, n > 0 ? n : 1, memory_order_relaxed);
+  }
+  return n < VL_FEW_CPUS;
+}
+
+/* Before a sleep, a taker spins for VL_SPIN_NS (a hand-off mostly comes in
+ * far less; a futex sleep and its wake cost tens of microseconds), then,
+ * on a machine of few processors, yields VL_SPIN_YIELDS times, which lets
+ * a holder that shares our processor run; true while it spins. */
+static bool vl_spin(struct vl_waiter *wt) {
+  if (wt->no_spin) return false;
+  uint64_t now = pdshm__now_ns(CLOCK_MONOTONIC);
+  if (!wt->spin_end) wt->spin_end = now + VL_SPIN_NS;
+  if (now < wt->spin_end) {
+    for (int i = 0; i < 8; i++) pdshm__cpu_relax();
+    return true;
+  }
+  if (wt->yields < VL_SPIN_YIELDS && vl_few_cpus()) {
+    wt->yields++;
+    sched_yield();
+    return true;
+  }
+  return false;
+}
+
+/* One wait of a taker that the word w stops: spins a little (vl_spin), then sets its
  * class's sleep bit and sleeps on the low half in slices.  After a slice that timed
  * out it reaps when the word names an abandoned slot (an owner, or a
  * reaper's frozen recount), or, stopped by readers alone, every
@@ -277,10 +315,7 @@ static int vl_wait(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64
                    struct vl_waiter *wt, const struct pdshm_vl_hold *mine) {
   if (!vl_ours(w, pdshm__varlock_tag(gen)))
     return pdshm__fail(PDSHM_ESTALE, "variable was erased");
-  if (wt->round++ < VL_SPIN) {
-    pdshm__cpu_relax();
-    return 0;
-  }
+  if (vl_spin(wt)) return 0;
   if (!vl_same(seg, r, gen)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
   uint64_t bit = wt->as == VL_AS_WRITER ? VL_WSLEEP : VL_RSLEEP;
   if (!(w & bit) && !atomic_compare_exchange_strong_explicit(&r->lk, &w, w | bit,
@@ -288,6 +323,8 @@ static int vl_wait(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64
                                                              memory_order_relaxed))
     return 0;
   wt->slept = true;
+  wt->spin_end = 0; /* woken, or timed out: a spin again before the next sleep */
+  wt->yields = 0;
   if (pdshm__futex_wait_bits(pdshm__futex_low(&r->lk), (uint32_t)(w | bit), wt->as,
                              wt->slice ? wt->slice : VL_SLICE_MIN_NS) != PDSHM_ETIMEDOUT)
     return 0;
@@ -486,7 +523,7 @@ static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
 static int vl_unlock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
                             struct pdshm_vl_hold *e) {
   const uint64_t tag = pdshm__varlock_tag(gen);
-  struct vl_waiter wt = {.round = VL_SPIN, .as = VL_AS_READER}; /* a recount: sleep at once */
+  struct vl_waiter wt = {.no_spin = true, .as = VL_AS_READER}; /* a recount takes long */
   for (;;) {
     vl_state(e, PDSHM_VL_RELEASING);
     PDSHM_CRASHPOINT("varlock.shared.releasing");
