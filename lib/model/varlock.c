@@ -36,7 +36,15 @@
  *     shared one and HELD after it; RELEASING before the shared release's
  *     CAS and IDLE after it.  State stores are releases and the word's CASes
  *     read-modify-writes, so whoever changes the word after a CAS sees the
- *     state its taker stored before it.
+ *     state its taker stored before it.  A thread keeps one record reserved
+ *     (in the attachment it last took a lock in, unless the one it had is
+ *     in use: struct pdshm_vl_reserved): CLAIMED between its takes, so
+ *     that a take stores the variable, its generation and the state into it
+ *     and claims nothing, and a release stores CLAIMED rather than IDLE.  A
+ *     CLAIMED record names nothing counted: reapers, recounts, waiters and
+ *     pdshm_check pass it by as an idle one, and the reaper of its slot
+ *     (or the detach) makes it IDLE; the thread's exit does (thread.c's
+ *     exit hook), after letting its holds go.
  *  3. A dead exclusive holder: its word names its slot.  Its reaper (found
  *     by a waiter that saw the owner's slot dead between sleeps, which then
  *     reaps) clears the owner of the variable each EXCL record of that slot
@@ -81,7 +89,8 @@
  *     thread's holds are kept in a table in its block (thread.c), which
  *     answers EDEADLK and EPERM; a fork child inherits the table but none of
  *     the holds, and an attachment none of a detached one's (entries carry
- *     the attachment's id).  Entries are found by the record's address and
+ *     the attachment's id; those of a detached attachment are freed when
+ *     the table is full).  Entries are found by the record's address and
  *     generation, since a new variable may get an erased one's record: lock
  *     finds only a hold on the variable there now; unlock lets go of that
  *     one, else of a hold on an erased variable that was there.
@@ -90,7 +99,6 @@
 #include "config.h"
 
 #include <sched.h>
-#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -120,16 +128,18 @@ static PDSHM_TLS_HOT unsigned vl_hint;
 /* This thread's entry for var of generation vgen (any generation when
  * any_gen) in attachment seg, or NULL; *hole, when asked for, gets the first
  * free entry below vl_top (or NULL) on the same walk.  Entries made before a
- * fork are free in the child, and those of a detached attachment free in
- * any later one. */
+ * fork are free in the child.  Another attachment's entries are not: it
+ * may be attached still, with its holds (those of a detached one are freed
+ * when the table is full, vl_held_sweep). */
 static struct pdshm_held_lock *vl_find_gen(const pdshm_seg *seg, const void *var, uint64_t vgen,
                                            bool any_gen, struct pdshm_held_lock **hole) {
   uint64_t gen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
   struct pdshm_held_lock *held = vl_top ? pdshm__self->held : NULL, *free = NULL;
   for (unsigned i = 0; i < vl_top; i++) {
-    if (!held[i].var || held[i].forkgen != gen || held[i].attach_id != seg->id) {
+    if (!held[i].var || held[i].forkgen != gen) {
       if (!free) free = &held[i];
-    } else if (held[i].var == var && (any_gen || held[i].gen == vgen)) {
+    } else if (held[i].var == var && held[i].attach_id == seg->id &&
+               (any_gen || held[i].gen == vgen)) {
       return &held[i];
     }
   }
@@ -154,17 +164,32 @@ static struct pdshm_held_lock *vl_find_held(const pdshm_seg *seg, const void *va
   return vl_find_gen(seg, var, vgen, false, NULL);
 }
 
-static void vl_thread_exit(struct pdshm_thread *t);
+static void vl_attached(pdshm_seg *seg, void *arg) {
+  (void)seg;
+  (void)arg;
+}
+
+/* A full table: the entries of attachments detached since are freed (the
+ * detach let go of their holds); the first of them, or NULL. */
+static struct pdshm_held_lock *vl_held_sweep(struct pdshm_thread *t) {
+  struct pdshm_held_lock *free = NULL;
+  for (unsigned i = 0; i < vl_top; i++)
+    if (!pdshm__seg_list_with(t->held[i].attach_id, vl_attached, NULL)) {
+      t->held[i].var = NULL;
+      if (!free) free = &t->held[i];
+    }
+  return free;
+}
 
 /* A free entry: the hole vl_find_gen found below vl_top, else the one at
  * vl_top.  ENOLCK when the table is full, ENOMEM when the thread's block
- * cannot be made. */
+ * cannot be made.  (The exit hook is set with the first reserved record,
+ * vl_record, which every hold's take makes or finds.) */
 static int vl_held_free(struct pdshm_held_lock *hole, struct pdshm_held_lock **out) {
   struct pdshm_thread *t = pdshm__thread();
   if (!t) return pdshm__fail(PDSHM_ENOMEM, "out of private memory for this thread's lock table");
-  if (!vl_top && !atomic_load_explicit(&pdshm__thread_exit_hook, memory_order_relaxed))
-    atomic_store(&pdshm__thread_exit_hook, vl_thread_exit);
   struct pdshm_held_lock *h = hole;
+  if (!h && vl_top == PDSHM_VL_HELD_MAX) h = vl_held_sweep(t);
   if (!h && vl_top < PDSHM_VL_HELD_MAX) h = &t->held[vl_top++];
   if (!h) return pdshm__fail(PDSHM_ENOLCK, "this thread holds %d variable locks", PDSHM_VL_HELD_MAX);
   *out = h;
@@ -172,7 +197,7 @@ static int vl_held_free(struct pdshm_held_lock *hole, struct pdshm_held_lock **o
 }
 
 static void vl_held_release(struct pdshm_held_lock *h) {
-  memset(h, 0, sizeof *h);
+  h->var = NULL; /* all vl_find_gen looks at of a free entry */
   const struct pdshm_held_lock *held = pdshm__self->held;
   unsigned top = vl_top;
   while (top && !held[top - 1].var) top--;
@@ -217,6 +242,75 @@ static int vl_claim(pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen,
     return 0;
   }
   return pdshm__fail(PDSHM_ENOLCK, "this process holds %u variable locks", PDSHM_VL_SLOT_HOLDS);
+}
+
+/* ---- the reserved record ----------------------------------------------------------- */
+
+/* A record of ours goes back: to CLAIMED when it is this thread's reserved
+ * one, else to IDLE. */
+static void vl_put(struct pdshm_vl_hold *e, bool reserved) {
+  vl_state(e, reserved ? PDSHM_VL_CLAIMED : PDSHM_VL_IDLE);
+}
+
+struct vl_unreserving {
+  uint32_t ent;
+  bool in_use;
+};
+
+static void vl_unreserve_in(pdshm_seg *seg, void *arg) {
+  struct vl_unreserving *u = arg;
+  struct pdshm_vl_hold *e = vl_rec(seg, seg->slot, u->ent);
+  if (pdshm__seg_usable(seg)) return;
+  if (atomic_load_explicit(&e->state, memory_order_relaxed) == PDSHM_VL_CLAIMED)
+    vl_state(e, PDSHM_VL_IDLE);
+  else
+    u->in_use = true;
+}
+
+/* This thread's reserved record goes back to IDLE, and the thread keeps
+ * none; unless it is in use by a hold (whose release makes it CLAIMED
+ * again), when it stays reserved and false is answered.  Of an attachment
+ * detached since (the detach freed it) or made before a fork (the
+ * parent's), nothing is touched. */
+static bool vl_unreserve(struct pdshm_thread *t) {
+  struct pdshm_vl_reserved *rv = &t->vl_reserved;
+  struct vl_unreserving u = {.ent = rv->ent};
+  if (rv->attach_id) pdshm__seg_list_with(rv->attach_id, vl_unreserve_in, &u);
+  if (u.in_use) return false;
+  rv->attach_id = 0;
+  return true;
+}
+
+static void vl_thread_exit(struct pdshm_thread *t);
+
+/* A record of our slot for this thread's take of r: its reserved one when
+ * it is CLAIMED (not in use by another hold of this thread), else one
+ * claimed now (vl_claim), which becomes the reserved one when there is none
+ * in seg.  Its index in *out, the record in *rec, naming r and gen; *reserved
+ * says which.  The reserved one is the attachment's by its id alone: seg
+ * took pdshm__var_seg's checks, which refuse a handle inherited through a
+ * fork, and ids are not reused (struct pdshm_vl_reserved). */
+static int vl_record(pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen, uint32_t *out,
+                     struct pdshm_vl_hold **rec, bool *reserved) {
+  struct pdshm_thread *t = pdshm__self;
+  bool mine = t->vl_reserved.attach_id == seg->id;
+  struct pdshm_vl_hold *e = mine ? vl_rec(seg, seg->slot, t->vl_reserved.ent) : NULL;
+  if (e && atomic_load_explicit(&e->state, memory_order_relaxed) == PDSHM_VL_CLAIMED) {
+    e->var = pdshm__off(seg, r); /* published by the state's release store after */
+    e->gen = gen;
+    *out = t->vl_reserved.ent;
+    *rec = e;
+    *reserved = true;
+    return 0;
+  }
+  *reserved = false;
+  int rc = vl_claim(seg, r, gen, out, rec);
+  if (rc || mine || !vl_unreserve(t)) return rc; /* kept: another attachment's, in use */
+  if (!atomic_load_explicit(&pdshm__thread_exit_hook, memory_order_relaxed))
+    atomic_store(&pdshm__thread_exit_hook, vl_thread_exit); /* frees it, and lets go */
+  t->vl_reserved = (struct pdshm_vl_reserved){.attach_id = seg->id, .ent = *out};
+  *reserved = true;
+  return 0;
 }
 
 /* The process of slot s is gone and nobody reaps it now: its lock is free
@@ -397,12 +491,16 @@ static bool vl_writer_waits(pdshm_seg *seg, struct pdshm_var_rec *r) {
   return false;
 }
 
-static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
-                        struct pdshm_vl_hold *e) {
+/* The exclusive take that its first CAS did not make, the word being w:
+ * waits until the word lets it through and makes it (0), or answers why
+ * not; *mark is what it left in lk_wwait (0: nothing). */
+static __attribute__((noinline, cold)) int vl_lock_excl_wait(pdshm_seg *seg,
+                                                             struct pdshm_var_rec *r,
+                                                             uint64_t gen, uint64_t w,
+                                                             struct pdshm_vl_hold *e,
+                                                             uint64_t *mark_out) {
   const uint64_t me = seg->slot + 1u, tag = pdshm__varlock_tag(gen);
-  vl_state(e, PDSHM_VL_EXCL);
-  PDSHM_CRASHPOINT("varlock.excl.recorded");
-  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed), mark = 0;
+  uint64_t mark = 0;
   struct vl_waiter wt = {.as = VL_AS_WRITER};
   for (;;) {
     if (vl_ours(w, tag) && !(w & (VL_BUSY | VL_READERS))) {
@@ -423,6 +521,24 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
       return rc;
     }
     w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  }
+  *mark_out = mark;
+  return 0;
+}
+
+/* Invariants 1 and 2: the record says EXCL, then one CAS sets the owner;
+ * only a word that does not let it through goes to vl_lock_excl_wait. */
+static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
+                        struct pdshm_vl_hold *e) {
+  const uint64_t me = seg->slot + 1u, tag = pdshm__varlock_tag(gen);
+  vl_state(e, PDSHM_VL_EXCL);
+  PDSHM_CRASHPOINT("varlock.excl.recorded");
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed), mark = 0;
+  if (!vl_ours(w, tag) || (w & (VL_BUSY | VL_READERS)) ||
+      !atomic_compare_exchange_strong_explicit(&r->lk, &w, w | me, memory_order_acquire,
+                                               memory_order_relaxed)) {
+    int rc = vl_lock_excl_wait(seg, r, gen, w, e, &mark);
+    if (rc) return rc;
   }
   PDSHM_CRASHPOINT("varlock.excl.held");
   if (!vl_same(seg, r, gen)) { /* invariant 5: erased since; the word is its own still */
@@ -480,10 +596,14 @@ static void vl_uncount_stale(struct pdshm_var_rec *r, uint64_t tag) {
   }
 }
 
-static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
-                          struct pdshm_vl_hold *e) {
+/* The shared take that its first CAS did not make (or did not try: a
+ * writer waits), the word being w: waits until the word lets it through
+ * and makes it (0), or answers why not. */
+static __attribute__((noinline, cold)) int vl_lock_shared_wait(pdshm_seg *seg,
+                                                               struct pdshm_var_rec *r,
+                                                               uint64_t gen, uint64_t w,
+                                                               struct pdshm_vl_hold *e) {
   const uint64_t tag = pdshm__varlock_tag(gen);
-  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
   struct vl_waiter wt = {.as = VL_AS_READER};
   for (unsigned round = 0;; round++) {
     if (!vl_ours(w, tag)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
@@ -507,6 +627,28 @@ static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
                    : vl_wait(seg, r, gen, w, &wt, e);
     if (rc) return rc == PDSHM_ESTALE ? pdshm__fail(rc, "variable was erased") : rc;
     w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  }
+  return 0;
+}
+
+/* Invariants 2 and 6: TAKING, one CAS that counts the share, then HELD;
+ * a word that does not let it through, or a writer that waits, sends the
+ * take to vl_lock_shared_wait. */
+static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
+                          struct pdshm_vl_hold *e) {
+  const uint64_t tag = pdshm__varlock_tag(gen);
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  bool through = vl_ours(w, tag) && !(w & VL_BUSY) && (w & VL_READERS) != VL_READERS &&
+                 !atomic_load_explicit(&r->lk_wwait, memory_order_relaxed);
+  if (through) {
+    vl_state(e, PDSHM_VL_TAKING);
+    PDSHM_CRASHPOINT("varlock.shared.taking");
+    through = atomic_compare_exchange_strong_explicit(&r->lk, &w, w + VL_READER,
+                                                      memory_order_acq_rel, memory_order_relaxed);
+  }
+  if (!through) {
+    int rc = vl_lock_shared_wait(seg, r, gen, w, e);
+    if (rc) return rc;
   }
   PDSHM_CRASHPOINT("varlock.shared.counted");
   if (!vl_same(seg, r, gen)) {
@@ -556,7 +698,7 @@ static int vl_let_go(pdshm_seg *seg, struct pdshm_held_lock *held) {
     int rc = vl_unlock_shared(seg, r, held->gen, e);
     if (rc) return rc;
   }
-  vl_state(e, PDSHM_VL_IDLE);
+  vl_put(e, held->reserved);
   vl_held_release(held);
   return 0;
 }
@@ -578,20 +720,22 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   }
   if (!vl_same(seg, r, gen)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
   uint32_t ent = 0;
-  struct pdshm_vl_hold *e = NULL; /* vl_claim sets it when it answers 0 */
+  struct pdshm_vl_hold *e = NULL; /* vl_record sets it when it answers 0 */
+  bool reserved = false;
   if ((rc = vl_held_free(hole, &held))) return rc;
-  if ((rc = vl_claim(seg, r, gen, &ent, &e))) {
+  if ((rc = vl_record(seg, r, gen, &ent, &e, &reserved))) {
     vl_held_release(held);
     return rc;
   }
   rc = exclusive ? vl_lock_excl(seg, r, gen, e) : vl_lock_shared(seg, r, gen, e);
   if (rc) {
-    vl_state(e, PDSHM_VL_IDLE);
+    vl_put(e, reserved);
     vl_held_release(held); /* the entry stays free */
     return rc;
   }
   *held = (struct pdshm_held_lock){.var = r, .gen = gen, .count = 1, .ent = ent,
-                                   .excl = exclusive != 0, .attach_id = seg->id,
+                                   .excl = exclusive != 0, .reserved = reserved,
+                                   .attach_id = seg->id,
                                    .forkgen = atomic_load_explicit(&pdshm__forkgen,
                                                                    memory_order_relaxed)};
   return 0;
@@ -628,6 +772,7 @@ static void vl_thread_exit(struct pdshm_thread *t) {
     if (h->var && h->forkgen == forkgen) pdshm__seg_list_with(h->attach_id, vl_exit_let_go, h);
   }
   vl_top = 0;
+  (void)vl_unreserve(t); /* in use: a share a recount kept, until the detach */
 }
 
 /* ---- the reaper ------------------------------------------------------------------------ */
