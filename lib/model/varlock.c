@@ -189,8 +189,7 @@ static int vl_held_free(struct pdshm_held_lock *hole, struct pdshm_held_lock **o
   struct pdshm_thread *t = pdshm__thread();
   if (!t) return pdshm__fail(PDSHM_ENOMEM, "out of private memory for this thread's lock table");
   struct pdshm_held_lock *h = hole;
-  if (!h && vl_top == PDSHM_VL_HELD_MAX) h = vl_held_sweep(t);
-  if (!h && vl_top < PDSHM_VL_HELD_MAX) h = &t->held[vl_top++];
+  if (!h) h = vl_top < PDSHM_VL_HELD_MAX ? &t->held[vl_top++] : vl_held_sweep(t);
   if (!h) return pdshm__fail(PDSHM_ENOLCK, "this thread holds %d variable locks", PDSHM_VL_HELD_MAX);
   *out = h;
   return 0;
@@ -200,7 +199,9 @@ static void vl_held_release(struct pdshm_held_lock *h) {
   h->var = NULL; /* all vl_find_gen looks at of a free entry */
   const struct pdshm_held_lock *held = pdshm__self->held;
   unsigned top = vl_top;
-  while (top && !held[top - 1].var) top--;
+  if (h != &held[top - 1]) return; /* a hole below the top */
+  while (--top && !held[top - 1].var) {
+  }
   vl_top = top;
 }
 
@@ -574,7 +575,8 @@ enum vl_uncount_rc { VL_UNCOUNTED, VL_CHANGED, VL_NOT_COUNTED };
  * (only writers wait for readers).  VL_CHANGED when the word changed from
  * *w first (*w is then what it is now); VL_NOT_COUNTED, touching nothing,
  * when *w is another variable's word or counts no share (invariant 5). */
-static enum vl_uncount_rc vl_uncount(struct pdshm_var_rec *r, uint64_t *w, uint64_t tag) {
+static inline __attribute__((always_inline)) enum vl_uncount_rc
+vl_uncount(struct pdshm_var_rec *r, uint64_t *w, uint64_t tag) {
   if (!vl_ours(*w, tag) || !(*w & VL_READERS)) return VL_NOT_COUNTED;
   uint64_t next = *w - VL_READER;
   bool last = !(next & VL_READERS);
@@ -662,8 +664,10 @@ static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
 /* Gives a share back; a frozen word waits for its recount (invariant 4).
  * Of an erased variable, its word gets the share back while the record is
  * not yet another variable's, and nothing is touched after. */
-static int vl_unlock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
-                            struct pdshm_vl_hold *e) {
+static __attribute__((noinline, cold)) int vl_unlock_shared_wait(pdshm_seg *seg,
+                                                                 struct pdshm_var_rec *r,
+                                                                 uint64_t gen,
+                                                                 struct pdshm_vl_hold *e) {
   const uint64_t tag = pdshm__varlock_tag(gen);
   struct vl_waiter wt = {.no_spin = true, .as = VL_AS_READER}; /* a recount takes long */
   for (;;) {
@@ -685,11 +689,28 @@ static int vl_unlock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t ge
   }
 }
 
+/* The same, its first CAS tried here: only a frozen word, or one that
+ * changed meanwhile, goes to vl_unlock_shared_wait. */
+static inline __attribute__((always_inline)) int vl_unlock_shared(pdshm_seg *seg,
+                                                                   struct pdshm_var_rec *r,
+                                                                   uint64_t gen,
+                                                                   struct pdshm_vl_hold *e) {
+  vl_state(e, PDSHM_VL_RELEASING);
+  PDSHM_CRASHPOINT("varlock.shared.releasing");
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  enum vl_uncount_rc rc = w & VL_FROZEN ? VL_CHANGED : vl_uncount(r, &w, pdshm__varlock_tag(gen));
+  if (rc == VL_NOT_COUNTED) return 0;
+  if (rc == VL_CHANGED) return vl_unlock_shared_wait(seg, r, gen, e);
+  PDSHM_CRASHPOINT("varlock.shared.uncounted");
+  return 0;
+}
+
 /* ---- the API ------------------------------------------------------------------------- */
 
 /* Lets go of this thread's hold `held` in seg (its last re-entry): 0, or
  * the error that leaves it held. */
-static int vl_let_go(pdshm_seg *seg, struct pdshm_held_lock *held) {
+static inline __attribute__((always_inline)) int vl_let_go(pdshm_seg *seg,
+                                                            struct pdshm_held_lock *held) {
   struct pdshm_var_rec *r = (struct pdshm_var_rec *)(uintptr_t)held->var;
   struct pdshm_vl_hold *e = vl_rec(seg, seg->slot, held->ent);
   if (held->excl) {
