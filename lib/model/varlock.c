@@ -15,8 +15,9 @@
  *   bit  31     WSLEEP: a writer may sleep on the word
  *   bits 32-63  TAG: the variable's generation (pdshm__varlock_tag), set when
  *               the record is made and never changed (invariant 5)
- * The low half is the futex word.  A waiter sets its class's bit before it
- * sleeps, as a writer or a reader (a futex bitset).  Whoever takes away what
+ * The low half is the futex word.  A waiter spins a little first (vl_spin),
+ * then sets its class's bit before it sleeps, as a writer or a reader (a
+ * futex bitset).  Whoever takes away what
  * waiters wait for clears the bits in the same read-modify-write and, for
  * each that was set, wakes: an owner leaving, one writer and every reader;
  * the last reader leaving, one writer (readers do not wait for readers); a
@@ -26,9 +27,9 @@
  *
  * Invariants:
  *  1. Exclusive = owner set; then readers are 0 and the word is not FROZEN.
- *     Uncontended, lock is one CAS (0 -> owner) and unlock one version bump
- *     and one read-modify-write back, whose old value tells whether there
- *     is anyone to wake.
+ *     Uncontended, lock is one CAS (0 -> owner) and unlock one 16-byte CAS
+ *     that clears the owner and bumps the version (invariant 5), whose old
+ *     value tells whether there is anyone to wake.
  *  2. Every hold, and every take or release in flight, is recorded in a
  *     struct pdshm_vl_hold of the holder's slot, written only by that
  *     process: CLAIMED (naming the variable and its generation) before the
@@ -78,7 +79,14 @@
  *     not count (readers 0).  A take whose CAS landed on a variable erased
  *     since undoes it (a CAS against the same TAG: after a reuse there is
  *     nothing of ours to undo) and returns ESTALE; so does any call that
- *     reads another TAG.
+ *     reads another TAG.  The TAG does not prove the variable live: an
+ *     erased variable's block may keep its word until it is reused, and a
+ *     CAS on it then succeeds; so a take checks the record (vl_same) after
+ *     its CAS, and before it, lest a handle to a long-erased variable CAS
+ *     whatever its block holds now.  The version moves in the owner's
+ *     leaving CAS because a variable may be erased, and its record made
+ *     again as another one, while it is held: a bump of its own would land
+ *     on the successor's version.
  *  6. Writer preference: a writer waiting for readers to drain marks
  *     lk_wwait with its slot and epoch, and new readers back off for a
  *     bounded time, and not at all once that slot is dead or taken again (a
