@@ -2,7 +2,9 @@
  * thread that exits holding shared and exclusive locks lets go of them; an
  * attachment made after a detach holds nothing of the detached one's, even
  * mapped at the same address; a holder killed between its exclusive
- * release and its wakes leaves no pdshm_var_wait asleep once reaped. */
+ * release and its wakes leaves no pdshm_var_wait asleep once reaped; the
+ * hold record a thread reserves (CLAIMED between its takes) is freed when
+ * the thread exits, and by the reaper of a killed process. */
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -167,12 +169,169 @@ START_TEST(reaper_wakes_version_waiters) {
 }
 END_TEST
 
+/* A thread holds locks in two attachments at once: each hold is its own
+ * (the other attachment's entry in the thread's table is no free one). */
+START_TEST(holds_in_two_attachments) {
+  pdshm_var *a, *c;
+  pdshm_seg *seg = make_seg(&a, NULL);
+  char other_name[PDSHM_SEG_NAME_MAX + 1];
+  snprintf(other_name, sizeof other_name, "%s", tu_name("vlx2"));
+  pdshm_seg *other = tu_create_as(other_name, 4u << 20, 0);
+  pdshm_scope *root;
+  ck_assert_int_eq(pdshm_root(other, &root), 0);
+  ck_assert_int_eq(pdshm_var_get(root, "c", &c), 0);
+  pdshm_scope_release(root);
+  ck_assert_int_eq(pdshm_var_lock(a, 1), 0);
+  ck_assert_int_eq(pdshm_var_lock(c, 1), 0);
+  ck_assert_int_eq(pdshm_var_lock(a, 0), PDSHM_EDEADLK);
+  ck_assert_int_eq(pdshm_var_unlock(c), 0);
+  ck_assert_int_eq(pdshm_var_unlock(a), 0);
+  ck_assert_int_eq(pdshm_var_unlock(a), PDSHM_EPERM);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_int_eq(pdshm_check(other, stderr), 0);
+  ck_assert_int_eq(pdshm_detach(other), 0);
+  ck_assert_int_eq(pdshm_detach(seg), 0);
+  tu_cleanup();
+}
+END_TEST
+
+/* More detaches holding a lock than the thread's table has entries: the
+ * detached attachments' entries are freed when the table is full. */
+START_TEST(detached_holds_leave_the_table) {
+  pdshm_var *a;
+  pdshm_seg *seg = make_seg(&a, NULL);
+  for (int i = 0; i < PDSHM_VL_HELD_MAX + 8; i++) {
+    pdshm_seg *again;
+    pdshm_scope *root;
+    ck_assert_int_eq(pdshm_attach(seg_name, NULL, &again), 0);
+    ck_assert_int_eq(pdshm_root(again, &root), 0);
+    pdshm_var *v = pdshm_find_local_var(root, "a");
+    ck_assert_ptr_nonnull(v);
+    pdshm_scope_release(root);
+    ck_assert_msg(pdshm_var_lock(v, 1) == 0, "take %d: %s", i, pdshm_last_error());
+    ck_assert_int_eq(pdshm_detach(again), 0);
+  }
+  ck_assert_int_eq(pdshm_var_lock(a, 1), 0);
+  ck_assert_int_eq(pdshm_var_unlock(a), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_int_eq(pdshm_detach(seg), 0);
+  tu_cleanup();
+}
+END_TEST
+
+/* Records of slot s of seg that are not IDLE; of every slot when s < 0. */
+static unsigned records_in_use(pdshm_seg *seg, int s) {
+  unsigned n = 0;
+  for (uint32_t k = 0; k < seg->hdr->max_procs; k++) {
+    if (s >= 0 && k != (uint32_t)s) continue;
+    for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++)
+      n += atomic_load(&pdshm__slot(seg, k)->vl[i].state) != PDSHM_VL_IDLE;
+  }
+  return n;
+}
+
+struct reserver {
+  pdshm_seg *seg, *other;
+  pdshm_var *a, *b, *c; /* a and b in seg, c in other */
+  unsigned after_one, while_two, after_two, after_other, other_after;
+  int rc;
+};
+
+/* Takes locks as a thread of the process: one record stays CLAIMED (the
+ * reserved one) between takes; a second hold takes another, which goes
+ * back to IDLE; a take in another attachment while the reserved record is
+ * in use there claims and frees one of that attachment's. */
+static void *reserve_and_exit(void *arg) {
+  struct reserver *x = arg;
+  int s = (int)x->seg->slot;
+  x->rc = pdshm_var_lock(x->a, 1);
+  if (!x->rc) x->rc = pdshm_var_unlock(x->a);
+  x->after_one = records_in_use(x->seg, s);
+  if (!x->rc) x->rc = pdshm_var_lock(x->a, 0);
+  if (!x->rc) x->rc = pdshm_var_lock(x->b, 1);
+  x->while_two = records_in_use(x->seg, s);
+  if (!x->rc) x->rc = pdshm_var_unlock(x->b);
+  if (!x->rc) x->rc = pdshm_var_unlock(x->a);
+  x->after_two = records_in_use(x->seg, s);
+  if (!x->rc) x->rc = pdshm_var_lock(x->a, 1);
+  if (!x->rc) x->rc = pdshm_var_lock(x->c, 1);
+  if (!x->rc) x->rc = pdshm_var_unlock(x->c);
+  if (!x->rc) x->rc = pdshm_var_unlock(x->a);
+  x->after_other = records_in_use(x->seg, s);
+  x->other_after = records_in_use(x->other, (int)x->other->slot);
+  return NULL;
+}
+
+START_TEST(thread_exit_frees_reserved_record) {
+  struct reserver x = {0};
+  x.seg = make_seg(&x.a, &x.b);
+  char other_name[PDSHM_SEG_NAME_MAX + 1];
+  snprintf(other_name, sizeof other_name, "%s", tu_name("vlx2"));
+  x.other = tu_create_as(other_name, 4u << 20, 0);
+  pdshm_scope *root;
+  ck_assert_int_eq(pdshm_root(x.other, &root), 0);
+  ck_assert_int_eq(pdshm_var_get(root, "c", &x.c), 0);
+  pdshm_scope_release(root);
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, reserve_and_exit, &x), 0);
+  ck_assert_int_eq(pthread_join(t, NULL), 0);
+  ck_assert_int_eq(x.rc, 0);
+  ck_assert_uint_eq(x.after_one, 1);
+  ck_assert_uint_eq(x.while_two, 2);
+  ck_assert_uint_eq(x.after_two, 1);
+  ck_assert_uint_eq(x.after_other, 1);
+  ck_assert_uint_eq(x.other_after, 0);
+  ck_assert_uint_eq(records_in_use(x.seg, -1), 0); /* the exit freed the reserved one */
+  ck_assert_uint_eq(records_in_use(x.other, -1), 0);
+  ck_assert_int_eq(pdshm_check(x.seg, stderr), 0);
+  ck_assert_int_eq(pdshm_detach(x.other), 0);
+  ck_assert_int_eq(pdshm_detach(x.seg), 0);
+  tu_cleanup();
+}
+END_TEST
+
+/* Locks and unlocks a, then dies holding nothing: its reserved record is
+ * CLAIMED. */
+static int take_then_die(void *arg) {
+  (void)arg;
+  pdshm_seg *seg;
+  pdshm_scope *root;
+  if (pdshm_attach(seg_name, NULL, &seg) || pdshm_root(seg, &root)) return 90;
+  pdshm_var *v = pdshm_find_local_var(root, "a");
+  if (!v || pdshm_var_lock(v, 1) || pdshm_var_unlock(v)) return 91;
+  if (records_in_use(seg, (int)seg->slot) != 1) return 92;
+  raise(SIGKILL);
+  return 93;
+}
+
+START_TEST(reaper_frees_reserved_record) {
+  pdshm_var *a;
+  pdshm_seg *seg = make_seg(&a, NULL);
+  ck_assert_int_eq(tu_wait(tu_spawn(take_then_die, NULL)), 128 + SIGKILL);
+  ck_assert_uint_eq(records_in_use(seg, -1), 1);
+  tu_await_dead(seg, 1);
+  unsigned reaped = 0;
+  ck_assert_int_eq(pdshm_reap(seg, &reaped), 0);
+  ck_assert_uint_ge(reaped, 1);
+  ck_assert_uint_eq(records_in_use(seg, -1), 0);
+  ck_assert_int_eq(pdshm_var_lock(a, 1), 0);
+  ck_assert_int_eq(pdshm_var_unlock(a), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_int_eq(pdshm_detach(seg), 0);
+  tu_cleanup();
+}
+END_TEST
+
 static Suite *exit_suite(void) {
   Suite *s = suite_create("varlock_exit");
   TCase *tc = tu_tcase(s, "exits", 60, NULL, NULL);
   tcase_add_test(tc, thread_exit_lets_go);
   tcase_add_test(tc, detach_forgets_holds);
   tcase_add_test(tc, reaper_wakes_version_waiters);
+  tcase_add_test(tc, holds_in_two_attachments);
+  tcase_add_test(tc, detached_holds_leave_the_table);
+  tcase_add_test(tc, thread_exit_frees_reserved_record);
+  tcase_add_test(tc, reaper_frees_reserved_record);
   return s;
 }
 

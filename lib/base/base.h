@@ -66,6 +66,18 @@ struct pdshm_held_lock {
   uint32_t count;    /* shared re-entries                                   */
   uint32_t ent;      /* its record in our slot's vl[] (layout.h)           */
   bool excl;
+  bool reserved;     /* that record is the thread's reserved one (varlock.c) */
+};
+
+/* The hold record (layout.h, struct pdshm_vl_hold) a thread keeps in its
+ * slot of one attachment for the locks it takes there (varlock.c): CLAIMED
+ * while it holds nothing through it, so that a take stores into it and
+ * claims nothing. */
+struct pdshm_vl_reserved {
+  uint64_t attach_id;/* the attachment's id (pdshm_seg.id); 0: none.  Ids
+                        are never reused in a process, nor by its fork
+                        children, whose inherited handles take no locks    */
+  uint32_t ent;      /* its index in the slot's vl[]                         */
 };
 
 /* One segment lock a thread holds, as the lock-order check knows it. */
@@ -88,6 +100,7 @@ struct pdshm_lockorder {
 struct pdshm_thread {
   char error[PDSHM_ERROR_MAX];                     /* errors.c               */
   struct pdshm_held_lock held[PDSHM_VL_HELD_MAX];  /* varlock.c              */
+  struct pdshm_vl_reserved vl_reserved;            /* varlock.c              */
 #ifdef PDSHM_DEBUG
   struct pdshm_lockorder order;                    /* lockorder.c            */
 #endif
@@ -95,7 +108,7 @@ struct pdshm_thread {
 
 /* Called with a thread's block as the thread exits, before the block goes
  * (varlock.c sets it: the variable locks the thread still holds are let
- * go); NULL until then. */
+ * go, and its reserved hold record freed); NULL until then. */
 extern void (*_Atomic pdshm__thread_exit_hook)(struct pdshm_thread *t);
 /* This thread's block, or NULL before its first pdshm__thread() call. */
 extern PDSHM_TLS_HOT struct pdshm_thread *pdshm__self;

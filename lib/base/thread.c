@@ -7,7 +7,7 @@
  *     malloc and is the value of thread_key for that thread.
  *  2. A thread's block goes when the thread exits (the key's destructor), and
  *     pdshm__self with it; first pdshm__thread_exit_hook, once set, lets go
- *     of what the thread still holds.  A fork child's thread keeps its parent thread's
+ *     of what the thread still holds and keeps (varlock.c).  A fork child's thread keeps its parent thread's
  *     block: the memory and the thread-local are copied by fork().
  *  3. The library is never unloaded (linked -z nodelete), so the destructor
  *     is still mapped when a thread exits after a dlclose().

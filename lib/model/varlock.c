@@ -15,8 +15,9 @@
  *   bit  31     WSLEEP: a writer may sleep on the word
  *   bits 32-63  TAG: the variable's generation (pdshm__varlock_tag), set when
  *               the record is made and never changed (invariant 5)
- * The low half is the futex word.  A waiter sets its class's bit before it
- * sleeps, as a writer or a reader (a futex bitset).  Whoever takes away what
+ * The low half is the futex word.  A waiter spins a little first (vl_spin),
+ * then sets its class's bit before it sleeps, as a writer or a reader (a
+ * futex bitset).  Whoever takes away what
  * waiters wait for clears the bits in the same read-modify-write and, for
  * each that was set, wakes: an owner leaving, one writer and every reader;
  * the last reader leaving, one writer (readers do not wait for readers); a
@@ -26,9 +27,9 @@
  *
  * Invariants:
  *  1. Exclusive = owner set; then readers are 0 and the word is not FROZEN.
- *     Uncontended, lock is one CAS (0 -> owner) and unlock one version bump
- *     and one read-modify-write back, whose old value tells whether there
- *     is anyone to wake.
+ *     Uncontended, lock is one CAS (0 -> owner) and unlock one 16-byte CAS
+ *     that clears the owner and bumps the version (invariant 5), whose old
+ *     value tells whether there is anyone to wake.
  *  2. Every hold, and every take or release in flight, is recorded in a
  *     struct pdshm_vl_hold of the holder's slot, written only by that
  *     process: CLAIMED (naming the variable and its generation) before the
@@ -36,7 +37,15 @@
  *     shared one and HELD after it; RELEASING before the shared release's
  *     CAS and IDLE after it.  State stores are releases and the word's CASes
  *     read-modify-writes, so whoever changes the word after a CAS sees the
- *     state its taker stored before it.
+ *     state its taker stored before it.  A thread keeps one record reserved
+ *     (in the attachment it last took a lock in, unless the one it had is
+ *     in use: struct pdshm_vl_reserved): CLAIMED between its takes, so
+ *     that a take stores the variable, its generation and the state into it
+ *     and claims nothing, and a release stores CLAIMED rather than IDLE.  A
+ *     CLAIMED record names nothing counted: reapers, recounts, waiters and
+ *     pdshm_check pass it by as an idle one, and the reaper of its slot
+ *     (or the detach) makes it IDLE; the thread's exit does (thread.c's
+ *     exit hook), after letting its holds go.
  *  3. A dead exclusive holder: its word names its slot.  Its reaper (found
  *     by a waiter that saw the owner's slot dead between sleeps, which then
  *     reaps) clears the owner of the variable each EXCL record of that slot
@@ -70,7 +79,14 @@
  *     not count (readers 0).  A take whose CAS landed on a variable erased
  *     since undoes it (a CAS against the same TAG: after a reuse there is
  *     nothing of ours to undo) and returns ESTALE; so does any call that
- *     reads another TAG.
+ *     reads another TAG.  The TAG does not prove the variable live: an
+ *     erased variable's block may keep its word until it is reused, and a
+ *     CAS on it then succeeds; so a take checks the record (vl_same) after
+ *     its CAS, and before it, lest a handle to a long-erased variable CAS
+ *     whatever its block holds now.  The version moves in the owner's
+ *     leaving CAS because a variable may be erased, and its record made
+ *     again as another one, while it is held: a bump of its own would land
+ *     on the successor's version.
  *  6. Writer preference: a writer waiting for readers to drain marks
  *     lk_wwait with its slot and epoch, and new readers back off for a
  *     bounded time, and not at all once that slot is dead or taken again (a
@@ -81,7 +97,8 @@
  *     thread's holds are kept in a table in its block (thread.c), which
  *     answers EDEADLK and EPERM; a fork child inherits the table but none of
  *     the holds, and an attachment none of a detached one's (entries carry
- *     the attachment's id).  Entries are found by the record's address and
+ *     the attachment's id; those of a detached attachment are freed when
+ *     the table is full).  Entries are found by the record's address and
  *     generation, since a new variable may get an erased one's record: lock
  *     finds only a hold on the variable there now; unlock lets go of that
  *     one, else of a hold on an erased variable that was there.
@@ -89,8 +106,9 @@
 #define PDSHM_LAYER 6 /* model/ (lib/LAYERS) */
 #include "config.h"
 
-#include <string.h>
+#include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "model/model.h"
 #include "model/varlock.h"
@@ -98,7 +116,9 @@
 #define VL_AS_WRITER 1u               /* futex bitsets: a waiter's class   */
 #define VL_AS_READER 2u
 
-#define VL_SPIN 1                     /* looks at the word before sleeping */
+#define VL_SPIN_NS 2000ull            /* a taker spins this long, then     */
+#define VL_SPIN_YIELDS 4              /* yields so often on a few cores,   */
+#define VL_FEW_CPUS 4                 /* (fewer than this), then sleeps    */
 #define VL_SLICE_MIN_NS 250000ll      /* a first sleep; then liveness is   */
 #define VL_SLICE_NS 2000000ll         /* checked, and the sleep doubles    */
 #define VL_REAP_EVERY_NS 10000000ull  /* a writer blocked by readers reaps */
@@ -116,16 +136,18 @@ static PDSHM_TLS_HOT unsigned vl_hint;
 /* This thread's entry for var of generation vgen (any generation when
  * any_gen) in attachment seg, or NULL; *hole, when asked for, gets the first
  * free entry below vl_top (or NULL) on the same walk.  Entries made before a
- * fork are free in the child, and those of a detached attachment free in
- * any later one. */
+ * fork are free in the child.  Another attachment's entries are not: it
+ * may be attached still, with its holds (those of a detached one are freed
+ * when the table is full, vl_held_sweep). */
 static struct pdshm_held_lock *vl_find_gen(const pdshm_seg *seg, const void *var, uint64_t vgen,
                                            bool any_gen, struct pdshm_held_lock **hole) {
   uint64_t gen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
   struct pdshm_held_lock *held = vl_top ? pdshm__self->held : NULL, *free = NULL;
   for (unsigned i = 0; i < vl_top; i++) {
-    if (!held[i].var || held[i].forkgen != gen || held[i].attach_id != seg->id) {
+    if (!held[i].var || held[i].forkgen != gen) {
       if (!free) free = &held[i];
-    } else if (held[i].var == var && (any_gen || held[i].gen == vgen)) {
+    } else if (held[i].var == var && held[i].attach_id == seg->id &&
+               (any_gen || held[i].gen == vgen)) {
       return &held[i];
     }
   }
@@ -150,28 +172,44 @@ static struct pdshm_held_lock *vl_find_held(const pdshm_seg *seg, const void *va
   return vl_find_gen(seg, var, vgen, false, NULL);
 }
 
-static void vl_thread_exit(struct pdshm_thread *t);
+static void vl_attached(pdshm_seg *seg, void *arg) {
+  (void)seg;
+  (void)arg;
+}
+
+/* A full table: the entries of attachments detached since are freed (the
+ * detach let go of their holds); the first of them, or NULL. */
+static struct pdshm_held_lock *vl_held_sweep(struct pdshm_thread *t) {
+  struct pdshm_held_lock *free = NULL;
+  for (unsigned i = 0; i < vl_top; i++)
+    if (!pdshm__seg_list_with(t->held[i].attach_id, vl_attached, NULL)) {
+      t->held[i].var = NULL;
+      if (!free) free = &t->held[i];
+    }
+  return free;
+}
 
 /* A free entry: the hole vl_find_gen found below vl_top, else the one at
  * vl_top.  ENOLCK when the table is full, ENOMEM when the thread's block
- * cannot be made. */
+ * cannot be made.  (The exit hook is set with the first reserved record,
+ * vl_record, which every hold's take makes or finds.) */
 static int vl_held_free(struct pdshm_held_lock *hole, struct pdshm_held_lock **out) {
   struct pdshm_thread *t = pdshm__thread();
   if (!t) return pdshm__fail(PDSHM_ENOMEM, "out of private memory for this thread's lock table");
-  if (!vl_top && !atomic_load_explicit(&pdshm__thread_exit_hook, memory_order_relaxed))
-    atomic_store(&pdshm__thread_exit_hook, vl_thread_exit);
   struct pdshm_held_lock *h = hole;
-  if (!h && vl_top < PDSHM_VL_HELD_MAX) h = &t->held[vl_top++];
+  if (!h) h = vl_top < PDSHM_VL_HELD_MAX ? &t->held[vl_top++] : vl_held_sweep(t);
   if (!h) return pdshm__fail(PDSHM_ENOLCK, "this thread holds %d variable locks", PDSHM_VL_HELD_MAX);
   *out = h;
   return 0;
 }
 
 static void vl_held_release(struct pdshm_held_lock *h) {
-  memset(h, 0, sizeof *h);
+  h->var = NULL; /* all vl_find_gen looks at of a free entry */
   const struct pdshm_held_lock *held = pdshm__self->held;
   unsigned top = vl_top;
-  while (top && !held[top - 1].var) top--;
+  if (h != &held[top - 1]) return; /* a hole below the top */
+  while (--top && !held[top - 1].var) {
+  }
   vl_top = top;
 }
 
@@ -211,6 +249,75 @@ static int vl_claim(pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen,
     return 0;
   }
   return pdshm__fail(PDSHM_ENOLCK, "this process holds %u variable locks", PDSHM_VL_SLOT_HOLDS);
+}
+
+/* ---- the reserved record ----------------------------------------------------------- */
+
+/* A record of ours goes back: to CLAIMED when it is this thread's reserved
+ * one, else to IDLE. */
+static void vl_put(struct pdshm_vl_hold *e, bool reserved) {
+  vl_state(e, reserved ? PDSHM_VL_CLAIMED : PDSHM_VL_IDLE);
+}
+
+struct vl_unreserving {
+  uint32_t ent;
+  bool in_use;
+};
+
+static void vl_unreserve_in(pdshm_seg *seg, void *arg) {
+  struct vl_unreserving *u = arg;
+  struct pdshm_vl_hold *e = vl_rec(seg, seg->slot, u->ent);
+  if (pdshm__seg_usable(seg)) return;
+  if (atomic_load_explicit(&e->state, memory_order_relaxed) == PDSHM_VL_CLAIMED)
+    vl_state(e, PDSHM_VL_IDLE);
+  else
+    u->in_use = true;
+}
+
+/* This thread's reserved record goes back to IDLE, and the thread keeps
+ * none; unless it is in use by a hold (whose release makes it CLAIMED
+ * again), when it stays reserved and false is answered.  Of an attachment
+ * detached since (the detach freed it) or made before a fork (the
+ * parent's), nothing is touched. */
+static bool vl_unreserve(struct pdshm_thread *t) {
+  struct pdshm_vl_reserved *rv = &t->vl_reserved;
+  struct vl_unreserving u = {.ent = rv->ent};
+  if (rv->attach_id) pdshm__seg_list_with(rv->attach_id, vl_unreserve_in, &u);
+  if (u.in_use) return false;
+  rv->attach_id = 0;
+  return true;
+}
+
+static void vl_thread_exit(struct pdshm_thread *t);
+
+/* A record of our slot for this thread's take of r: its reserved one when
+ * it is CLAIMED (not in use by another hold of this thread), else one
+ * claimed now (vl_claim), which becomes the reserved one when there is none
+ * in seg.  Its index in *out, the record in *rec, naming r and gen; *reserved
+ * says which.  The reserved one is the attachment's by its id alone: seg
+ * took pdshm__var_seg's checks, which refuse a handle inherited through a
+ * fork, and ids are not reused (struct pdshm_vl_reserved). */
+static int vl_record(pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen, uint32_t *out,
+                     struct pdshm_vl_hold **rec, bool *reserved) {
+  struct pdshm_thread *t = pdshm__self;
+  bool mine = t->vl_reserved.attach_id == seg->id;
+  struct pdshm_vl_hold *e = mine ? vl_rec(seg, seg->slot, t->vl_reserved.ent) : NULL;
+  if (e && atomic_load_explicit(&e->state, memory_order_relaxed) == PDSHM_VL_CLAIMED) {
+    e->var = pdshm__off(seg, r); /* published by the state's release store after */
+    e->gen = gen;
+    *out = t->vl_reserved.ent;
+    *rec = e;
+    *reserved = true;
+    return 0;
+  }
+  *reserved = false;
+  int rc = vl_claim(seg, r, gen, out, rec);
+  if (rc || mine || !vl_unreserve(t)) return rc; /* kept: another attachment's, in use */
+  if (!atomic_load_explicit(&pdshm__thread_exit_hook, memory_order_relaxed))
+    atomic_store(&pdshm__thread_exit_hook, vl_thread_exit); /* frees it, and lets go */
+  t->vl_reserved = (struct pdshm_vl_reserved){.attach_id = seg->id, .ent = *out};
+  *reserved = true;
+  return 0;
 }
 
 /* The process of slot s is gone and nobody reaps it now: its lock is free
@@ -256,14 +363,48 @@ static bool vl_unexplained(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen
 }
 
 struct vl_waiter {
-  unsigned round;
+  uint64_t spin_end;  /* CLOCK_MONOTONIC ns; 0 before this spin's first look     */
+  unsigned yields;    /* of this spin                                              */
+  bool no_spin;       /* sleeps at once (a frozen word: a recount takes long)      */
   uint32_t as;        /* VL_AS_WRITER or VL_AS_READER                              */
   bool slept;         /* a writer's take then sets WSLEEP: its release wakes the next */
   int64_t slice;      /* the next sleep's bound, ns (0: VL_SLICE_MIN_NS)             */
   uint64_t next_reap; /* CLOCK_MONOTONIC ns; 0 before the first timed-out sleep */
 };
 
-/* One wait of a taker that the word w stops: spins a little, then sets its
+/* The machine has fewer than VL_FEW_CPUS processors online: a spinner then
+ * most likely keeps the holder it waits for off a processor. */
+static bool vl_few_cpus(void) {
+  static _Atomic long cpus; /* 0 until asked */
+  long n = atomic_load_explicit(&cpus, memory_order_relaxed);
+  if (!n) {
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    atomic_store_explicit(&cpus, n > 0 ? n : 1, memory_order_relaxed);
+  }
+  return n < VL_FEW_CPUS;
+}
+
+/* Before a sleep, a taker spins for VL_SPIN_NS (a hand-off mostly comes in
+ * far less; a futex sleep and its wake cost tens of microseconds), then,
+ * on a machine of few processors, yields VL_SPIN_YIELDS times, which lets
+ * a holder that shares our processor run; true while it spins. */
+static bool vl_spin(struct vl_waiter *wt) {
+  if (wt->no_spin) return false;
+  uint64_t now = pdshm__now_ns(CLOCK_MONOTONIC);
+  if (!wt->spin_end) wt->spin_end = now + VL_SPIN_NS;
+  if (now < wt->spin_end) {
+    for (int i = 0; i < 8; i++) pdshm__cpu_relax();
+    return true;
+  }
+  if (wt->yields < VL_SPIN_YIELDS && vl_few_cpus()) {
+    wt->yields++;
+    sched_yield();
+    return true;
+  }
+  return false;
+}
+
+/* One wait of a taker that the word w stops: spins a little (vl_spin), then sets its
  * class's sleep bit and sleeps on the low half in slices.  After a slice that timed
  * out it reaps when the word names an abandoned slot (an owner, or a
  * reaper's frozen recount), or, stopped by readers alone, every
@@ -275,10 +416,7 @@ static int vl_wait(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64
                    struct vl_waiter *wt, const struct pdshm_vl_hold *mine) {
   if (!vl_ours(w, pdshm__varlock_tag(gen)))
     return pdshm__fail(PDSHM_ESTALE, "variable was erased");
-  if (wt->round++ < VL_SPIN) {
-    pdshm__cpu_relax();
-    return 0;
-  }
+  if (vl_spin(wt)) return 0;
   if (!vl_same(seg, r, gen)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
   uint64_t bit = wt->as == VL_AS_WRITER ? VL_WSLEEP : VL_RSLEEP;
   if (!(w & bit) && !atomic_compare_exchange_strong_explicit(&r->lk, &w, w | bit,
@@ -286,6 +424,8 @@ static int vl_wait(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen, uint64
                                                              memory_order_relaxed))
     return 0;
   wt->slept = true;
+  wt->spin_end = 0; /* woken, or timed out: a spin again before the next sleep */
+  wt->yields = 0;
   if (pdshm__futex_wait_bits(pdshm__futex_low(&r->lk), (uint32_t)(w | bit), wt->as,
                              wt->slice ? wt->slice : VL_SLICE_MIN_NS) != PDSHM_ETIMEDOUT)
     return 0;
@@ -358,12 +498,16 @@ static bool vl_writer_waits(pdshm_seg *seg, struct pdshm_var_rec *r) {
   return false;
 }
 
-static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
-                        struct pdshm_vl_hold *e) {
+/* The exclusive take that its first CAS did not make, the word being w:
+ * waits until the word lets it through and makes it (0), or answers why
+ * not; *mark is what it left in lk_wwait (0: nothing). */
+static __attribute__((noinline, cold)) int vl_lock_excl_wait(pdshm_seg *seg,
+                                                             struct pdshm_var_rec *r,
+                                                             uint64_t gen, uint64_t w,
+                                                             struct pdshm_vl_hold *e,
+                                                             uint64_t *mark_out) {
   const uint64_t me = seg->slot + 1u, tag = pdshm__varlock_tag(gen);
-  vl_state(e, PDSHM_VL_EXCL);
-  PDSHM_CRASHPOINT("varlock.excl.recorded");
-  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed), mark = 0;
+  uint64_t mark = 0;
   struct vl_waiter wt = {.as = VL_AS_WRITER};
   for (;;) {
     if (vl_ours(w, tag) && !(w & (VL_BUSY | VL_READERS))) {
@@ -384,6 +528,24 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
       return rc;
     }
     w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  }
+  *mark_out = mark;
+  return 0;
+}
+
+/* Invariants 1 and 2: the record says EXCL, then one CAS sets the owner;
+ * only a word that does not let it through goes to vl_lock_excl_wait. */
+static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
+                        struct pdshm_vl_hold *e) {
+  const uint64_t me = seg->slot + 1u, tag = pdshm__varlock_tag(gen);
+  vl_state(e, PDSHM_VL_EXCL);
+  PDSHM_CRASHPOINT("varlock.excl.recorded");
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed), mark = 0;
+  if (!vl_ours(w, tag) || (w & (VL_BUSY | VL_READERS)) ||
+      !atomic_compare_exchange_strong_explicit(&r->lk, &w, w | me, memory_order_acquire,
+                                               memory_order_relaxed)) {
+    int rc = vl_lock_excl_wait(seg, r, gen, w, e, &mark);
+    if (rc) return rc;
   }
   PDSHM_CRASHPOINT("varlock.excl.held");
   if (!vl_same(seg, r, gen)) { /* invariant 5: erased since; the word is its own still */
@@ -419,7 +581,8 @@ enum vl_uncount_rc { VL_UNCOUNTED, VL_CHANGED, VL_NOT_COUNTED };
  * (only writers wait for readers).  VL_CHANGED when the word changed from
  * *w first (*w is then what it is now); VL_NOT_COUNTED, touching nothing,
  * when *w is another variable's word or counts no share (invariant 5). */
-static enum vl_uncount_rc vl_uncount(struct pdshm_var_rec *r, uint64_t *w, uint64_t tag) {
+static inline __attribute__((always_inline)) enum vl_uncount_rc
+vl_uncount(struct pdshm_var_rec *r, uint64_t *w, uint64_t tag) {
   if (!vl_ours(*w, tag) || !(*w & VL_READERS)) return VL_NOT_COUNTED;
   uint64_t next = *w - VL_READER;
   bool last = !(next & VL_READERS);
@@ -441,10 +604,14 @@ static void vl_uncount_stale(struct pdshm_var_rec *r, uint64_t tag) {
   }
 }
 
-static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
-                          struct pdshm_vl_hold *e) {
+/* The shared take that its first CAS did not make (or did not try: a
+ * writer waits), the word being w: waits until the word lets it through
+ * and makes it (0), or answers why not. */
+static __attribute__((noinline, cold)) int vl_lock_shared_wait(pdshm_seg *seg,
+                                                               struct pdshm_var_rec *r,
+                                                               uint64_t gen, uint64_t w,
+                                                               struct pdshm_vl_hold *e) {
   const uint64_t tag = pdshm__varlock_tag(gen);
-  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
   struct vl_waiter wt = {.as = VL_AS_READER};
   for (unsigned round = 0;; round++) {
     if (!vl_ours(w, tag)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
@@ -469,6 +636,28 @@ static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
     if (rc) return rc == PDSHM_ESTALE ? pdshm__fail(rc, "variable was erased") : rc;
     w = atomic_load_explicit(&r->lk, memory_order_relaxed);
   }
+  return 0;
+}
+
+/* Invariants 2 and 6: TAKING, one CAS that counts the share, then HELD;
+ * a word that does not let it through, or a writer that waits, sends the
+ * take to vl_lock_shared_wait. */
+static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
+                          struct pdshm_vl_hold *e) {
+  const uint64_t tag = pdshm__varlock_tag(gen);
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  bool through = vl_ours(w, tag) && !(w & VL_BUSY) && (w & VL_READERS) != VL_READERS &&
+                 !atomic_load_explicit(&r->lk_wwait, memory_order_relaxed);
+  if (through) {
+    vl_state(e, PDSHM_VL_TAKING);
+    PDSHM_CRASHPOINT("varlock.shared.taking");
+    through = atomic_compare_exchange_strong_explicit(&r->lk, &w, w + VL_READER,
+                                                      memory_order_acq_rel, memory_order_relaxed);
+  }
+  if (!through) {
+    int rc = vl_lock_shared_wait(seg, r, gen, w, e);
+    if (rc) return rc;
+  }
   PDSHM_CRASHPOINT("varlock.shared.counted");
   if (!vl_same(seg, r, gen)) {
     vl_uncount_stale(r, tag);
@@ -481,10 +670,12 @@ static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
 /* Gives a share back; a frozen word waits for its recount (invariant 4).
  * Of an erased variable, its word gets the share back while the record is
  * not yet another variable's, and nothing is touched after. */
-static int vl_unlock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
-                            struct pdshm_vl_hold *e) {
+static __attribute__((noinline, cold)) int vl_unlock_shared_wait(pdshm_seg *seg,
+                                                                 struct pdshm_var_rec *r,
+                                                                 uint64_t gen,
+                                                                 struct pdshm_vl_hold *e) {
   const uint64_t tag = pdshm__varlock_tag(gen);
-  struct vl_waiter wt = {.round = VL_SPIN, .as = VL_AS_READER}; /* a recount: sleep at once */
+  struct vl_waiter wt = {.no_spin = true, .as = VL_AS_READER}; /* a recount takes long */
   for (;;) {
     vl_state(e, PDSHM_VL_RELEASING);
     PDSHM_CRASHPOINT("varlock.shared.releasing");
@@ -504,11 +695,28 @@ static int vl_unlock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t ge
   }
 }
 
+/* The same, its first CAS tried here: only a frozen word, or one that
+ * changed meanwhile, goes to vl_unlock_shared_wait. */
+static inline __attribute__((always_inline)) int vl_unlock_shared(pdshm_seg *seg,
+                                                                   struct pdshm_var_rec *r,
+                                                                   uint64_t gen,
+                                                                   struct pdshm_vl_hold *e) {
+  vl_state(e, PDSHM_VL_RELEASING);
+  PDSHM_CRASHPOINT("varlock.shared.releasing");
+  uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
+  enum vl_uncount_rc rc = w & VL_FROZEN ? VL_CHANGED : vl_uncount(r, &w, pdshm__varlock_tag(gen));
+  if (rc == VL_NOT_COUNTED) return 0;
+  if (rc == VL_CHANGED) return vl_unlock_shared_wait(seg, r, gen, e);
+  PDSHM_CRASHPOINT("varlock.shared.uncounted");
+  return 0;
+}
+
 /* ---- the API ------------------------------------------------------------------------- */
 
 /* Lets go of this thread's hold `held` in seg (its last re-entry): 0, or
  * the error that leaves it held. */
-static int vl_let_go(pdshm_seg *seg, struct pdshm_held_lock *held) {
+static inline __attribute__((always_inline)) int vl_let_go(pdshm_seg *seg,
+                                                            struct pdshm_held_lock *held) {
   struct pdshm_var_rec *r = (struct pdshm_var_rec *)(uintptr_t)held->var;
   struct pdshm_vl_hold *e = vl_rec(seg, seg->slot, held->ent);
   if (held->excl) {
@@ -517,7 +725,7 @@ static int vl_let_go(pdshm_seg *seg, struct pdshm_held_lock *held) {
     int rc = vl_unlock_shared(seg, r, held->gen, e);
     if (rc) return rc;
   }
-  vl_state(e, PDSHM_VL_IDLE);
+  vl_put(e, held->reserved);
   vl_held_release(held);
   return 0;
 }
@@ -539,20 +747,22 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   }
   if (!vl_same(seg, r, gen)) return pdshm__fail(PDSHM_ESTALE, "variable was erased");
   uint32_t ent = 0;
-  struct pdshm_vl_hold *e = NULL; /* vl_claim sets it when it answers 0 */
+  struct pdshm_vl_hold *e = NULL; /* vl_record sets it when it answers 0 */
+  bool reserved = false;
   if ((rc = vl_held_free(hole, &held))) return rc;
-  if ((rc = vl_claim(seg, r, gen, &ent, &e))) {
+  if ((rc = vl_record(seg, r, gen, &ent, &e, &reserved))) {
     vl_held_release(held);
     return rc;
   }
   rc = exclusive ? vl_lock_excl(seg, r, gen, e) : vl_lock_shared(seg, r, gen, e);
   if (rc) {
-    vl_state(e, PDSHM_VL_IDLE);
+    vl_put(e, reserved);
     vl_held_release(held); /* the entry stays free */
     return rc;
   }
   *held = (struct pdshm_held_lock){.var = r, .gen = gen, .count = 1, .ent = ent,
-                                   .excl = exclusive != 0, .attach_id = seg->id,
+                                   .excl = exclusive != 0, .reserved = reserved,
+                                   .attach_id = seg->id,
                                    .forkgen = atomic_load_explicit(&pdshm__forkgen,
                                                                    memory_order_relaxed)};
   return 0;
@@ -589,6 +799,7 @@ static void vl_thread_exit(struct pdshm_thread *t) {
     if (h->var && h->forkgen == forkgen) pdshm__seg_list_with(h->attach_id, vl_exit_let_go, h);
   }
   vl_top = 0;
+  (void)vl_unreserve(t); /* in use: a share a recount kept, until the detach */
 }
 
 /* ---- the reaper ------------------------------------------------------------------------ */
