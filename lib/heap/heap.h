@@ -34,14 +34,30 @@ static inline struct pdshm_blk *pdshm__blk(const pdshm_seg *seg, pdshm_off_t pay
  * throws the answer away when the sequence moved. */
 PDSHM_SEQLOCK_READ static inline bool pdshm__block_live(const pdshm_seg *seg, pdshm_off_t payload,
                                                         unsigned type, size_t bytes) {
-  if (payload % PDSHM_ALIGN || payload < seg->hdr->arena_off + PDSHM_BLK_HDR ||
-      !pdshm__seg_holds(seg, payload - PDSHM_BLK_HDR, PDSHM_BLK_HDR + bytes))
+  const uint64_t at = payload - PDSHM_BLK_HDR, end = pdshm__seg_known(seg);
+  if (payload % PDSHM_ALIGN || payload < seg->hdr->arena_off + PDSHM_BLK_HDR) return false;
+  /* the bound this process knows first (one private load), the published
+   * one only when that is not enough (pdshm__seg_holds) */
+  if (!(at <= end && end - at >= PDSHM_BLK_HDR + bytes) &&
+      !pdshm__seg_holds_slow(seg, at, PDSHM_BLK_HDR + bytes))
     return false;
   const struct pdshm_blk *b = pdshm__blk(seg, payload);
   uint64_t w = atomic_load_explicit(&b->word, memory_order_acquire), size = pdshm__blk_size(w);
   return pdshm__blk_state(w) == PDSHM_BLK_USED && size >= PDSHM_BLK_HDR + bytes &&
          (type == PDSHM_T_ANY || pdshm__blk_type(b) == type) &&
-         pdshm__seg_holds(seg, payload - PDSHM_BLK_HDR, size);
+         ((at <= end && end - at >= size) || pdshm__seg_holds_slow(seg, at, size));
+}
+
+/* Whether the record at payload, which this process reached through a
+ * handle it checked with pdshm__block_live when it made it, is still the
+ * payload of a USED block of `type`: the re-check of a hot path (a variable's
+ * lock), which needs no bound again, since the mapping never shrinks while
+ * attached and the record's place was in it. */
+PDSHM_SEQLOCK_READ static inline bool pdshm__block_still(const pdshm_seg *seg, pdshm_off_t payload,
+                                                         unsigned type) {
+  const struct pdshm_blk *b = pdshm__blk(seg, payload);
+  uint64_t w = atomic_load_explicit(&b->word, memory_order_acquire);
+  return pdshm__blk_state(w) == PDSHM_BLK_USED && pdshm__blk_type(b) == type;
 }
 
 /* ---- chain.c: the one walk of the block chain ------------------------------ */

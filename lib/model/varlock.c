@@ -215,7 +215,7 @@ static void vl_held_release(struct pdshm_held_lock *h) {
 
 /* Invariant 5: r is still the live variable of generation gen. */
 static bool vl_same(const pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen) {
-  return pdshm__block_live(seg, pdshm__off(seg, r), PDSHM_T_VAR, sizeof *r) &&
+  return pdshm__block_still(seg, pdshm__off(seg, r), PDSHM_T_VAR) &&
          r->magic == PDSHM_VAR_MAGIC && r->gen == gen;
 }
 
