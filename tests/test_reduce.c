@@ -3,9 +3,9 @@
  * pdshm__reduce (AVX2's loops where the CPU has them) and its portable loops
  * give, for f32, f64, i32 and i64 and every op, the bits of an element-by-
  * element fold in rank order, ((s0 op s1) op s2) ..., on 2 to 5 sources of
- * 1, 7, 8, 9, 32, 33 and 1001 elements, at offsets that leave no vector aligned,
- * with NaN, infinities, -0.0 and sums that wrap; the result written into
- * one of the sources, as allreduce does.
+ * 1, 7, 8, 9, 32, 33 and 1001 elements, at offsets that leave most sources
+ * off a vector's alignment, with NaN, infinities, -0.0 and sums that wrap;
+ * the result written into one of the sources, as allreduce does.
  */
 #include "config.h"
 
@@ -96,7 +96,7 @@ static void expect_same(int dtype, const void *want, const void *got, size_t n, 
 }
 
 /* One case: source r at element offset r + 1 of its buffer (no two alike,
- * none a vector's alignment), the result written into source `into` by
+ * most off a vector's alignment), the result written into source `into` by
  * pdshm__reduce, then by the portable loops; the other sources unchanged. */
 static void one_case(int dtype, int op, unsigned ns, size_t n, unsigned into) {
   size_t es = pdshm__reduce_elem(dtype);
