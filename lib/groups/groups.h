@@ -278,8 +278,14 @@ uint64_t pdshm__round_deadline(int64_t timeout_ns);
 /* ---- reduce.c ---- */
 /* Element size of a dtype allreduce takes, 0 for others. */
 size_t pdshm__reduce_elem(int dtype);
-/* dst[0..n) := op over src[0..nsrc)[0..n); MEAN divides by nsrc.  dst may be
- * one of the sources. */
+/* dst[0..n) := op over src[0..nsrc)[0..n), folded in rank order
+ * (((s0 op s1) op s2) ...); MEAN divides by nsrc.  dst may be one of the
+ * sources; it overlaps none of the others. */
 void pdshm__reduce(int dtype, int op, void *dst, void *const *src, unsigned nsrc, size_t n);
+/* pdshm__reduce with the portable loops whatever the CPU, for the tests to
+ * compare with; pdshm__reduce_avx2 says whether pdshm__reduce takes AVX2's. */
+void pdshm__reduce_portable(int dtype, int op, void *dst, void *const *src, unsigned nsrc,
+                            size_t n);
+bool pdshm__reduce_avx2(void);
 
 #endif /* PDSHM_GROUPS_GROUPS_H */
