@@ -151,6 +151,10 @@ typedef struct pdshmpy_seg {
   PyObject *weakrefs;
 } pdshmpy_seg;
 
+/* A Scope's slots for the Vars its lookups last returned: half for variables
+ * it owns, half for those found up the chain (scope.c). */
+#define PDSHMPY_SCOPE_FOUND 16
+
 typedef struct pdshmpy_scope {
   PyObject_HEAD
   pdshmpy_seg *seg;    /* strong                                            */
@@ -166,6 +170,7 @@ typedef struct pdshmpy_scope {
   int released;        /* release() or `with` exit                          */
   pdshmpy_link link;   /* in seg->scopes                                    */
   PyObject *weakrefs;
+  PyObject *found[PDSHMPY_SCOPE_FOUND]; /* Vars it last returned (scope.c) */
 } pdshmpy_scope;
 
 typedef struct pdshmpy_var {
@@ -227,9 +232,7 @@ PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path, P
 
 /* ---- var.c, varlock.c, varref.c ------------------------------------------------------- */
 extern PyType_Spec pdshmpy_var_spec, pdshmpy_varlock_spec, pdshmpy_varref_spec;
-PyObject *pdshmpy_var_wrap(pdshmpy_seg *seg, pdshm_var *v, PyObject *scope_path,
-                           PyObject *search_path);
-/* The same, from the variable's reference. */
+/* A new Var of the variable ref names. */
 PyObject *pdshmpy_var_wrap_ref(pdshmpy_seg *seg, pdshm_varref ref, PyObject *scope_path,
                                PyObject *search_path);
 /* The variable now, or NULL with pdshm.Stale (or another error) raised. */
