@@ -3,7 +3,8 @@
  *
  * The module is a thin layer over include/pdshm.h.  Its objects:
  *   Segment  an attachment (pdshm_seg *), re-attached by name after fork();
- *   Scope    a scope handle (pdshm_scope *) owning one reference;
+ *   Scope    a scope handle (pdshm_scope *) owning one reference, and the
+ *            Vars it last returned, returned again for the same variable;
  *   Var      a WEAK reference (segment, offset, generation) resolved with
  *            pdshm_varref_get at every use: no pdshm_var * outlives a call;
  *   Pin      one pinned tensor buffer (pdshm_pin *): what every view holds;
@@ -22,7 +23,7 @@
  *     path, an anonymous one raises Forked.
  *  4. No static PyObject *: types and exceptions live in the module state.
  *  5. References only point towards the Segment (Scope, Var, Pin -> Segment;
- *     VarRef, VarLock -> Var), never back, so no cycle can form and the
+ *     Scope, VarRef, VarLock -> Var), never back, so no cycle can form and the
  *     objects are not tracked by the cyclic GC.
  *  6. Every call into libpdshm that may wait for a lock another process
  *     holds (a scope's, the heap's, a variable's, the groups' lock; attach,

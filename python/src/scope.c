@@ -661,7 +661,7 @@ static PyMethodDef scope_methods[] = {
      "new_var() -> Var\n\nA variable under a generated name, never reused."},
     {"find_var", scope_find_var, METH_O,
      "find_var(name) -> Var | None\n\nThe nearest variable of that name up the parent "
-     "chain."},
+     "chain.  A Var it returned before may come back for the same variable."},
     {"find_local_var", scope_find_local_var, METH_O,
      "find_local_var(name) -> Var | None\n\nThis scope's own variable of that name."},
     {"erase", scope_erase, METH_O,
