@@ -3,7 +3,8 @@
  *
  * The module is a thin layer over include/pdshm.h.  Its objects:
  *   Segment  an attachment (pdshm_seg *), re-attached by name after fork();
- *   Scope    a scope handle (pdshm_scope *) owning one reference;
+ *   Scope    a scope handle (pdshm_scope *) owning one reference, and the
+ *            Vars it last returned, returned again for the same variable;
  *   Var      a WEAK reference (segment, offset, generation) resolved with
  *            pdshm_varref_get at every use: no pdshm_var * outlives a call;
  *   Pin      one pinned tensor buffer (pdshm_pin *): what every view holds;
@@ -22,7 +23,7 @@
  *     path, an anonymous one raises Forked.
  *  4. No static PyObject *: types and exceptions live in the module state.
  *  5. References only point towards the Segment (Scope, Var, Pin -> Segment;
- *     VarRef, VarLock -> Var), never back, so no cycle can form and the
+ *     Scope, VarRef, VarLock -> Var), never back, so no cycle can form and the
  *     objects are not tracked by the cyclic GC.
  *  6. Every call into libpdshm that may wait for a lock another process
  *     holds (a scope's, the heap's, a variable's, the groups' lock; attach,
@@ -151,6 +152,10 @@ typedef struct pdshmpy_seg {
   PyObject *weakrefs;
 } pdshmpy_seg;
 
+/* A Scope's slots for the Vars its lookups last returned: half for variables
+ * it owns, half for those found up the chain (scope.c). */
+#define PDSHMPY_SCOPE_FOUND 16
+
 typedef struct pdshmpy_scope {
   PyObject_HEAD
   pdshmpy_seg *seg;    /* strong                                            */
@@ -166,6 +171,7 @@ typedef struct pdshmpy_scope {
   int released;        /* release() or `with` exit                          */
   pdshmpy_link link;   /* in seg->scopes                                    */
   PyObject *weakrefs;
+  PyObject *found[PDSHMPY_SCOPE_FOUND]; /* Vars it last returned (scope.c) */
 } pdshmpy_scope;
 
 typedef struct pdshmpy_var {
@@ -227,9 +233,7 @@ PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path, P
 
 /* ---- var.c, varlock.c, varref.c ------------------------------------------------------- */
 extern PyType_Spec pdshmpy_var_spec, pdshmpy_varlock_spec, pdshmpy_varref_spec;
-PyObject *pdshmpy_var_wrap(pdshmpy_seg *seg, pdshm_var *v, PyObject *scope_path,
-                           PyObject *search_path);
-/* The same, from the variable's reference. */
+/* A new Var of the variable ref names. */
 PyObject *pdshmpy_var_wrap_ref(pdshmpy_seg *seg, pdshm_varref ref, PyObject *scope_path,
                                PyObject *search_path);
 /* The variable now, or NULL with pdshm.Stale (or another error) raised. */

@@ -64,6 +64,7 @@ PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path, P
   sc->busy = 0;
   sc->released = 0;
   sc->weakrefs = NULL;
+  memset(sc->found, 0, sizeof sc->found);
   sc->link.drop = scope_link_drop;
   pdshmpy_list_add(&seg->scopes, &sc->link);
   return (PyObject *)sc;
@@ -208,9 +209,43 @@ static PyObject *scope_base(pdshmpy_scope *sc, pdshm_scope *h) {
   return Py_NewRef(sc->base);
 }
 
+/* ---- the Vars last found ----------------------------------------------------------------
+ * A Var is a weak reference (segment, offset, generation), so the Var that a
+ * lookup made serves the next lookup that finds the same variable again: the
+ * same record and generation (a variable erased and made again at the same
+ * record has a new generation), made the same way (owned by this scope, or
+ * found up the chain from it, whose search path is this scope's base).  The
+ * lookup itself runs every time: only the object is reused, so what a call
+ * returns is what the segment holds now.  The slots are used under the GIL;
+ * they point to Vars, which point to the Segment only (invariant 5 of
+ * pdshmpy.h).  A Segment detached or forked needs nothing here: every call
+ * on the Scope checks it first, and a Var resolves its reference at each use. */
+
+#define FOUND_HALF (PDSHMPY_SCOPE_FOUND / 2)
+
+/* The slot of the variable at record offset off (records are 64-byte
+ * aligned, or more: the bits above the alignment pick it). */
+static PyObject **found_slot(pdshmpy_scope *sc, uint64_t off, int up) {
+  unsigned i = (unsigned)((off >> 6) ^ (off >> 12)) % FOUND_HALF;
+  return &sc->found[up ? FOUND_HALF + i : i];
+}
+
+/* A Var of v: owned by sc (up 0), or found up the chain from sc (up 1, base
+ * its search path, NULL when sc has none). */
+static PyObject *scope_var_obj(pdshmpy_scope *sc, pdshm_var *v, int up, PyObject *base) {
+  pdshm_varref ref = pdshm_var_ref(v);
+  PyObject **slot = found_slot(sc, ref.off, up);
+  pdshmpy_var *last = (pdshmpy_var *)*slot;
+  if (last && last->ref.off == ref.off && last->ref.gen == ref.gen) return Py_NewRef(last);
+  PyObject *o = up ? pdshmpy_var_wrap_ref(sc->seg, ref, NULL, base)
+                   : pdshmpy_var_wrap_ref(sc->seg, ref, sc->path, NULL);
+  if (o) Py_XSETREF(*slot, Py_NewRef(o)); /* the slot is set before the old Var goes */
+  return o;
+}
+
 /* A Var owned by this scope. */
 static PyObject *var_result(PyObject *self, pdshm_var *v) {
-  return pdshmpy_var_wrap(SC(self)->seg, v, SC(self)->path, NULL);
+  return scope_var_obj(SC(self), v, 0, NULL);
 }
 
 /* ---- attributes ------------------------------------------------------------------------ */
@@ -368,7 +403,7 @@ static PyObject *scope_lookup_in(PyObject *self, pdshm_scope *h, const char *n, 
   PyObject *base = scope_base(SC(self), h);
   if (!base) return NULL;
   PDSHMPY_NOGIL(v = pdshm_find_var(h, n));
-  PyObject *r = v ? pdshmpy_var_wrap(SC(self)->seg, v, NULL, base == Py_None ? NULL : base)
+  PyObject *r = v ? scope_var_obj(SC(self), v, 1, base == Py_None ? NULL : base)
                   : Py_NewRef(Py_None);
   Py_DECREF(base);
   return r;
@@ -602,6 +637,7 @@ static void scope_dealloc(PyObject *self) {
   scope_drop(sc);
   Py_CLEAR(sc->path);
   Py_CLEAR(sc->base);
+  for (int i = 0; i < PDSHMPY_SCOPE_FOUND; i++) Py_CLEAR(sc->found[i]);
   Py_CLEAR(sc->seg);
   tp->tp_free(self);
   Py_DECREF(tp);
@@ -625,7 +661,7 @@ static PyMethodDef scope_methods[] = {
      "new_var() -> Var\n\nA variable under a generated name, never reused."},
     {"find_var", scope_find_var, METH_O,
      "find_var(name) -> Var | None\n\nThe nearest variable of that name up the parent "
-     "chain."},
+     "chain.  A Var it returned before may come back for the same variable."},
     {"find_local_var", scope_find_local_var, METH_O,
      "find_local_var(name) -> Var | None\n\nThis scope's own variable of that name."},
     {"erase", scope_erase, METH_O,

@@ -16,11 +16,6 @@
 
 #define VR(o) ((pdshmpy_var *)(o))
 
-PyObject *pdshmpy_var_wrap(pdshmpy_seg *seg, pdshm_var *v, PyObject *scope_path,
-                           PyObject *search_path) {
-  return pdshmpy_var_wrap_ref(seg, pdshm_var_ref(v), scope_path, search_path);
-}
-
 PyObject *pdshmpy_var_wrap_ref(pdshmpy_seg *seg, pdshm_varref ref, PyObject *scope_path,
                                PyObject *search_path) {
   pdshmpy_state *st = PDSHMPY_STATE(seg);

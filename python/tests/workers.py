@@ -478,3 +478,16 @@ def dlpack_across_growth(conn, seg_name, late_names):
         del t_early, n_early
         conn.send(("seen", seg.stats().size, seen))
         assert conn.recv() == "exit"
+
+
+def find_var_in_fork_child(conn, step, name):
+    """A fork child looks up name from a named scope inherited with the Vars
+    it found before: the variable's label and key, then, after the parent
+    erased and made it again, the new one's."""
+    first = step.find_var(name)
+    seen = [(first.label, first.key, step.find_var(name) is first)]
+    conn.send("looked")
+    assert conn.recv() == "made again"
+    again = step.find_var(name)
+    seen.append((again.label, again.key))
+    return seen
