@@ -2,6 +2,7 @@
 steps through a trainer group, the same result as one process, a trainer's
 death, and the examples."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -365,11 +366,21 @@ def torchrun_digits(log_dir, *args):
         env.pop(var, None)
     # Debian's torch 1.13 under Python 3.11 cannot parse --redirects 0 or
     # --tee 0 (the defaults); 1 and 2 parse.
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc_per_node=2", "--max_restarts=1", "--redirects", "1",
-                           "--tee", "2", "--log_dir", str(log_dir),
-                           os.path.join(EXAMPLES, "torchrun_digits.py"), *args],
-                          env=env, capture_output=True, text=True, timeout=300)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "--max_restarts=1", "--redirects", "1", "--tee", "2", "--log_dir", str(log_dir),
+           os.path.join(EXAMPLES, "torchrun_digits.py"), *args]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    if done.returncode and "RendezvousConnectionError" in done.stderr:
+        # torchrun's own rendezvous (its TCP store) lost a connection, which a
+        # loaded machine makes happen now and then: once more, as a new run,
+        # without what the failed one kept
+        for run_dir in os.listdir(log_dir):
+            try:
+                pdshm.unlink("torchrun-" + run_dir.rsplit("_", 1)[0])
+            except pdshm.NotFound:
+                pass
+        shutil.rmtree(log_dir)
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"torchrun exited {done.returncode}:\n{done.stderr[-3000:]}"
     (run_dir,) = os.listdir(log_dir)
     outs = {}
