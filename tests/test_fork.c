@@ -348,11 +348,45 @@ START_TEST(inherited_bytes_of_an_unlinked_segment) {
 }
 END_TEST
 
+/* A child whose inherited attachment could not be mapped again, and whose
+ * thread inherited a lock record reserved in it: a lock taken through an
+ * attachment of its own must not read the inherited range. */
+static int child_locks_in_its_own_attachment(void *arg) {
+  (void)arg;
+  /* the range kept inaccessible, so that the child's own attach cannot map
+   * the segment there again and make a read of it harmless */
+  if (mmap(g_seg->base, g_seg->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) !=
+      g_seg->base)
+    return 90;
+  g_seg->mapped = false;
+  pdshm_seg *mine;
+  pdshm_scope *root;
+  if (pdshm_attach(g_name, NULL, &mine) || pdshm_root(mine, &root)) return 91;
+  pdshm_var *v = pdshm_find_var(root, "w");
+  if (!v) return 92;
+  if (pdshm_var_lock(v, 1) || pdshm_var_unlock(v)) return 93;
+  if (pdshm_var_lock(v, 0) || pdshm_var_unlock(v)) return 94;
+  if (pdshm_scope_release(root) || pdshm_detach(mine)) return 95;
+  return 0;
+}
+
+START_TEST(lock_in_a_child_beside_an_unmapped_inherited_attachment) {
+  make_world("fork-lock");
+  ck_assert_int_eq(pdshm_var_lock(g_var, 1), 0); /* this thread reserves a record */
+  ck_assert_int_eq(pdshm_var_unlock(g_var), 0);
+  ck_assert_int_eq(tu_wait(tu_spawn(child_locks_in_its_own_attachment, NULL)), 0);
+  ck_assert_int_eq(pdshm_var_lock(g_var, 1), 0); /* the parent's record is its own still */
+  ck_assert_int_eq(pdshm_var_unlock(g_var), 0);
+  ck_assert_int_eq(pdshm_check(g_seg, stderr), 0);
+}
+END_TEST
+
 static Suite *fork_suite(void) {
   Suite *s = suite_create("fork");
   TCase *tc = tu_tcase(s, "calls", 20, setup, teardown);
   tcase_add_test(tc, every_entry_point_answers_eforked_in_a_child);
   tcase_add_test(tc, attach_records_the_file_identity);
+  tcase_add_test(tc, lock_in_a_child_beside_an_unmapped_inherited_attachment);
   tc = tu_tcase(s, "inherited memory", 20, setup, teardown);
   tcase_add_test(tc, inherited_bytes_stay_mapped_and_parent_death_frees_its_slot);
   tcase_add_test(tc, inherited_bytes_of_an_unlinked_segment);

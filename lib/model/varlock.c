@@ -264,10 +264,13 @@ struct vl_unreserving {
   bool in_use;
 };
 
+/* Nothing of an attachment that is not usable is read, not even where its
+ * slot is: a fork child's inherited one may have no mapping left
+ * (attach_inherit.c), where a read faults. */
 static void vl_unreserve_in(pdshm_seg *seg, void *arg) {
   struct vl_unreserving *u = arg;
-  struct pdshm_vl_hold *e = vl_rec(seg, seg->slot, u->ent);
   if (pdshm__seg_usable(seg)) return;
+  struct pdshm_vl_hold *e = vl_rec(seg, seg->slot, u->ent);
   if (atomic_load_explicit(&e->state, memory_order_relaxed) == PDSHM_VL_CLAIMED)
     vl_state(e, PDSHM_VL_IDLE);
   else
