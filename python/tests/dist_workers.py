@@ -307,8 +307,8 @@ def check_in_place_and_reuse(rank, n):
         dist.all_gather([torch.empty(1000) for _ in range(n)], x)
         dist.broadcast(x, 0)
     assert mine() == before, "a collective made variables in the steady state"
-    # staging for more sizes than the segment (16 MiB: the tests run in a
-    # 64 MiB /dev/shm too) holds at once: the oldest kept staging variables
+    # staging for more sizes than the segment (16 or 24 MiB: the tests run in
+    # a 64 MiB /dev/shm too) holds at once: the oldest kept staging variables
     # make room
     for k in range(4):  # float16: through staging, whatever the size
         big = torch.full(((1 << 20) + k,), float(rank), dtype=torch.float16)  # 2 MiB each
