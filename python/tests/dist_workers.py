@@ -307,11 +307,12 @@ def check_in_place_and_reuse(rank, n):
         dist.all_gather([torch.empty(1000) for _ in range(n)], x)
         dist.broadcast(x, 0)
     assert mine() == before, "a collective made variables in the steady state"
-    # staging for more sizes than the segment (16 or 24 MiB: the tests run in
-    # a 64 MiB /dev/shm too) holds at once: the oldest kept staging variables
-    # make room
-    for k in range(4):  # float16: through staging, whatever the size
-        big = torch.full(((1 << 20) + k,), float(rank), dtype=torch.float16)  # 2 MiB each
+    # staging for more sizes than the segment (16 MiB: the tests run in a
+    # 64 MiB /dev/shm too) holds at once: the oldest kept staging variables
+    # make room (2 MiB of float32 staging each: a rank asking for 4 MiB now
+    # and then found no free block while the host's other rank held its own)
+    for k in range(8):  # float16: through staging, whatever the size
+        big = torch.full(((1 << 19) + k,), float(rank), dtype=torch.float16)  # 1 MiB each
         dist.all_reduce(big)
         assert big[-1].item() == sum(range(n))
 
