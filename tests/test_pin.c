@@ -402,6 +402,41 @@ START_TEST(a_recount_never_shows_a_pinned_buffer_unpinned) {
 }
 END_TEST
 
+/* The recount collects every record's target into a list that grows (64,
+ * then doubling): records found before a growth count as much as those
+ * after.  They did not: the growth forgot the targets already collected, so
+ * with more than 64 records a buffer's count fell to what the later ones
+ * held, even to 0 with live pins. */
+#define MANY_PINS 200
+#define PINNED_BUFFERS 5
+
+START_TEST(a_recount_counts_every_record_of_many) {
+  pdshm_var *v[PINNED_BUFFERS];
+  pdshm_pin *p[MANY_PINS];
+  pdshm_scope *many;
+  char name[16];
+  ck_assert_int_eq(pdshm_scope_new(root, NULL, &many), 0);
+  for (int b = 0; b < PINNED_BUFFERS; b++) {
+    snprintf(name, sizeof name, "t%d", b);
+    v[b] = filled(many, name, 64, (float)b);
+  }
+  for (int i = 0; i < MANY_PINS; i++) /* buffer 0's pins first: all before any growth */
+    ck_assert_int_eq(pdshm_tensor_pin(v[i * PINNED_BUFFERS / MANY_PINS], &p[i], NULL), 0);
+  ck_assert_int_eq(pdshm__lock(seg, PDSHM_LOCK_HEAP), 0);
+  int rc = pdshm__pin_recount_locked(seg);
+  pdshm__unlock(seg, PDSHM_LOCK_HEAP);
+  ck_assert_int_eq(rc, 0);
+  for (int b = 0; b < PINNED_BUFFERS; b++)
+    ck_assert_uint_eq(pdshm__tensor_pins(seg, ((struct pdshm_var_rec *)(void *)v[b])->buf, NULL),
+                      MANY_PINS / PINNED_BUFFERS);
+  clean();
+  for (int i = 0; i < MANY_PINS; i++) ck_assert_int_eq(pdshm_tensor_unpin(p[i]), 0);
+  ck_assert_int_eq(pdshm_scope_release(many), 0);
+  ck_assert_uint_eq(used(), base_used);
+  clean();
+}
+END_TEST
+
 /* ---- errors change nothing ------------------------------------------------------------ */
 
 START_TEST(bad_calls_change_nothing) {
@@ -829,6 +864,7 @@ static Suite *pin_suite(void) {
   tcase_add_test(tc, threads_pin_while_another_resizes);
   tcase_add_test(tc, scope_destruction_waits_for_the_scope_lock);
   tcase_add_test(tc, a_recount_never_shows_a_pinned_buffer_unpinned);
+  tcase_add_test(tc, a_recount_counts_every_record_of_many);
   tc = tu_tcase(s, "errors", 30, setup, teardown);
   tcase_add_test(tc, bad_calls_change_nothing);
   tcase_add_test(tc, read_only_attachment_cannot_pin);

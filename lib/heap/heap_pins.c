@@ -210,10 +210,12 @@ static int ph_collect(void *arg, pdshm_off_t at, const struct pdshm_blk *b, uint
     if (nt && pt->n) memcpy(nt, pt->t, pt->n * sizeof *nt);
     pdshm__xfree(pt->t);
     pt->t = nt;
-    pt->cap = nt ? cap : 0;
-    pt->n = 0;
-    pt->uncounted = !nt;
-    if (!nt) return 0;
+    if (!nt) { /* the walk per buffer counts them instead */
+      pt->cap = pt->n = 0;
+      pt->uncounted = true;
+      return 0;
+    }
+    pt->cap = cap;
   }
   pt->t[pt->n++] = target;
   return 0;
