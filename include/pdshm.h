@@ -302,6 +302,32 @@ PDSHM_API int pdshm_var_rename(pdshm_scope *s, const char *from, const char *to)
 PDSHM_API pdshm_var *pdshm_find_var(pdshm_scope *s, const char *name);
 /* The scope's own variable of that name, or NULL. */
 PDSHM_API pdshm_var *pdshm_find_local_var(pdshm_scope *s, const char *name);
+/* What a lookup's answer rests on: the tables it read and the change count
+ * each stood at.  Private fields: fill it with pdshm_find_var_now, test it
+ * with pdshm_find_stamp_holds. */
+#define PDSHM_FIND_STAMP_TABLES 4
+typedef struct pdshm_find_stamp {
+  const void *count[PDSHM_FIND_STAMP_TABLES];
+  uint64_t at[PDSHM_FIND_STAMP_TABLES];
+  unsigned n; /* 0: a stamp that never holds */
+} pdshm_find_stamp;
+/* pdshm_find_var (up != 0) or pdshm_find_local_var (up == 0) that never
+ * waits, for a caller that must not block (an interpreter's lock held) and
+ * that keeps answers: 0 with *out the variable or NULL, and *stamp what the
+ * answer rests on; PDSHM_EBUSY, *out and *stamp unset, when a table it must
+ * read is in the middle of a change (call the waiting form then).  EINVAL
+ * for a NULL argument, ENAMETOOLONG, and the common errors.  A lookup that
+ * reads more than PDSHM_FIND_STAMP_TABLES tables gets a stamp that never
+ * holds. */
+PDSHM_API int pdshm_find_var_now(pdshm_scope *s, const char *name, int up, pdshm_var **out,
+                                 pdshm_find_stamp *stamp);
+/* True while the same lookup through the same scope would give the same
+ * answer: no table the lookup read has changed since (a change to it now
+ * under way counts as one).  Reads a change count per table and writes
+ * nothing.  Valid only while the handle the lookup went through is held,
+ * and never in a fork child for its parent's stamp (they point into that
+ * attachment). */
+PDSHM_API int pdshm_find_stamp_holds(const pdshm_find_stamp *stamp);
 /* Calls fn for each of the scope's own variables (with that label unless
  * label is NULL) until fn returns nonzero, which is then returned.  The
  * variables are those of one instant before the first call (fn must not

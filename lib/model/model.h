@@ -115,6 +115,10 @@ pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_scope_rec *x, const c
  * knows the table did not change since (table.c, invariant 1). */
 pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
                                   size_t len, uint64_t hash, uint64_t *seq);
+/* Never waits: 0 with the answer in *v and the (even) seq it held at, or
+ * PDSHM_EBUSY when a writer is inside x's table (or kept moving it). */
+int pdshm__table_find_now(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,
+                          size_t len, uint64_t hash, pdshm_off_t *v, uint64_t *seq);
 /* With x's lock held: the entry index of that name, or -1 (also when the
  * entry names no variable record: damaged). */
 int64_t pdshm__table_find_locked(pdshm_seg *seg, struct pdshm_scope_rec *x, const char *name,

@@ -34,6 +34,7 @@
 #define TABLE_MIN_CAP 8u
 #define TABLE_SPINS 128u   /* odd-seq retries before yielding            */
 #define TABLE_YIELDS 2048u /* yields before taking the lock once         */
+#define TABLE_NOW_LOOKS 4u /* looks of a lookup that never waits         */
 
 PDSHM_SEQLOCK_READ static uint64_t ld(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
 
@@ -177,6 +178,19 @@ PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_sc
   return pdshm__table_find_seq(seg, x, name, len, hash, &seq);
 }
 
+/* One look at x's table, begun at the even seq s1: true when no writer came
+ * meanwhile, and *v is then the answer at s1. */
+PDSHM_SEQLOCK_READ static bool tab_look(pdshm_seg *seg, struct pdshm_scope_rec *x, uint64_t s1,
+                                        const char *name, size_t len, uint64_t hash,
+                                        pdshm_off_t *v) {
+  uint64_t cap;
+  const struct pdshm_table *t = tab_at(seg, ld(&x->table), &cap);
+  int64_t i = t ? tab_probe(seg, t, cap, name, len, hash) : -1;
+  *v = i >= 0 ? tab_var(seg, &t->ent[i]) : 0;
+  atomic_thread_fence(memory_order_acquire);
+  return atomic_load_explicit(&x->seq, memory_order_relaxed) == s1;
+}
+
 PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdshm_scope_rec *x,
                                                      const char *name, size_t len, uint64_t hash,
                                                      uint64_t *seq) {
@@ -187,17 +201,26 @@ PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find_seq(pdshm_seg *seg, struct pdsh
       if (tab_settle(seg, x, &tries)) return 0;
       continue;
     }
-    uint64_t cap;
-    pdshm_off_t v = 0;
-    const struct pdshm_table *t = tab_at(seg, ld(&x->table), &cap);
-    int64_t i = t ? tab_probe(seg, t, cap, name, len, hash) : -1;
-    if (i >= 0) v = tab_var(seg, &t->ent[i]);
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&x->seq, memory_order_relaxed) == s1) {
+    pdshm_off_t v;
+    if (tab_look(seg, x, s1, name, len, hash, &v)) {
       *seq = s1;
       return v;
     }
   }
+}
+
+PDSHM_SEQLOCK_READ int pdshm__table_find_now(pdshm_seg *seg, struct pdshm_scope_rec *x,
+                                             const char *name, size_t len, uint64_t hash,
+                                             pdshm_off_t *v, uint64_t *seq) {
+  for (unsigned tries = 0; tries < TABLE_NOW_LOOKS; tries++) {
+    uint64_t s1 = atomic_load_explicit(&x->seq, memory_order_acquire);
+    if (s1 & 1) break;
+    if (tab_look(seg, x, s1, name, len, hash, v)) {
+      *seq = s1;
+      return 0;
+    }
+  }
+  return PDSHM_EBUSY;
 }
 
 PDSHM_SEQLOCK_READ int pdshm__table_snapshot(pdshm_seg *seg, struct pdshm_scope_rec *x, pdshm_off_t **vars,

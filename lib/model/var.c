@@ -137,6 +137,54 @@ PDSHM_API pdshm_var *pdshm_find_local_var(pdshm_scope *s, const char *name) {
   return var_find(s, name, false);
 }
 
+/* The lookup of var_find, never waiting, with what its answer rests on. */
+static int var_find_now(pdshm_scope *s, const char *name, size_t len, bool up, pdshm_var **out,
+                        pdshm_find_stamp *stamp) {
+  pdshm_seg *seg = s->seg;
+  uint64_t hash = pdshm__hash(name, len);
+  unsigned depth = 0, n = 0;
+  pdshm_find_stamp st;
+  pdshm_off_t v = 0;
+  for (pdshm_off_t x = s->rec; x && depth <= pdshm__scope_at(seg, s->rec)->depth; depth++) {
+    struct pdshm_scope_rec *r = pdshm__scope_at(seg, x);
+    uint64_t seq;
+    int rc = pdshm__table_find_now(seg, r, name, len, hash, &v, &seq);
+    if (rc) return rc;
+    if (n < PDSHM_FIND_STAMP_TABLES) {
+      st.count[n] = &r->seq;
+      st.at[n] = seq;
+    }
+    n++;
+    if (v || !up) break;
+    x = r->parent;
+    if (x && !pdshm__scope_rec_ok(seg, x)) break; /* damaged: no farther */
+  }
+  st.n = n <= PDSHM_FIND_STAMP_TABLES ? n : 0;
+  *stamp = st;
+  *out = v ? pdshm__var_handle(pdshm__var_at(seg, v)) : NULL;
+  return 0;
+}
+
+PDSHM_API int pdshm_find_var_now(pdshm_scope *s, const char *name, int up, pdshm_var **out,
+                                 pdshm_find_stamp *stamp) {
+  size_t len;
+  pdshm__fail_clear();
+  int rc = s ? pdshm__seg_usable(s->seg) : pdshm__fail(PDSHM_EINVAL, "NULL scope handle");
+  if (!rc && (!out || !stamp)) rc = pdshm__fail(PDSHM_EINVAL, "NULL out or stamp pointer");
+  if (!rc) rc = pdshm__name_check(name, false, &len);
+  if (!rc) rc = var_find_now(s, name, len, up != 0, out, stamp);
+  return rc == PDSHM_EBUSY ? pdshm__fail(rc, "a scope's table is in the middle of a change") : rc;
+}
+
+PDSHM_API int pdshm_find_stamp_holds(const pdshm_find_stamp *stamp) {
+  if (!stamp || !stamp->n || stamp->n > PDSHM_FIND_STAMP_TABLES) return 0;
+  for (unsigned i = 0; i < stamp->n; i++)
+    if (atomic_load_explicit((const _Atomic uint64_t *)stamp->count[i], memory_order_acquire) !=
+        stamp->at[i])
+      return 0;
+  return 1;
+}
+
 PDSHM_API int pdshm_scope_foreach_var(pdshm_scope *s, const char *label,
                                       int (*fn)(pdshm_var *v, void *arg), void *arg) {
   pdshm__fail_clear();
