@@ -155,6 +155,15 @@ typedef struct pdshmpy_seg {
 /* A Scope's slots for the Vars its lookups last returned: half for variables
  * it owns, half for those found up the chain (scope.c). */
 #define PDSHMPY_SCOPE_FOUND 16
+#define PDSHMPY_NAMES_KEPT 16
+
+/* A lookup's answer, kept while its stamp holds (kept.c). */
+typedef struct pdshmpy_kept {
+  PyObject *name;      /* exact str, strong; NULL: an empty entry           */
+  PyObject *var;       /* the Var found, or None; strong                     */
+  int up;              /* find_var (1) or find_local_var (0)                 */
+  pdshm_find_stamp stamp;
+} pdshmpy_kept;
 
 typedef struct pdshmpy_scope {
   PyObject_HEAD
@@ -172,6 +181,9 @@ typedef struct pdshmpy_scope {
   pdshmpy_link link;   /* in seg->scopes                                    */
   PyObject *weakrefs;
   PyObject *found[PDSHMPY_SCOPE_FOUND]; /* Vars it last returned (scope.c) */
+  pdshmpy_kept *kept;  /* PDSHMPY_NAMES_KEPT answers of lookups by name, made
+                          at the first (kept.c); only while h is the handle
+                          they were found through                          */
 } pdshmpy_scope;
 
 typedef struct pdshmpy_var {
@@ -271,6 +283,19 @@ PyObject *pdshmpy_var_numpy(PyObject *self, PyObject *unused);
 PyObject *pdshmpy_var_dlpack(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *pdshmpy_var_dlpack_device(PyObject *self, PyObject *unused);
 PyObject *pdshmpy_var_assign(PyObject *self, PyObject *src);
+
+/* ---- kept.c ----------------------------------------------------------------------------- */
+/* The answer (a new reference: a Var or None) of the lookup of name (an exact
+ * str; up: find_var) through sc's handle, kept from an earlier lookup whose
+ * stamp still holds; else NULL, with no exception.  sc's handle must be
+ * usable (the caller is inside scope_begin). */
+PyObject *pdshmpy_kept_get(pdshmpy_scope *sc, PyObject *name, int up);
+/* Keeps answer (a Var or None) of that lookup while stamp holds.  Keeping
+ * is a cache: without memory for it, nothing is kept and nothing raised. */
+void pdshmpy_kept_put(pdshmpy_scope *sc, PyObject *name, int up, PyObject *answer,
+                      const pdshm_find_stamp *stamp);
+/* Forgets every answer: sc's handle is going or was replaced. */
+void pdshmpy_kept_clear(pdshmpy_scope *sc);
 
 /* ---- viewvar.c -------------------------------------------------------------------------- */
 /* The variable whose whole current tensor obj views (Var.numpy(), np.asarray,

@@ -29,6 +29,7 @@ static void scope_release_handle(pdshmpy_seg *seg, pdshm_scope *h) {
 /* Drops the handle without touching the segment (fork child) or releases it,
  * now or, when a call runs on it without the GIL, at that call's end. */
 static void scope_drop(pdshmpy_scope *sc) {
+  pdshmpy_kept_clear(sc);
   pdshm_scope *h = sc->h;
   if (!h) return;
   if (sc->forkgen != pdshmpy_forkgen()) { /* a fork parent's: frees the copy, no lock */
@@ -65,6 +66,7 @@ PyObject *pdshmpy_scope_wrap(pdshmpy_seg *seg, pdshm_scope *h, PyObject *path, P
   sc->released = 0;
   sc->weakrefs = NULL;
   memset(sc->found, 0, sizeof sc->found);
+  sc->kept = NULL;
   sc->link.drop = scope_link_drop;
   pdshmpy_list_add(&seg->scopes, &sc->link);
   return (PyObject *)sc;
@@ -393,28 +395,44 @@ static PyObject *scope_new_var(PyObject *self, PyObject *unused) {
 
 /* find_var / find_local_var: a Var or None.  A variable found up the chain
  * gets its owner's path lazily (pdshmpy_var.search_path): finding stays one
- * lookup.  A lookup waits for the scope's lock while a writer is inside. */
-static PyObject *scope_lookup_in(PyObject *self, pdshm_scope *h, const char *n, int local) {
-  pdshm_var *v;
-  if (local) {
-    PDSHMPY_NOGIL(v = pdshm_find_local_var(h, n));
-    return v ? var_result(self, v) : Py_NewRef(Py_None);
-  }
+ * lookup.  The lookup runs with the GIL held, as it never waits, and its
+ * answer is kept (kept.c); when a writer is inside a table it must read, it
+ * waits for the writer with the GIL released instead. */
+static PyObject *scope_answer(PyObject *self, pdshm_scope *h, pdshm_var *v, int local) {
+  if (!v) return Py_NewRef(Py_None);
+  if (local) return var_result(self, v);
   PyObject *base = scope_base(SC(self), h);
   if (!base) return NULL;
-  PDSHMPY_NOGIL(v = pdshm_find_var(h, n));
-  PyObject *r = v ? scope_var_obj(SC(self), v, 1, base == Py_None ? NULL : base)
-                  : Py_NewRef(Py_None);
+  PyObject *r = scope_var_obj(SC(self), v, 1, base == Py_None ? NULL : base);
   Py_DECREF(base);
   return r;
 }
 
+static PyObject *scope_lookup_in(PyObject *self, pdshm_scope *h, PyObject *name, const char *n,
+                                 int local) {
+  pdshm_var *v;
+  pdshm_find_stamp stamp;
+  if (!pdshm_find_var_now(h, n, !local, &v, &stamp)) {
+    PyObject *r = scope_answer(self, h, v, local);
+    if (r) pdshmpy_kept_put(SC(self), name, !local, r, &stamp);
+    return r;
+  }
+  PDSHMPY_NOGIL(v = local ? pdshm_find_local_var(h, n) : pdshm_find_var(h, n));
+  return scope_answer(self, h, v, local);
+}
+
 static PyObject *scope_lookup(PyObject *self, PyObject *name, int local) {
-  const char *n = pdshmpy_utf8(name, "variable name");
-  if (!n) return NULL;
+  if (!PyUnicode_Check(name)) {
+    pdshmpy_utf8(name, "variable name"); /* raises the TypeError */
+    return NULL;
+  }
   pdshm_scope *h = scope_begin(SC(self));
   if (!h) return NULL;
-  PyObject *r = scope_lookup_in(self, h, n, local);
+  PyObject *r = pdshmpy_kept_get(SC(self), name, !local);
+  if (!r) {
+    const char *n = pdshmpy_utf8(name, "variable name");
+    r = n ? scope_lookup_in(self, h, name, n, local) : NULL;
+  }
   scope_end(SC(self));
   return r;
 }
@@ -436,14 +454,11 @@ static PyObject *scope_getitem(PyObject *self, PyObject *name) {
 
 static int scope_contains(PyObject *self, PyObject *name) {
   if (!PyUnicode_Check(name)) return 0;
-  const char *n = pdshmpy_utf8(name, "variable name");
-  if (!n) return -1;
-  pdshm_scope *h = scope_begin(SC(self));
-  if (!h) return -1;
-  pdshm_var *v;
-  PDSHMPY_NOGIL(v = pdshm_find_var(h, n));
-  scope_end(SC(self));
-  return v != NULL;
+  PyObject *r = scope_lookup(self, name, 0);
+  if (!r) return -1;
+  int found = r != Py_None;
+  Py_DECREF(r);
+  return found;
 }
 
 static PyObject *scope_erase(PyObject *self, PyObject *name) {
@@ -638,6 +653,7 @@ static void scope_dealloc(PyObject *self) {
   Py_CLEAR(sc->path);
   Py_CLEAR(sc->base);
   for (int i = 0; i < PDSHMPY_SCOPE_FOUND; i++) Py_CLEAR(sc->found[i]);
+  pdshmpy_kept_clear(sc);
   Py_CLEAR(sc->seg);
   tp->tp_free(self);
   Py_DECREF(tp);

@@ -147,3 +147,73 @@ def test_threads_looking_up_while_one_erases_and_makes_again(seg, step):
             t.join()
     assert wrong == []
     assert [step.find_var(n).key for n in names] == [params.var(n).key for n in names]
+
+
+# ---- answers kept while the tables they rest on stand still -------------------------------
+
+
+def test_another_process_change_to_a_table_read_ends_the_kept_answer(seg, step, children):
+    found = step.find_var("W")
+    assert step.find_var("W") is found  # kept
+    calls = [("params/step", None, "var", ("W",))]  # shadows the parent's W
+    children("spawn", workers.scope_calls, seg.name, calls).result()
+    nearer = step.find_var("W")
+    assert nearer is not found and nearer.scope_path == "params/step"
+    children("spawn", workers.erase_var, seg.name, "params/step", "W").result()
+    assert step.find_var("W").key == found.key
+    children("spawn", workers.erase_var, seg.name, "params", "W").result()
+    assert step.find_var("W") is None
+    assert "W" not in step
+
+
+def test_a_kept_miss_ends_when_the_name_is_made(seg, step, children):
+    assert step.find_var("late") is None
+    assert step.find_local_var("late") is None
+    assert "late" not in step
+    calls = [("params", None, "var", ("late",)), ("params", "late", "=label", ("made",))]
+    children("spawn", workers.scope_calls, seg.name, calls).result()
+    assert step.find_var("late").label == "made"
+    assert step.find_local_var("late") is None  # the local lookup reads the step's table only
+    assert "late" in step
+
+
+def test_find_var_and_find_local_var_keep_their_own_answers(seg, step):
+    up = step.find_var("W")
+    assert step.find_local_var("W") is None
+    assert step.find_var("W") is up
+    own = step.var("W")
+    assert step.find_local_var("W") is own
+    assert step.find_var("W").key == own.key
+
+
+def test_equal_names_and_str_subclasses_get_the_same_answer(seg, step):
+    class Name(str):
+        pass
+
+    found = step.find_var("W")
+    assert step.find_var("".join(["W"])) is found  # equal, not the same object
+    assert step.find_var(Name("W")) is found
+    assert step[Name("W")] is found
+    with pytest.raises(TypeError):
+        step.find_var(b"W")
+    with pytest.raises(ValueError):
+        step.find_var("W\0")
+
+
+def test_a_released_scope_keeps_nothing(seg, step):
+    with step.local() as s:
+        assert s.find_var("W").scope_path == "params"
+    with pytest.raises(pdshm.Error):
+        s.find_var("W")
+
+
+def test_names_that_share_an_entry_each_get_their_own_answer(seg, step):
+    params = seg.open("params")
+    names = [f"n{i}" for i in range(200)]  # many more than the entries kept
+    for n in names:
+        params.var(n).label = n
+    for _ in range(2):
+        assert [step.find_var(n).label for n in names] == names
+        assert [step.find_var(n + "-absent") for n in names[:50]] == [None] * 50
+    params.erase("n7")
+    assert step.find_var("n7") is None
