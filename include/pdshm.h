@@ -399,7 +399,9 @@ typedef enum { PDSHM_SUM, PDSHM_MEAN, PDSHM_MAX, PDSHM_MIN } pdshm_reduce_op;
  * at once may see EBUSY, and retries).  A takeover waits until no live member
  * writes a collective any more (they stop within a chunk of the death's
  * announcement); when one still does after 1 s (a stopped process: slow is
- * not dead), PDSHM_ETIMEDOUT, and a later join may try again.  While members
+ * not dead), PDSHM_ETIMEDOUT, and a later join may try again; so too when
+ * another process stopped in the middle of a join or a leave (any group's)
+ * for that long.  While members
  * wait in a pdshm_group_regroup, PDSHM_EBUSY (join later, or enlist).  A
  * size other than the group's (it changes with each regroup that drops or
  * admits someone), or a rank >= size, is PDSHM_EINVAL; a full group

@@ -389,11 +389,77 @@ START_TEST(member_late_to_the_descriptions_answers_the_break) {
 }
 END_TEST
 
+/* ---- a process stopped holding the groups lock ---------------------------------- */
+
+/* Rank 1 of "pair": one barrier with rank 0, then waits to be killed. */
+static int kid_pair_rank1(void *arg) {
+  (void)arg;
+  pdshm_seg *s;
+  pdshm_group *g;
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_group_join(s, "pair", 2, 1, &g)) return 10;
+  if (pdshm_group_barrier(g, 60 * (int64_t)SEC)) return 11;
+  for (;;) pause();
+}
+
+/* Joins a group of its own and stops (SIGSTOP) holding the groups lock, at
+ * the commit of its join; let go, it leaves and detaches. */
+static int kid_stopped_joiner(void *arg) {
+  (void)arg;
+  pdshm_seg *s;
+  pdshm_group *g;
+  if (pdshm_attach(seg_name, NULL, &s)) return 10;
+  pdshm__crash_arm_signal(1, "group.join.ready", SIGSTOP);
+  if (pdshm_group_join(s, "other", 1, 0, &g)) return 11;
+  if (pdshm_group_leave(g)) return 12;
+  return pdshm_detach(s) ? 13 : 0;
+}
+
+/* While a process stays stopped with the segment's groups lock held, and
+ * rank 1 of "pair" is killed: rank 0's barrier ends at its own timeout
+ * (noticing the death needs the lock: it looks again at each slice instead
+ * of waiting for it), a reap leaves the dead slot to the next reaper
+ * (PDSHM_ETIMEDOUT), and a join answers PDSHM_ETIMEDOUT, each within
+ * seconds.  Once the process goes on, the next barrier answers the death,
+ * the reap finishes the slot, and the segment is clean. */
+START_TEST(process_stopped_holding_the_groups_lock_stalls_no_wait) {
+  pdshm_group *g0, *g3 = NULL;
+  ck_assert_int_eq(pdshm_group_join(seg, "pair", 2, 0, &g0), 0);
+  pid_t rank1 = tu_spawn(kid_pair_rank1, NULL);
+  ck_assert_int_eq(pdshm_group_barrier(g0, 60 * (int64_t)SEC), 0);
+  pid_t joiner = tu_spawn(kid_stopped_joiner, NULL);
+  int st;
+  ck_assert_int_eq(waitpid(joiner, &st, WUNTRACED), joiner);
+  ck_assert(WIFSTOPPED(st));
+  kill(rank1, SIGKILL);
+  ck_assert_int_eq(tu_wait(rank1), 128 + SIGKILL);
+  tu_await_dead(seg, 1);
+
+  uint64_t t0 = tu_now_ns();
+  ck_assert_int_eq(pdshm_group_barrier(g0, 300 * (int64_t)1000000), PDSHM_ETIMEDOUT);
+  within_bound(t0, "a barrier beside the dead member");
+  t0 = tu_now_ns();
+  ck_assert_int_eq(pdshm_reap(seg, NULL), PDSHM_ETIMEDOUT);
+  within_bound(t0, "pdshm_reap");
+  t0 = tu_now_ns();
+  ck_assert_int_eq(pdshm_group_join(seg, "third", 1, 0, &g3), PDSHM_ETIMEDOUT);
+  within_bound(t0, "pdshm_group_join");
+
+  kill(joiner, SIGCONT);
+  ck_assert_int_eq(tu_wait(joiner), 0);
+  ck_assert_int_eq(pdshm_group_barrier(g0, 10 * (int64_t)SEC), PDSHM_EOWNERDEAD);
+  ck_assert_int_eq(pdshm_group_leave(g0), 0);
+  ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_uint_eq(tu_used(seg), base_used);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("group_stall");
   TCase *tc = tu_tcase(s, "stall", 120, setup, teardown);
   tcase_add_test(tc, stopped_writer_beside_a_dead_member_stalls_nobody);
   tcase_add_test(tc, member_late_to_the_descriptions_answers_the_break);
+  tcase_add_test(tc, process_stopped_holding_the_groups_lock_stalls_no_wait);
   tc = tu_tcase(s, "reapers", 600, setup, teardown);
   tcase_add_test(tc, reaper_that_must_leave_the_slot_killed_at_every_window);
   return tu_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -50,6 +50,7 @@ enum { GROUP_OP_JOIN = 0x4a47, GROUP_OP_LEAVE = 0x4c47, GROUP_OP_REAP = 0x5247 }
 /* How long a join that takes a dead member's rank over tries to find its
  * group's writers stopped (invariant 4). */
 #define GROUP_TAKEOVER_NS 1000000000ull
+#define GROUP_LOCK_GRACE_NS 100000000ull /* a reaper's least wait for the lock */
 /* group_join_locked: the rank to take over is not free yet; try again. */
 #define GROUP_RETRY 1
 
@@ -192,7 +193,7 @@ PDSHM_API int pdshm_group_join(pdshm_seg *seg, const char *name, unsigned size, 
   uint64_t deadline = pdshm__now_ns(CLOCK_MONOTONIC) + GROUP_TAKEOVER_NS;
   do {
     struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-    rc = pdshm__j_begin(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_JOIN);
+    rc = pdshm__j_begin_until(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_JOIN, deadline);
     if (!rc) {
       rc = group_join_locked(seg, ln, name, len, size, rank, deadline, gr);
       if (rc) pdshm__j_abort(seg, ln);
@@ -364,8 +365,12 @@ static int group_writers_stopped(pdshm_seg *seg, uint32_t slot, uint64_t deadlin
 
 int pdshm__group_reap_slot(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx *ln,
                            uint64_t deadline) {
+  /* A holder of the lock that stopped leaves the slot to the next reaper,
+   * as a stopped writer does; a live one lets go within the grace. */
+  uint64_t grace = pdshm__now_ns(CLOCK_MONOTONIC) + GROUP_LOCK_GRACE_NS;
   for (;;) {
-    int rc = pdshm__j_begin(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_REAP);
+    int rc = pdshm__j_begin_until(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_REAP,
+                                  deadline > grace ? deadline : grace);
     if (rc) return rc;
     rc = group_reap_one(seg, ln, slot);
     if (rc <= 0) {

@@ -14,6 +14,8 @@
  *     store).  Dying between the two leaves a broken round whose death is
  *     not marked reported, so the next to notice breaks another round for
  *     it: a death told twice, never one not told.
+ *     A waiter that finds the lock busy looks again at its next slice
+ *     (its holder may be stopped: a wait must still end at its deadline).
  *  2. A break is the one CAS of `state` that ends the round (group_round.c,
  *     invariant 1); it fails, changing nothing, once the round has ended.
  */
@@ -52,7 +54,7 @@ void pdshm__group_announce(struct pdshm_group_rec *g, uint32_t r, uint64_t m) {
 }
 
 int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t r, uint64_t m) {
-  int rc = pdshm__group_lock(seg, g);
+  int rc = pdshm__group_trylock(seg, g);
   if (rc) return rc;
   if (atomic_load(&g->rank[r].member) == m && !pdshm__group_member_live(seg, m))
     pdshm__group_announce(g, r, m);

@@ -65,3 +65,9 @@ int pdshm__group_lock(pdshm_seg *seg, struct pdshm_group_rec *g) {
   if (!rc) pdshm__group_settle(g);
   return rc;
 }
+
+int pdshm__group_trylock(pdshm_seg *seg, struct pdshm_group_rec *g) {
+  int rc = pdshm__trylock(seg, PDSHM_LOCK_GROUPS);
+  if (!rc) pdshm__group_settle(g);
+  return rc;
+}

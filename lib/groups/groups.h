@@ -196,6 +196,8 @@ static inline bool pdshm__plan_sane(const struct pdshm_group_rec *g, uint64_t p)
 void pdshm__group_settle(struct pdshm_group_rec *g);
 /* Takes the groups lock and settles g; 0 or the lock's error. */
 int pdshm__group_lock(pdshm_seg *seg, struct pdshm_group_rec *g);
+/* The same if the lock is free now; else PDSHM_EBUSY, nothing done. */
+int pdshm__group_trylock(pdshm_seg *seg, struct pdshm_group_rec *g);
 
 /* ---- group_break.c ---- */
 /* Is member word m live (see above)?  Free and dead words are not. */
@@ -207,7 +209,8 @@ void pdshm__round_break(struct pdshm_group_rec *g, uint32_t round, bool timeout)
 void pdshm__group_announce(struct pdshm_group_rec *g, uint32_t r, uint64_t m);
 /* A dead member's death, announced once: under the groups lock, if rank r
  * still holds m and its death was not reported, records it and breaks the
- * current round.  0 or a lock error. */
+ * current round.  0, PDSHM_EBUSY when the lock is held (look again later:
+ * its holder may be stopped), or a lock error. */
 int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t r, uint64_t m);
 
 /* ---- group.c ---- */

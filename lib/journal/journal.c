@@ -66,10 +66,15 @@ static void jrn_arm(struct pdshm_journal *j, uint32_t op) {
 }
 
 int pdshm__j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op) {
+  return pdshm__j_begin_until(seg, ln, lock, op, UINT64_MAX);
+}
+
+int pdshm__j_begin_until(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op,
+                         uint64_t deadline) {
   struct pdshm_journal *j = jrn(ln);
   assert(atomic_load(&j->state) == PDSHM_J_IDLE);
   atomic_store_explicit(&j->lock, lock, memory_order_relaxed);
-  int rc = pdshm__lock(seg, lock);
+  int rc = pdshm__lock_until(seg, lock, deadline);
   if (rc) return rc;
   PDSHM_CRASHPOINT("j.locked");
   jrn_arm(j, op);

@@ -16,6 +16,10 @@
 /* ---- journal.c ------------------------------------------------------------ */
 /* One mutation under lock `lock`, on the caller's lane (see layout.h). */
 int pdshm__j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op);
+/* The same, waiting for the lock until a CLOCK_MONOTONIC deadline at most
+ * (pdshm__lock_until): PDSHM_ETIMEDOUT then, nothing begun. */
+int pdshm__j_begin_until(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op,
+                         uint64_t deadline);
 /* pdshm__alloc, recorded so that a rollback frees the block. */
 int pdshm__j_alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsigned type,
                    pdshm_off_t *payload);

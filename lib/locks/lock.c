@@ -193,6 +193,42 @@ int pdshm__lock(pdshm_seg *seg, uint32_t i) {
   return rc;
 }
 
+/* pthread_mutex_timedlock counts on CLOCK_REALTIME: each wait aims at the
+ * monotonic deadline from the wall clock's now, and a wall clock that jumped
+ * makes it wait again for what is left. */
+static int lock_wait_until(pthread_mutex_t *m, uint64_t deadline) {
+  for (;;) {
+    uint64_t now = pdshm__now_ns(CLOCK_MONOTONIC);
+    if (now >= deadline) return ETIMEDOUT;
+    uint64_t at = pdshm__now_ns(CLOCK_REALTIME) + (deadline - now);
+    struct timespec ts = {.tv_sec = (time_t)(at / 1000000000u), .tv_nsec = (long)(at % 1000000000u)};
+    int e = pthread_mutex_timedlock(m, &ts);
+    if (e != ETIMEDOUT) return e;
+  }
+}
+
+int pdshm__lock_until(pdshm_seg *seg, uint32_t i, uint64_t deadline) {
+  if (deadline == UINT64_MAX) return pdshm__lock(seg, i);
+  if (i >= seg->hdr->max_locks) return lock_bad_index(seg, i);
+  struct pdshm_lock *l = pdshm__lockent(seg, i);
+  int rc = lock_gone(seg, l);
+  if (rc) return rc;
+  pdshm__lockorder_check(seg, i);
+  int e = pthread_mutex_trylock(&l->mutex);
+  if (e != EBUSY) return lock_result(seg, i, l, e);
+  uint64_t t0 = pdshm__now_ns(CLOCK_MONOTONIC);
+  e = lock_wait_until(&l->mutex, deadline);
+  if (e == ETIMEDOUT)
+    return pdshm__fail(PDSHM_ETIMEDOUT, "lock %u stayed held until the deadline (its holder "
+                       "stopped?)", i);
+  rc = lock_result(seg, i, l, e);
+  if (!rc) {
+    l->contended++;
+    l->wait_ns += pdshm__now_ns(CLOCK_MONOTONIC) - t0;
+  }
+  return rc;
+}
+
 int pdshm__trylock(pdshm_seg *seg, uint32_t i) {
   if (i >= seg->hdr->max_locks) return lock_bad_index(seg, i);
   struct pdshm_lock *l = pdshm__lockent(seg, i);

@@ -43,6 +43,10 @@ void pdshm__lock_on_repair(unsigned kind, unsigned step, pdshm_lock_repair_fn fn
 #define PDSHM_LOCK_NONE UINT32_MAX
 int pdshm__lock(pdshm_seg *seg, uint32_t i);
 int pdshm__trylock(pdshm_seg *seg, uint32_t i); /* 0, EBUSY, ENOTRECOVERABLE */
+/* pdshm__lock that waits until a CLOCK_MONOTONIC deadline (UINT64_MAX:
+ * none) at most: PDSHM_ETIMEDOUT then, for a caller that must not wait on a
+ * stopped holder past its own timeout. */
+int pdshm__lock_until(pdshm_seg *seg, uint32_t i, uint64_t deadline);
 void pdshm__unlock(pdshm_seg *seg, uint32_t i);
 /* For the inspector, without taking it: 1 when lock i is held right now, 0
  * when not, -1 when this C library does not let us tell. */
