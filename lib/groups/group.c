@@ -248,6 +248,18 @@ int pdshm__group_set_member(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off
   return 1;
 }
 
+int pdshm__group_vacate(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const struct pdshm_group *gr,
+                        const char *point) {
+  int rc = pdshm__group_set_member(seg, ln, gr->rec, gr->rank, 0);
+  if (rc < 0) {
+    pdshm__j_abort(seg, ln);
+    return rc;
+  }
+  PDSHM_CRASHPOINT(point);
+  pdshm__j_commit(seg, ln);
+  return 0;
+}
+
 static int group_leave_one(pdshm_seg *seg, struct pdshm_group *gr) {
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
   int rc = pdshm__j_begin(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_LEAVE);
@@ -257,13 +269,7 @@ static int group_leave_one(pdshm_seg *seg, struct pdshm_group *gr) {
     if (atomic_load(&g->rank[gr->rank].member) != gr->member) {
       pdshm__j_abort(seg, ln); /* taken over after we were given up for dead */
     } else {
-      rc = pdshm__group_set_member(seg, ln, gr->rec, gr->rank, 0);
-      if (rc < 0) pdshm__j_abort(seg, ln);
-      else {
-        PDSHM_CRASHPOINT("group.leave.ready");
-        pdshm__j_commit(seg, ln);
-        rc = 0;
-      }
+      rc = pdshm__group_vacate(seg, ln, gr, "group.leave.ready");
     }
   }
   pdshm__lane_put(ln);

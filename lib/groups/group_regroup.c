@@ -194,13 +194,7 @@ static int en_withdraw(pdshm_seg *seg, struct pdshm_group *gr, bool *waiting) {
     pdshm__group_settle(g);
     *waiting = atomic_load(&g->regrouped) == gr->regrouped;
     if (*waiting && atomic_load(&g->rank[gr->rank].member) == gr->member) {
-      rc = pdshm__group_set_member(seg, ln, gr->rec, gr->rank, 0);
-      if (rc < 0) pdshm__j_abort(seg, ln);
-      else {
-        PDSHM_CRASHPOINT("group.enlist.withdraw");
-        pdshm__j_commit(seg, ln);
-        rc = 0;
-      }
+      rc = pdshm__group_vacate(seg, ln, gr, "group.enlist.withdraw");
     } else {
       pdshm__j_abort(seg, ln); /* admitted meanwhile */
     }

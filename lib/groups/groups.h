@@ -236,6 +236,12 @@ int pdshm__group_find(pdshm_seg *seg, const char *name, size_t len, pdshm_off_t 
  * seat is held any more.  1 when it went, 0, or EBADSEG. */
 int pdshm__group_set_member(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t off,
                             uint32_t r, uint64_t to);
+/* Journal begun on ln under the groups lock, gr's seat still its own: the
+ * seat emptied (pdshm__group_set_member) and the journal committed, a crash
+ * point named `point` between; on an error the journal is aborted.  0 or
+ * that error. */
+int pdshm__group_vacate(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const struct pdshm_group *gr,
+                        const char *point);
 /* This process's member word in seg. */
 uint64_t pdshm__group_my_member(pdshm_seg *seg);
 /* Links a membership into the attachment's list (left at detach). */
