@@ -132,9 +132,9 @@ def test_a_newcomer_is_taken_in_at_a_step_boundary(seg, children):
     check_result(seg, children)
 
 
-def test_a_replacement_within_shrink_after_takes_the_rank_over(seg, children):
-    """The survivors wait shrink_after for a replacement, which comes: the
-    group keeps its size, as without shrink_after."""
+def three_with_rank_2_killed_in_step_4(seg, children):
+    """3 trainers that wait 60 s for a replacement (shrink_after); rank 2
+    dies in step 4's update, and is gone when this returns: the trainers."""
     seg.root.new_scope(f"run-{KIND}")
     kids = [children("spawn", dp_workers.shrink_trainer, seg.name, "run", 3, r, STEPS, KIND,
                      [(4, "update")] if r == 2 else (), False, None, 60.0) for r in range(3)]
@@ -142,6 +142,13 @@ def test_a_replacement_within_shrink_after_takes_the_rank_over(seg, children):
         assert k.recv(timeout=T)[0] == "joined"
     kids[2].proc.join(T)
     assert kids[2].proc.exitcode == -9
+    return kids
+
+
+def test_a_replacement_within_shrink_after_takes_the_rank_over(seg, children):
+    """The survivors wait shrink_after for a replacement, which comes: the
+    group keeps its size, as without shrink_after."""
+    kids = three_with_rank_2_killed_in_step_4(seg, children)
     new = children("spawn", dp_workers.shrink_trainer, seg.name, "run", 3, 2, STEPS, KIND,
                    (), False, None, 60.0)
     assert new.recv(timeout=T) == ("joined", 4)  # it finished the dead one's step 4
@@ -242,13 +249,7 @@ def test_a_replacement_killed_while_taking_the_rank_over(seg, children):
     """Rank 2 of 3 dies in step 4; its replacement dies half-way through
     committing the dead one's shard of step 4, and no one replaces it: the
     survivors re-shard into a group of 2, finishing that shard."""
-    seg.root.new_scope(f"run-{KIND}")
-    kids = [children("spawn", dp_workers.shrink_trainer, seg.name, "run", 3, r, STEPS, KIND,
-                     [(4, "update")] if r == 2 else (), False, None, 60.0) for r in range(3)]
-    for k in kids:
-        assert k.recv(timeout=T)[0] == "joined"
-    kids[2].proc.join(T)
-    assert kids[2].proc.exitcode == -9
+    kids = three_with_rank_2_killed_in_step_4(seg, children)
     new = children("spawn", dp_workers.shrink_trainer, seg.name, "run", 3, 2, STEPS, KIND,
                    [(4, "commit")], False, None, 60.0)
     new.proc.join(T)
