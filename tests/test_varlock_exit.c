@@ -29,6 +29,13 @@ static pdshm_seg *make_seg(pdshm_var **a, pdshm_var **b) {
   return seg;
 }
 
+/* The end of every test: seg checked clean, detached, unlinked. */
+static void clean_end(pdshm_seg *seg) {
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_int_eq(pdshm_detach(seg), 0);
+  tu_cleanup();
+}
+
 struct exiter {
   pdshm_var *shared, *exclusive;
   int rc;
@@ -72,9 +79,7 @@ START_TEST(thread_exit_lets_go) {
   ck_assert_int_eq(owner, -1);
   ck_assert_int_eq(tu_wait(tu_spawn(take_both, NULL)), 0);
   ck_assert_int_eq(pdshm_var_unlock(a), PDSHM_EPERM); /* not this thread's */
-  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
-  ck_assert_int_eq(pdshm_detach(seg), 0);
-  tu_cleanup();
+  clean_end(seg);
 }
 END_TEST
 
@@ -97,9 +102,7 @@ START_TEST(detach_forgets_holds) {
   ck_assert_int_eq(pdshm_var_lock(again, 0), 0);
   ck_assert_int_eq(pdshm_var_unlock(again), 0);
   pdshm_scope_release(root);
-  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
-  ck_assert_int_eq(pdshm_detach(seg), 0);
-  tu_cleanup();
+  clean_end(seg);
 }
 END_TEST
 
@@ -163,9 +166,7 @@ START_TEST(reaper_wakes_version_waiters) {
   ck_assert_int_eq(atomic_load(&w.rc), 0);
   ck_assert_int_eq(pdshm_var_lock(a, 1), 0);
   ck_assert_int_eq(pdshm_var_unlock(a), 0);
-  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
-  ck_assert_int_eq(pdshm_detach(seg), 0);
-  tu_cleanup();
+  clean_end(seg);
 }
 END_TEST
 
@@ -213,9 +214,7 @@ START_TEST(detached_holds_leave_the_table) {
   }
   ck_assert_int_eq(pdshm_var_lock(a, 1), 0);
   ck_assert_int_eq(pdshm_var_unlock(a), 0);
-  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
-  ck_assert_int_eq(pdshm_detach(seg), 0);
-  tu_cleanup();
+  clean_end(seg);
 }
 END_TEST
 
@@ -316,9 +315,7 @@ START_TEST(reaper_frees_reserved_record) {
   ck_assert_uint_eq(records_in_use(seg, -1), 0);
   ck_assert_int_eq(pdshm_var_lock(a, 1), 0);
   ck_assert_int_eq(pdshm_var_unlock(a), 0);
-  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
-  ck_assert_int_eq(pdshm_detach(seg), 0);
-  tu_cleanup();
+  clean_end(seg);
 }
 END_TEST
 
