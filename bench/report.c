@@ -46,14 +46,19 @@ static char skipped[SKIPPED_MAX][128];
 static int nskipped;
 static const char *const unit_names[] = {[U_NS] = "ns/op", [U_MOPS] = "M ops/s", [U_GBS] = "GB/s"};
 
-void result_add(const char *scenario, const char *param, const char *subject, double value,
-                enum bench_unit unit) {
-  if (nresults == RESULTS_MAX) bench_die("too many results");
-  struct result *r = &results[nresults++];
+static struct result *result_fill(struct result *r, const char *scenario, const char *param,
+                                  const char *subject, double value) {
   snprintf(r->scenario, sizeof r->scenario, "%s", scenario);
   snprintf(r->param, sizeof r->param, "%s", param);
   snprintf(r->subject, sizeof r->subject, "%s", subject);
   r->value = value;
+  return r;
+}
+
+void result_add(const char *scenario, const char *param, const char *subject, double value,
+                enum bench_unit unit) {
+  if (nresults == RESULTS_MAX) bench_die("too many results");
+  struct result *r = result_fill(&results[nresults++], scenario, param, subject, value);
   r->unit = unit;
   bench_progress("  %-40s %-6s %-9s %10.3f %s", scenario, param, subject, value, unit_names[unit]);
 }
@@ -73,11 +78,7 @@ double result_get(const char *scenario, const char *param, const char *subject) 
 
 void ratio_add(const char *scenario, const char *param, const char *subject, double ratio) {
   if (npaired == RESULTS_MAX) bench_die("too many ratios");
-  struct result *r = &paired[npaired++];
-  snprintf(r->scenario, sizeof r->scenario, "%s", scenario);
-  snprintf(r->param, sizeof r->param, "%s", param);
-  snprintf(r->subject, sizeof r->subject, "%s", subject);
-  r->value = ratio;
+  result_fill(&paired[npaired++], scenario, param, subject, ratio);
   bench_progress("  %-40s %-6s %-9s %10.3fx (a ratio of the same rounds)", scenario, param,
                  subject, ratio);
 }
