@@ -126,4 +126,5 @@ def test_handles_released_and_detached_under_running_calls_crash_nothing(seg, ke
         assert calls > THREADS and (views > 0) == keep_views
     assert [s.name for s in seg.scopes()] == ["", "p"]  # each local scope went
     assert seg.check() == []
-    assert next(s for s in seg.scopes() if s.name == "p").handles == 1  # ours
+    assert next(s for s in seg.scopes() if s.name == "p").handles == 1  # ours: p
+    p.release()
