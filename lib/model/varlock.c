@@ -2,10 +2,11 @@
  * varlock.c - pdshm_var_lock: a shared/exclusive lock on a variable, one
  * 64-bit word of its record, whose holder's death never blocks anyone.
  *
- * Owns: a variable's lk and lk_wwait fields (records.h), the vl[] hold records
- * of the process slots (layout.h), and this thread's table of held variable
- * locks (in its block, thread.c).  A dead slot's records are given back by
- * varlock_reap.c.
+ * Owns: a variable's lk and lk_wwait fields (records.h), and the states a
+ * take and a release store in the vl[] hold records of the process slots
+ * (layout.h).  Which record a take uses, and this thread's table of held
+ * variable locks, are varlock_held.c's; a dead slot's records are given
+ * back by varlock_reap.c.
  *
  * The word, r->lk (the version sits beside it: one 16-byte pair):
  *   bits  0-12  owner: slot+1 of the exclusive holder; while FROZEN, slot+1
@@ -37,17 +38,12 @@
  *     process: CLAIMED (naming the variable and its generation) before the
  *     word is touched, then EXCL before an exclusive CAS; TAKING before a
  *     shared one and HELD after it; RELEASING before the shared release's
- *     CAS and IDLE after it.  State stores are releases and the word's CASes
- *     read-modify-writes, so whoever changes the word after a CAS sees the
- *     state its taker stored before it.  A thread keeps one record reserved
- *     (in the attachment it last took a lock in, unless the one it had is
- *     in use: struct pdshm_vl_reserved): CLAIMED between its takes, so
- *     that a take stores the variable, its generation and the state into it
- *     and claims nothing, and a release stores CLAIMED rather than IDLE.  A
+ *     CAS and IDLE after it (CLAIMED when the record is the thread's
+ *     reserved one: varlock_held.c, invariant 1).  State stores are
+ *     releases and the word's CASes read-modify-writes, so whoever changes
+ *     the word after a CAS sees the state its taker stored before it.  A
  *     CLAIMED record names nothing counted: reapers, recounts, waiters and
- *     pdshm_check pass it by as an idle one, and the reaper of its slot
- *     (or the detach) makes it IDLE; the thread's exit does (thread.c's
- *     exit hook), after letting its holds go.  A dead process's locks are
+ *     pdshm_check pass it by as an idle one.  A dead process's locks are
  *     given back from its records (varlock_reap.c).
  *  3. A variable erased while held or waited for, its record freed and
  *     perhaps made again as another variable: every change to the word is a
@@ -75,15 +71,9 @@
  *     writer that died waiting must not slow readers).  It reaps now and
  *     then, since a dead reader's share only goes away when someone reaps it.
  *  5. Holds are per thread: a thread unlocks what it locked, and what it
- *     still holds when it exits is let go then (thread.c's exit hook).  This
- *     thread's holds are kept in a table in its block (thread.c), which
- *     answers EDEADLK and EPERM; a fork child inherits the table but none of
- *     the holds, and an attachment none of a detached one's (entries carry
- *     the attachment's id; those of a detached attachment are freed when
- *     the table is full).  Entries are found by the record's address and
- *     generation, since a new variable may get an erased one's record: lock
- *     finds only a hold on the variable there now; unlock lets go of that
- *     one, else of a hold on an erased variable that was there.
+ *     still holds when it exits is let go then (thread.c's exit hook).
+ *     This thread's holds are kept in a table in its block (varlock_held.c,
+ *     invariant 2), which answers EDEADLK and EPERM.
  */
 #define PDSHM_LAYER 6 /* model/ (lib/LAYERS) */
 #include "config.h"
@@ -94,6 +84,7 @@
 
 #include "model/model.h"
 #include "model/varlock.h"
+#include "model/varlock_held.h"
 
 #define VL_SPIN_NS 2000ull            /* a taker spins this long, then     */
 #define VL_SPIN_YIELDS 4              /* yields so often on a few cores,   */
@@ -103,172 +94,21 @@
 #define VL_REAP_EVERY_NS 10000000ull  /* a writer blocked by readers reaps */
 #define VL_READER_BACKOFF 2000        /* rounds a reader defers to a writer */
 
-/* This thread's held locks are in its block (thread.c): t->held[0, vl_top),
- * which is a few entries for a thread holding a few locks (a scan of all
- * PDSHM_VL_HELD_MAX entries cost more than the lock itself).  The block is
- * made at the thread's first lock; while vl_top is 0 it is not looked at.
- * vl_hint is where this thread looks first for a free record in its slot's
- * vl[]: the one it used last, still in its cache. */
-static PDSHM_TLS_HOT unsigned vl_top;
-static PDSHM_TLS_HOT unsigned vl_hint;
-
-/* This thread's entry for var of generation vgen (any generation when
- * any_gen) in attachment seg, or NULL; *hole, when asked for, gets the first
- * free entry below vl_top (or NULL) on the same walk.  Entries made before a
- * fork are free in the child.  Another attachment's entries are not: it
- * may be attached still, with its holds (those of a detached one are freed
- * when the table is full, vl_held_sweep). */
-static struct pdshm_held_lock *vl_find_gen(const pdshm_seg *seg, const void *var, uint64_t vgen,
-                                           bool any_gen, struct pdshm_held_lock **hole) {
-  uint64_t gen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
-  struct pdshm_held_lock *held = vl_top ? pdshm__self->held : NULL, *free = NULL;
-  for (unsigned i = 0; i < vl_top; i++) {
-    if (!held[i].var || held[i].forkgen != gen) {
-      if (!free) free = &held[i];
-    } else if (held[i].var == var && held[i].attach_id == seg->id &&
-               (any_gen || held[i].gen == vgen)) {
-      return &held[i];
-    }
-  }
-  if (hole) *hole = free;
-  return NULL;
-}
-
-static struct pdshm_held_lock *vl_find(const pdshm_seg *seg, const void *var) {
-  return vl_find_gen(seg, var, 0, true, NULL);
-}
-
-/* This thread's entry for var of generation vgen, tried first at the top
- * of the table, where the last lock taken is (locks are mostly released in
- * the reverse order of their taking): no walk for the common unlock. */
-static struct pdshm_held_lock *vl_find_held(const pdshm_seg *seg, const void *var,
-                                            uint64_t vgen) {
-  if (!vl_top) return NULL;
-  struct pdshm_held_lock *top = &pdshm__self->held[vl_top - 1];
-  if (top->var == var && top->gen == vgen && top->attach_id == seg->id &&
-      top->forkgen == atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed))
-    return top;
-  return vl_find_gen(seg, var, vgen, false, NULL);
-}
-
-static void vl_attached(pdshm_seg *seg, void *arg) {
-  (void)seg;
-  (void)arg;
-}
-
-/* A full table: the entries of attachments detached since are freed (the
- * detach let go of their holds); the first of them, or NULL. */
-static struct pdshm_held_lock *vl_held_sweep(struct pdshm_thread *t) {
-  struct pdshm_held_lock *free = NULL;
-  for (unsigned i = 0; i < vl_top; i++)
-    if (!pdshm__seg_list_with(t->held[i].attach_id, vl_attached, NULL)) {
-      t->held[i].var = NULL;
-      if (!free) free = &t->held[i];
-    }
-  return free;
-}
-
-/* A free entry: the hole vl_find_gen found below vl_top, else the one at
- * vl_top.  ENOLCK when the table is full, ENOMEM when the thread's block
- * cannot be made.  (The exit hook is set with the first reserved record,
- * vl_record, which every hold's take makes or finds.) */
-static int vl_held_free(struct pdshm_held_lock *hole, struct pdshm_held_lock **out) {
-  struct pdshm_thread *t = pdshm__thread();
-  if (!t) return pdshm__fail(PDSHM_ENOMEM, "out of private memory for this thread's lock table");
-  struct pdshm_held_lock *h = hole;
-  if (!h) h = vl_top < PDSHM_VL_HELD_MAX ? &t->held[vl_top++] : vl_held_sweep(t);
-  if (!h) return pdshm__fail(PDSHM_ENOLCK, "this thread holds %d variable locks", PDSHM_VL_HELD_MAX);
-  *out = h;
-  return 0;
-}
-
-static void vl_held_release(struct pdshm_held_lock *h) {
-  h->var = NULL; /* all vl_find_gen looks at of a free entry */
-  const struct pdshm_held_lock *held = pdshm__self->held;
-  unsigned top = vl_top;
-  if (h != &held[top - 1]) return; /* a hole below the top */
-  while (--top && !held[top - 1].var) {
-  }
-  vl_top = top;
-}
-
 /* Invariant 3: r is still the live variable of generation gen. */
 static bool vl_same(const pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen) {
   return pdshm__block_still(seg, pdshm__off(seg, r), PDSHM_T_VAR) &&
          r->magic == PDSHM_VAR_MAGIC && r->gen == gen;
 }
 
-/* Invariant 2: a free record of our slot, CLAIMED and naming r: its index
- * in *out, the record itself in *rec. */
-static int vl_claim(pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen, uint32_t *out,
-                    struct pdshm_vl_hold **rec) {
-  struct pdshm_vl_hold *vl = vl_rec(seg, seg->slot, 0);
-  for (unsigned k = 0; k < PDSHM_VL_SLOT_HOLDS; k++) {
-    uint32_t i = (vl_hint + k) % PDSHM_VL_SLOT_HOLDS, idle = PDSHM_VL_IDLE;
-    struct pdshm_vl_hold *e = &vl[i];
-    if (atomic_load_explicit(&e->state, memory_order_relaxed) != idle) continue;
-    /* acquire: the thread of ours that let the record go (a release store
-     * of IDLE) wrote var and gen before; ours come after */
-    if (!atomic_compare_exchange_strong_explicit(&e->state, &idle, PDSHM_VL_CLAIMED,
-                                                 memory_order_acquire, memory_order_relaxed))
-      continue;
-    e->var = pdshm__off(seg, r);
-    e->gen = gen;
-    vl_hint = i;
-    *out = i;
-    *rec = e;
-    return 0;
-  }
-  return pdshm__fail(PDSHM_ENOLCK, "this process holds %u variable locks", PDSHM_VL_SLOT_HOLDS);
-}
-
-/* ---- the reserved record ----------------------------------------------------------- */
-
-/* A record of ours goes back: to CLAIMED when it is this thread's reserved
- * one, else to IDLE. */
-static void vl_put(struct pdshm_vl_hold *e, bool reserved) {
-  vl_state(e, reserved ? PDSHM_VL_CLAIMED : PDSHM_VL_IDLE);
-}
-
-struct vl_unreserving {
-  uint32_t ent;
-  bool in_use;
-};
-
-/* Nothing of an attachment that is not usable is read, not even where its
- * slot is: a fork child's inherited one may have no mapping left
- * (attach_inherit.c), where a read faults. */
-static void vl_unreserve_in(pdshm_seg *seg, void *arg) {
-  struct vl_unreserving *u = arg;
-  if (pdshm__seg_usable(seg)) return;
-  struct pdshm_vl_hold *e = vl_rec(seg, seg->slot, u->ent);
-  if (atomic_load_explicit(&e->state, memory_order_relaxed) == PDSHM_VL_CLAIMED)
-    vl_state(e, PDSHM_VL_IDLE);
-  else
-    u->in_use = true;
-}
-
-/* This thread's reserved record goes back to IDLE, and the thread keeps
- * none; unless it is in use by a hold (whose release makes it CLAIMED
- * again), when it stays reserved and false is answered.  Of an attachment
- * detached since (the detach freed it) or made before a fork (the
- * parent's), nothing is touched. */
-static bool vl_unreserve(struct pdshm_thread *t) {
-  struct pdshm_vl_reserved *rv = &t->vl_reserved;
-  struct vl_unreserving u = {.ent = rv->ent};
-  if (rv->attach_id) pdshm__seg_list_with(rv->attach_id, vl_unreserve_in, &u);
-  if (u.in_use) return false;
-  rv->attach_id = 0;
-  return true;
-}
+/* ---- a take's hold record ------------------------------------------------------- */
 
 static void vl_thread_exit(struct pdshm_thread *t);
 
-/* A record of our slot for this thread's take of r: its reserved one when
- * it is CLAIMED (not in use by another hold of this thread), else one
- * claimed now (vl_claim), which becomes the reserved one when there is none
- * in seg.  Its index in *out, the record in *rec, naming r and gen; *reserved
- * says which.  The reserved one is the attachment's by its id alone: seg
+/* A record of our slot for this thread's take of r: its reserved one
+ * (varlock_held.c, invariant 1) when it is CLAIMED (not in use by another
+ * hold of this thread), else one claimed now (pdshm__vl_claim), which
+ * becomes the reserved one when there is none in seg.  Its index in *out,
+ * the record in *rec, naming r and gen; *reserved says which.  The reserved one is the attachment's by its id alone: seg
  * took pdshm__var_seg's checks, which refuse a handle inherited through a
  * fork, and ids are not reused (struct pdshm_vl_reserved). */
 static int vl_record(pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen, uint32_t *out,
@@ -285,14 +125,16 @@ static int vl_record(pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen
     return 0;
   }
   *reserved = false;
-  int rc = vl_claim(seg, r, gen, out, rec);
-  if (rc || mine || !vl_unreserve(t)) return rc; /* kept: another attachment's, in use */
+  int rc = pdshm__vl_claim(seg, r, gen, out, rec);
+  if (rc || mine || !pdshm__vl_unreserve(t)) return rc; /* kept: another attachment's, in use */
   if (!atomic_load_explicit(&pdshm__thread_exit_hook, memory_order_relaxed))
     atomic_store(&pdshm__thread_exit_hook, vl_thread_exit); /* frees it, and lets go */
   t->vl_reserved = (struct pdshm_vl_reserved){.attach_id = seg->id, .ent = *out};
   *reserved = true;
   return 0;
 }
+
+/* ---- waiting ----------------------------------------------------------------------- */
 
 /* The process of slot s is gone and nobody reaps it now: its lock is free
  * while its state is not FREE. */
@@ -302,8 +144,6 @@ bool pdshm__vl_slot_abandoned(pdshm_seg *seg, uint32_t s) {
     return false;
   return pdshm__slot_alive(seg, s) == 0;
 }
-
-/* ---- waiting ----------------------------------------------------------------------- */
 
 /* Invariant 2 read backwards, for a waiter whose wait no death explains:
  * the holders word w names are not in any slot's records (an owner with no
@@ -704,7 +544,8 @@ PDSHM_API int pdshm_var_lock(pdshm_var *v, int exclusive) {
   if (!seg) return rc;
   struct pdshm_var_rec *r = pdshm__var_rec(v);
   uint64_t gen = r->gen;
-  struct pdshm_held_lock *hole = NULL, *held = vl_top ? vl_find_gen(seg, r, gen, false, &hole) : NULL;
+  struct pdshm_held_lock *hole = NULL,
+                         *held = pdshm__vl_top ? vl_find_gen(seg, r, gen, false, &hole) : NULL;
   if (held && (held->excl || exclusive))
     return pdshm__fail(PDSHM_EDEADLK, "this thread already holds the lock of \"%s\"",
                        pdshm_var_name(v));
@@ -742,7 +583,7 @@ PDSHM_API int pdshm_var_unlock(pdshm_var *v) {
   if (!seg) return rc;
   struct pdshm_var_rec *r = pdshm__var_rec(v);
   /* The hold on the variable at r now, else one on an erased one that was
-   * there (invariant 5). */
+   * there (varlock_held.c, invariant 2). */
   struct pdshm_held_lock *held = vl_find_held(seg, r, r->gen);
   if (!held) held = vl_find(seg, r);
   if (!held) return pdshm__fail(PDSHM_EPERM, "this thread does not hold that variable's lock");
@@ -761,12 +602,12 @@ static void vl_exit_let_go(pdshm_seg *seg, void *arg) {
 
 static void vl_thread_exit(struct pdshm_thread *t) {
   uint64_t forkgen = atomic_load_explicit(&pdshm__forkgen, memory_order_relaxed);
-  for (unsigned i = vl_top; i-- > 0;) {
+  for (unsigned i = pdshm__vl_top; i-- > 0;) {
     struct pdshm_held_lock *h = &t->held[i];
     if (h->var && h->forkgen == forkgen) pdshm__seg_list_with(h->attach_id, vl_exit_let_go, h);
   }
-  vl_top = 0;
-  (void)vl_unreserve(t); /* in use: a share a recount kept, until the detach */
+  pdshm__vl_top = 0;
+  (void)pdshm__vl_unreserve(t); /* in use: a share a recount kept, until the detach */
 }
 
 /* The inspector's view of r's lock: holders, and the exclusive one's slot

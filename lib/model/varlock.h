@@ -1,7 +1,8 @@
 /*
  * varlock.h - the variable lock's word (varlock.c's header comment says what
- * each field means), for the lock itself, its reaper (varlock_reap.c) and
- * its checker (varlock_check.c); and what varlock.c lends the reaper.
+ * each field means), for the lock itself, its reaper (varlock_reap.c), the
+ * table of this thread's holds (varlock_held.c) and the checker
+ * (varlock_check.c); and what varlock.c lends them.
  */
 #ifndef PDSHM_VARLOCK_H
 #define PDSHM_VARLOCK_H
