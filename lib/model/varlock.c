@@ -4,9 +4,9 @@
  *
  * Owns: a variable's lk and lk_wwait fields (records.h), and the states a
  * take and a release store in the vl[] hold records of the process slots
- * (layout.h).  Which record a take uses, and this thread's table of held
- * variable locks, are varlock_held.c's; a dead slot's records are given
- * back by varlock_reap.c.
+ * (layout.h).  This thread's table of held variable locks, its reserved
+ * record and the claiming of a free one are varlock_held.c's; a dead slot's
+ * records are given back by varlock_reap.c.
  *
  * The word, r->lk (the version sits beside it: one 16-byte pair):
  *   bits  0-12  owner: slot+1 of the exclusive holder; while FROZEN, slot+1

@@ -4,9 +4,9 @@
  * recounted from the live slots' records.
  *
  * Owns: the emptying of a dead slot's vl[] hold records (layout.h), for its
- * reaper (proc.c) and for the detach of our own slot; and the FROZEN state
- * of a variable's lock word (varlock.c's header comment: the word), which
- * only a recount sets.
+ * reaper and for the detach of our own slot (reaper/reap.c); and the FROZEN
+ * state of a variable's lock word (varlock.c's header comment: the word),
+ * which only a recount sets.
  *
  * Invariants (on varlock.c's 2, the hold records, and 3, the TAG):
  *  1. A dead exclusive holder: its word names its slot.  Its reaper (found
