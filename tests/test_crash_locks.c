@@ -114,7 +114,7 @@ static void our_share_counted(pdshm_seg *seg, pdshm_var *v, const char *what, ui
   crash_reap_verify(seg, what, k);
 }
 
-/* Deaths whose share cannot be told from the word (varlock.c, invariant 4):
+/* Deaths whose share cannot be told from the word (varlock_reap.c, invariant 2):
  * a shared take and release killed at each of its windows, and the reaper
  * of a dead reader killed at each of its own (the word frozen, half
  * recounted), all while this process holds a share of the same variable:
@@ -158,7 +158,7 @@ END_TEST
 
 /* A writer killed while it waited for readers to drain leaves its "writer
  * waiting" mark: readers must not keep deferring to it.  The first reader
- * that looks finds its slot dead and clears the mark (varlock.c, inv. 6);
+ * that looks finds its slot dead and clears the mark (varlock.c, inv. 4);
  * one deferring to it would leave the mark and take the lock only after
  * its bounded back-off. */
 START_TEST(dead_waiting_writer_does_not_hold_readers) {

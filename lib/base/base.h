@@ -42,8 +42,9 @@
  * shared by every such library of the process.  So the library has no
  * thread-local of any other model, and its TLS segment stays within
  * PDSHM_TLS_BUDGET bytes (tests/test_load checks the built libpdshm.so):
- * today 48 bytes, the hot words of errors.c, attach_list.c, lane.c, varlock.c and
- * thread.c.  Anything larger lives in the thread's pdshm_thread block. */
+ * today 48 bytes, the hot words of errors.c, attach_list.c, lane.c,
+ * varlock_held.c and thread.c.  Anything larger lives in the thread's
+ * pdshm_thread block. */
 #define PDSHM_TLS_HOT _Thread_local __attribute__((tls_model("initial-exec")))
 #define PDSHM_TLS_BUDGET 64
 
@@ -51,7 +52,7 @@
 #define PDSHM_ERROR_MAX 256 /* bytes of pdshm_last_error()'s detail           */
 #define PDSHM_VL_HELD_MAX 256 /* variable locks one thread may hold            */
 
-/* One variable lock this thread holds (varlock.c). */
+/* One variable lock this thread holds (varlock_held.c). */
 struct pdshm_held_lock {
   const void *var;   /* the record (its address in this mapping)            */
   uint64_t gen;      /* its generation when locked: an erased variable's
@@ -66,13 +67,14 @@ struct pdshm_held_lock {
   uint32_t count;    /* shared re-entries                                   */
   uint32_t ent;      /* its record in our slot's vl[] (layout.h)           */
   bool excl;
-  bool reserved;     /* that record is the thread's reserved one (varlock.c) */
+  bool reserved;     /* that record is the thread's reserved one
+                        (varlock_held.c)                                   */
 };
 
 /* The hold record (layout.h, struct pdshm_vl_hold) a thread keeps in its
- * slot of one attachment for the locks it takes there (varlock.c): CLAIMED
- * while it holds nothing through it, so that a take stores into it and
- * claims nothing. */
+ * slot of one attachment for the locks it takes there (varlock_held.c):
+ * CLAIMED while it holds nothing through it, so that a take stores into it
+ * and claims nothing. */
 struct pdshm_vl_reserved {
   uint64_t attach_id;/* the attachment's id (pdshm_seg.id); 0: none.  Ids
                         are never reused in a process, nor by its fork
@@ -99,8 +101,8 @@ struct pdshm_lockorder {
  * memory (malloc), made at the thread's first need, freed when it exits. */
 struct pdshm_thread {
   char error[PDSHM_ERROR_MAX];                     /* errors.c               */
-  struct pdshm_held_lock held[PDSHM_VL_HELD_MAX];  /* varlock.c              */
-  struct pdshm_vl_reserved vl_reserved;            /* varlock.c              */
+  struct pdshm_held_lock held[PDSHM_VL_HELD_MAX];  /* varlock_held.c         */
+  struct pdshm_vl_reserved vl_reserved;            /* varlock_held.c         */
 #ifdef PDSHM_DEBUG
   struct pdshm_lockorder order;                    /* lockorder.c            */
 #endif

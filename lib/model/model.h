@@ -210,15 +210,17 @@ int pdshm__var_j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, struct pdshm_v
                        uint32_t op);
 
 /* ---- varlock.c ---- */
-/* Reaper (and detach) of slot d: gives back every variable lock its hold
- * records (layout.h, struct pdshm_vl_hold) show held or being taken. */
-void pdshm__varlock_reap_slot(pdshm_seg *seg, uint32_t d);
 /* A variable's lock word when it is made: free, tagged with its generation
- * (varlock.c, invariant 5).  The tag's top bit is set, so that no tag is
+ * (varlock.c, invariant 3).  The tag's top bit is set, so that no tag is
  * that of a zeroed word. */
 static inline uint64_t pdshm__varlock_tag(uint64_t gen) {
   return (uint64_t)((uint32_t)gen | 0x80000000u) << 32;
 }
+
+/* ---- varlock_reap.c ---- */
+/* Reaper (and detach) of slot d: gives back every variable lock its hold
+ * records (layout.h, struct pdshm_vl_hold) show held or being taken. */
+void pdshm__varlock_reap_slot(pdshm_seg *seg, uint32_t d);
 
 /* ---- varlock_check.c ---- */
 /* pdshm_check's look at the locks of the live variables at vars[0, n):

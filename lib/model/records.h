@@ -127,7 +127,7 @@ struct pdshm_var_rec {
   uint64_t nbytes;
   _Atomic uint64_t lk_wwait;/* a writer waits for readers to drain: its slot+1
                               | its slot's epoch << 16, 0 when none (varlock.c,
-                              invariant 6)                                    */
+                              invariant 4)                                    */
 };
 _Static_assert(offsetof(struct pdshm_var_rec, lk) % 16 == 0 &&
                    offsetof(struct pdshm_var_rec, version) == offsetof(struct pdshm_var_rec, lk) + 8,

@@ -1,7 +1,8 @@
 /*
  * varlock.h - the variable lock's word (varlock.c's header comment says what
- * each field means), for the lock itself and for its checker
- * (varlock_check.c).
+ * each field means), for the lock itself, its reaper (varlock_reap.c), the
+ * table of this thread's holds (varlock_held.c) and the checker
+ * (varlock_check.c); and what varlock.c lends them.
  */
 #ifndef PDSHM_VARLOCK_H
 #define PDSHM_VARLOCK_H
@@ -22,9 +23,42 @@
 #define VL_SLEEPERS (VL_RSLEEP | VL_WSLEEP)
 #define VL_TAG (0xffffffffull << 32)
 
+#define VL_AS_WRITER 1u               /* futex bitsets: a waiter's class   */
+#define VL_AS_READER 2u
+
 _Static_assert(PDSHM_PROCS_MAX < VL_OWNER, "an owner's slot+1 fits bits 0-12");
 
-/* Invariant 5: w is the word of the variable whose tag is `tag`. */
+/* Invariant 3: w is the word of the variable whose tag is `tag`. */
 static inline bool vl_ours(uint64_t w, uint64_t tag) { return (w & VL_TAG) == tag; }
+
+/* Hold record i of slot `slot` (varlock.c, invariant 2). */
+static inline struct pdshm_vl_hold *vl_rec(const pdshm_seg *seg, uint32_t slot, uint32_t i) {
+  return &pdshm__slot(seg, slot)->vl[i];
+}
+
+static inline void vl_state(struct pdshm_vl_hold *e, uint32_t st) {
+  atomic_store_explicit(&e->state, st, memory_order_release);
+}
+
+/* After a read-modify-write that took away what waiters wait for and
+ * cleared the sleep bits set in `cleared` (its old value, masked): one
+ * writer (every writer when all_writers) and every reader. */
+static inline void vl_wake(struct pdshm_var_rec *r, uint64_t cleared, bool all_writers) {
+  _Atomic uint32_t *f = pdshm__futex_low(&r->lk);
+  if (cleared & VL_WSLEEP) pdshm__futex_wake_bits(f, VL_AS_WRITER, all_writers ? INT32_MAX : 1);
+  if (cleared & VL_RSLEEP) pdshm__futex_wake_bits(f, VL_AS_READER, INT32_MAX);
+}
+
+/* ---- varlock.c, for the reaper (varlock_reap.c) ---- */
+/* Takes owner `who` (slot+1) off r's word of tag `tag`, with the sleep
+ * bits, and wakes their sleepers (every writer when all_writers); false
+ * when the word is not so held. */
+bool pdshm__vl_release_owner(struct pdshm_var_rec *r, uint64_t tag, uint64_t who,
+                             bool all_writers);
+/* The process of slot s is gone and nobody reaps it now. */
+bool pdshm__vl_slot_abandoned(pdshm_seg *seg, uint32_t s);
+/* A waiter's pause in its round-th round: a spin at first, then sleeps of
+ * a microsecond, then of 100. */
+void pdshm__vl_pause(unsigned round);
 
 #endif /* PDSHM_VARLOCK_H */

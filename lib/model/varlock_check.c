@@ -1,7 +1,7 @@
 /*
  * varlock_check.c - pdshm_check's look at the variable locks: every live
  * variable's word agrees with the hold records of the slots (varlock.c,
- * invariants 1-5).
+ * invariants 1-3, and varlock_reap.c).
  *
  * Variable locks are taken and released with no scope or heap lock, so even
  * a stopped world moves them.  A word and the records are therefore compared
