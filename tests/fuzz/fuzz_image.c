@@ -12,6 +12,11 @@
 #include "lifecycle/lifecycle.h"
 
 #define FUZZ_REC_HDR 6u
+/* A segment grows up to its max_size, and the targets' writes make it grow:
+ * an input's max_size is held to this, so that no input takes more of
+ * /dev/shm (a test machine's may be 64 MiB in all) or of the address space.
+ * Values below it, valid or not, reach attach's checks unchanged. */
+#define FUZZ_GROW_MAX (4ull * FUZZ_IMAGE_MAX)
 
 static alignas(PDSHM_CACHELINE) uint8_t fuzz_img[FUZZ_IMAGE_MAX];
 
@@ -66,6 +71,7 @@ const char *fuzz_image_put(const uint8_t *data, size_t n, fuzz_image_fix fix) {
   h->layout_version = PDSHM_LAYOUT_VERSION;
   h->fingerprint = pdshm__layout_fingerprint();
   if (!h->max_size) h->max_size = size; /* inputs older than growth: a fixed segment */
+  else if (h->max_size > FUZZ_GROW_MAX) h->max_size = FUZZ_GROW_MAX;
   if (hi < sizeof *h) hi = sizeof *h; /* the version and fingerprint zeroed again below */
   if (fix) {
     uint64_t reach = fix(fuzz_img, size);

@@ -6,7 +6,8 @@
  * real segment is mostly zeros: its images are a fifth of its size this
  * way).  The image is as long as its header's size field says when that is
  * a multiple of the region alignment up to FUZZ_IMAGE_MAX, else as long as
- * its records reach (attach then refuses it).  The current layout version
+ * its records reach (attach then refuses it); its max_size at most 4 times
+ * FUZZ_IMAGE_MAX (fuzz_image.c).  The current layout version
  * and fingerprint are written into every image, so that a stored corpus
  * keeps reaching past attach's checks when the layout's version changes
  * (test_hostile tests the refusal of a foreign one).
