@@ -167,30 +167,11 @@ static int lock_gone(pdshm_seg *seg, const struct pdshm_lock *l) {
   return PDSHM_ENOTRECOVERABLE;
 }
 
-/* Contention is a trylock that fails: an uncontended lock costs the one
- * atomic exchange it costs anyway, and only a waiter reads the clock. */
 /* An index read from the segment (a scope's, a journal's) is checked: a
  * damaged one must not reach outside the table. */
 static int lock_bad_index(const pdshm_seg *seg, uint32_t i) {
   return pdshm__fail(PDSHM_EBADSEG, "lock %u is no entry of the segment's %u (damaged)", i,
                      seg->hdr->max_locks);
-}
-
-int pdshm__lock(pdshm_seg *seg, uint32_t i) {
-  if (i >= seg->hdr->max_locks) return lock_bad_index(seg, i);
-  struct pdshm_lock *l = pdshm__lockent(seg, i);
-  int rc = lock_gone(seg, l);
-  if (rc) return rc;
-  pdshm__lockorder_check(seg, i); /* whether it would wait this time or not */
-  int e = pthread_mutex_trylock(&l->mutex);
-  if (e != EBUSY) return lock_result(seg, i, l, e);
-  uint64_t t0 = pdshm__now_ns(CLOCK_MONOTONIC);
-  rc = lock_result(seg, i, l, pthread_mutex_lock(&l->mutex));
-  if (!rc) {
-    l->contended++;
-    l->wait_ns += pdshm__now_ns(CLOCK_MONOTONIC) - t0;
-  }
-  return rc;
 }
 
 /* pthread_mutex_timedlock counts on CLOCK_REALTIME: each wait aims at the
@@ -207,17 +188,19 @@ static int lock_wait_until(pthread_mutex_t *m, uint64_t deadline) {
   }
 }
 
-int pdshm__lock_until(pdshm_seg *seg, uint32_t i, uint64_t deadline) {
-  if (deadline == UINT64_MAX) return pdshm__lock(seg, i);
+/* Takes lock i, waiting until deadline at most (UINT64_MAX: no limit).
+ * Contention is a trylock that fails: an uncontended lock costs the one
+ * atomic exchange it costs anyway, and only a waiter reads the clock. */
+static inline int lock_take(pdshm_seg *seg, uint32_t i, uint64_t deadline) {
   if (i >= seg->hdr->max_locks) return lock_bad_index(seg, i);
   struct pdshm_lock *l = pdshm__lockent(seg, i);
   int rc = lock_gone(seg, l);
   if (rc) return rc;
-  pdshm__lockorder_check(seg, i);
+  pdshm__lockorder_check(seg, i); /* whether it would wait this time or not */
   int e = pthread_mutex_trylock(&l->mutex);
   if (e != EBUSY) return lock_result(seg, i, l, e);
   uint64_t t0 = pdshm__now_ns(CLOCK_MONOTONIC);
-  e = lock_wait_until(&l->mutex, deadline);
+  e = deadline == UINT64_MAX ? pthread_mutex_lock(&l->mutex) : lock_wait_until(&l->mutex, deadline);
   if (e == ETIMEDOUT)
     return pdshm__fail(PDSHM_ETIMEDOUT, "lock %u stayed held until the deadline (its holder "
                        "stopped?)", i);
@@ -227,6 +210,12 @@ int pdshm__lock_until(pdshm_seg *seg, uint32_t i, uint64_t deadline) {
     l->wait_ns += pdshm__now_ns(CLOCK_MONOTONIC) - t0;
   }
   return rc;
+}
+
+int pdshm__lock(pdshm_seg *seg, uint32_t i) { return lock_take(seg, i, UINT64_MAX); }
+
+int pdshm__lock_until(pdshm_seg *seg, uint32_t i, uint64_t deadline) {
+  return lock_take(seg, i, deadline);
 }
 
 int pdshm__trylock(pdshm_seg *seg, uint32_t i) {
