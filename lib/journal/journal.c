@@ -65,21 +65,28 @@ static void jrn_arm(struct pdshm_journal *j, uint32_t op) {
   atomic_store_explicit(&j->state, PDSHM_J_ARMED, memory_order_release);
 }
 
-int pdshm__j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op) {
-  return pdshm__j_begin_until(seg, ln, lock, op, UINT64_MAX);
-}
-
-int pdshm__j_begin_until(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op,
-                         uint64_t deadline) {
+/* The two begins below, the lock taken with no limit when the deadline is
+ * UINT64_MAX (pdshm__lock: the path of every mutation). */
+static inline int jrn_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op,
+                            uint64_t deadline) {
   struct pdshm_journal *j = jrn(ln);
   assert(atomic_load(&j->state) == PDSHM_J_IDLE);
   atomic_store_explicit(&j->lock, lock, memory_order_relaxed);
-  int rc = pdshm__lock_until(seg, lock, deadline);
+  int rc = deadline == UINT64_MAX ? pdshm__lock(seg, lock) : pdshm__lock_until(seg, lock, deadline);
   if (rc) return rc;
   PDSHM_CRASHPOINT("j.locked");
   jrn_arm(j, op);
   PDSHM_CRASHPOINT("j.armed");
   return 0;
+}
+
+int pdshm__j_begin(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op) {
+  return jrn_begin(seg, ln, lock, op, UINT64_MAX);
+}
+
+int pdshm__j_begin_until(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint32_t lock, uint32_t op,
+                         uint64_t deadline) {
+  return jrn_begin(seg, ln, lock, op, deadline);
 }
 
 /* Dying with `lock` held before ARMED leaves nothing to repair: IDLE journals

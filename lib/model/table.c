@@ -180,9 +180,9 @@ PDSHM_SEQLOCK_READ pdshm_off_t pdshm__table_find(pdshm_seg *seg, struct pdshm_sc
 
 /* One look at x's table, begun at the even seq s1: true when no writer came
  * meanwhile, and *v is then the answer at s1. */
-PDSHM_SEQLOCK_READ static bool tab_look(pdshm_seg *seg, struct pdshm_scope_rec *x, uint64_t s1,
-                                        const char *name, size_t len, uint64_t hash,
-                                        pdshm_off_t *v) {
+PDSHM_SEQLOCK_READ static inline __attribute__((always_inline)) bool
+tab_look(pdshm_seg *seg, struct pdshm_scope_rec *x, uint64_t s1, const char *name, size_t len,
+         uint64_t hash, pdshm_off_t *v) {
   uint64_t cap;
   const struct pdshm_table *t = tab_at(seg, ld(&x->table), &cap);
   int64_t i = t ? tab_probe(seg, t, cap, name, len, hash) : -1;
