@@ -406,9 +406,21 @@ END_TEST
  * then doubling): records found before a growth count as much as those
  * after.  They did not: the growth forgot the targets already collected, so
  * with more than 64 records a buffer's count fell to what the later ones
- * held, even to 0 with live pins. */
+ * held, even to 0 with live pins.  Without private memory for the list
+ * (_i 1: calloc refused, through the link's --wrap=calloc), each buffer's
+ * records are counted by a walk of its own, to the same counts. */
 #define MANY_PINS 200
 #define PINNED_BUFFERS 5
+
+static _Atomic int calloc_refused;
+static _Atomic unsigned calloc_refusals;
+void *__real_calloc(size_t n, size_t size);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_calloc(size_t n, size_t size) {
+  if (!atomic_load(&calloc_refused)) return __real_calloc(n, size);
+  atomic_fetch_add(&calloc_refusals, 1);
+  return NULL;
+}
 
 START_TEST(a_recount_counts_every_record_of_many) {
   pdshm_var *v[PINNED_BUFFERS];
@@ -423,9 +435,12 @@ START_TEST(a_recount_counts_every_record_of_many) {
   for (int i = 0; i < MANY_PINS; i++) /* buffer 0's pins first: all before any growth */
     ck_assert_int_eq(pdshm_tensor_pin(v[i * PINNED_BUFFERS / MANY_PINS], &p[i], NULL), 0);
   ck_assert_int_eq(pdshm__lock(seg, PDSHM_LOCK_HEAP), 0);
+  atomic_store(&calloc_refused, _i);
   int rc = pdshm__pin_recount_locked(seg);
+  atomic_store(&calloc_refused, 0);
   pdshm__unlock(seg, PDSHM_LOCK_HEAP);
   ck_assert_int_eq(rc, 0);
+  ck_assert_uint_eq(atomic_load(&calloc_refusals) > 0, _i); /* the list was refused */
   for (int b = 0; b < PINNED_BUFFERS; b++)
     ck_assert_uint_eq(pdshm__tensor_pins(seg, ((struct pdshm_var_rec *)(void *)v[b])->buf, NULL),
                       MANY_PINS / PINNED_BUFFERS);
@@ -864,7 +879,7 @@ static Suite *pin_suite(void) {
   tcase_add_test(tc, threads_pin_while_another_resizes);
   tcase_add_test(tc, scope_destruction_waits_for_the_scope_lock);
   tcase_add_test(tc, a_recount_never_shows_a_pinned_buffer_unpinned);
-  tcase_add_test(tc, a_recount_counts_every_record_of_many);
+  tcase_add_loop_test(tc, a_recount_counts_every_record_of_many, 0, 2); /* list, no memory */
   tc = tu_tcase(s, "errors", 30, setup, teardown);
   tcase_add_test(tc, bad_calls_change_nothing);
   tcase_add_test(tc, read_only_attachment_cannot_pin);
