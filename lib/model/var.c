@@ -109,24 +109,50 @@ PDSHM_API int pdshm_var_new(pdshm_scope *s, pdshm_var **out) {
 
 /* ---- lookups ----------------------------------------------------------------------- */
 
-static pdshm_var *var_find(pdshm_scope *s, const char *name, bool up) {
-  if (!s || !name || pdshm__seg_usable(s->seg)) return NULL;
-  size_t len = strnlen(name, PDSHM_NAME_MAX + 1);
-  if (len == 0 || len > PDSHM_NAME_MAX) return NULL;
+/* The walk of every lookup, from s up its parents (or s alone): the first
+ * variable of that name, or 0.  stamp NULL: each table is read by the
+ * waiting lookup; else by the one that never waits (PDSHM_EBUSY when a
+ * table is in a change), and stamp records the tables read and their seqs
+ * (none when more than it holds were read). */
+static inline __attribute__((always_inline)) int var_walk(pdshm_scope *s, const char *name,
+                                                          size_t len, bool up, pdshm_off_t *out,
+                                                          pdshm_find_stamp *stamp) {
   pdshm_seg *seg = s->seg;
   uint64_t hash = pdshm__hash(name, len);
-  unsigned depth = 0;
+  unsigned depth = 0, n = 0;
+  pdshm_off_t v = 0;
   /* Parents never change while a descendant lives; the walk is bounded by the
    * depth recorded at creation in case the segment is damaged. */
   for (pdshm_off_t x = s->rec; x && depth <= pdshm__scope_at(seg, s->rec)->depth; depth++) {
     struct pdshm_scope_rec *r = pdshm__scope_at(seg, x);
-    pdshm_off_t v = pdshm__table_find(seg, r, name, len, hash);
-    if (v) return pdshm__var_handle(pdshm__var_at(seg, v));
-    if (!up) break;
+    if (!stamp) {
+      v = pdshm__table_find(seg, r, name, len, hash);
+    } else {
+      uint64_t seq;
+      int rc = pdshm__table_find_now(seg, r, name, len, hash, &v, &seq);
+      if (rc) return rc;
+      if (n < PDSHM_FIND_STAMP_TABLES) {
+        stamp->count[n] = &r->seq;
+        stamp->at[n] = seq;
+      }
+      n++;
+    }
+    if (v || !up) break;
     x = r->parent;
     if (x && !pdshm__scope_rec_ok(seg, x)) break; /* damaged: no farther */
   }
-  return NULL;
+  if (stamp) stamp->n = n <= PDSHM_FIND_STAMP_TABLES ? n : 0;
+  *out = v;
+  return 0;
+}
+
+static pdshm_var *var_find(pdshm_scope *s, const char *name, bool up) {
+  if (!s || !name || pdshm__seg_usable(s->seg)) return NULL;
+  size_t len = strnlen(name, PDSHM_NAME_MAX + 1);
+  if (len == 0 || len > PDSHM_NAME_MAX) return NULL;
+  pdshm_off_t v;
+  var_walk(s, name, len, up, &v, NULL);
+  return v ? pdshm__var_handle(pdshm__var_at(s->seg, v)) : NULL;
 }
 
 PDSHM_API pdshm_var *pdshm_find_var(pdshm_scope *s, const char *name) {
@@ -137,34 +163,6 @@ PDSHM_API pdshm_var *pdshm_find_local_var(pdshm_scope *s, const char *name) {
   return var_find(s, name, false);
 }
 
-/* The lookup of var_find, never waiting, with what its answer rests on. */
-static int var_find_now(pdshm_scope *s, const char *name, size_t len, bool up, pdshm_var **out,
-                        pdshm_find_stamp *stamp) {
-  pdshm_seg *seg = s->seg;
-  uint64_t hash = pdshm__hash(name, len);
-  unsigned depth = 0, n = 0;
-  pdshm_find_stamp st;
-  pdshm_off_t v = 0;
-  for (pdshm_off_t x = s->rec; x && depth <= pdshm__scope_at(seg, s->rec)->depth; depth++) {
-    struct pdshm_scope_rec *r = pdshm__scope_at(seg, x);
-    uint64_t seq;
-    int rc = pdshm__table_find_now(seg, r, name, len, hash, &v, &seq);
-    if (rc) return rc;
-    if (n < PDSHM_FIND_STAMP_TABLES) {
-      st.count[n] = &r->seq;
-      st.at[n] = seq;
-    }
-    n++;
-    if (v || !up) break;
-    x = r->parent;
-    if (x && !pdshm__scope_rec_ok(seg, x)) break; /* damaged: no farther */
-  }
-  st.n = n <= PDSHM_FIND_STAMP_TABLES ? n : 0;
-  *stamp = st;
-  *out = v ? pdshm__var_handle(pdshm__var_at(seg, v)) : NULL;
-  return 0;
-}
-
 PDSHM_API int pdshm_find_var_now(pdshm_scope *s, const char *name, int up, pdshm_var **out,
                                  pdshm_find_stamp *stamp) {
   size_t len;
@@ -172,8 +170,14 @@ PDSHM_API int pdshm_find_var_now(pdshm_scope *s, const char *name, int up, pdshm
   int rc = s ? pdshm__seg_usable(s->seg) : pdshm__fail(PDSHM_EINVAL, "NULL scope handle");
   if (!rc && (!out || !stamp)) rc = pdshm__fail(PDSHM_EINVAL, "NULL out or stamp pointer");
   if (!rc) rc = pdshm__name_check(name, false, &len);
-  if (!rc) rc = var_find_now(s, name, len, up != 0, out, stamp);
-  return rc == PDSHM_EBUSY ? pdshm__fail(rc, "a scope's table is in the middle of a change") : rc;
+  pdshm_find_stamp st;
+  pdshm_off_t v;
+  if (!rc) rc = var_walk(s, name, len, up != 0, &v, &st);
+  if (rc == PDSHM_EBUSY) return pdshm__fail(rc, "a scope's table is in the middle of a change");
+  if (rc) return rc;
+  *stamp = st;
+  *out = v ? pdshm__var_handle(pdshm__var_at(s->seg, v)) : NULL;
+  return 0;
 }
 
 PDSHM_API int pdshm_find_stamp_holds(const pdshm_find_stamp *stamp) {
