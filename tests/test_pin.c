@@ -68,16 +68,6 @@ static uint64_t my_pins(void) {
   return 0;
 }
 
-/* A float tensor named `name` in s, with data[i] = i + seed. */
-static pdshm_var *filled(pdshm_scope *s, const char *name, int64_t n, float seed) {
-  pdshm_var *v;
-  ck_assert_int_eq(pdshm_var_get(s, name, &v), 0);
-  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &n), 0);
-  float *f = pdshm_tensor_data(v);
-  for (int64_t i = 0; i < n; i++) f[i] = (float)i + seed;
-  return v;
-}
-
 static void intact(const pdshm_tensor_view *w, int64_t n, float seed) {
   ck_assert_uint_eq(w->nbytes, (size_t)n * 4);
   const float *f = w->data;
@@ -114,13 +104,13 @@ START_TEST(view_describes_the_tensor) {
 END_TEST
 
 START_TEST(pin_survives_erase) {
-  pdshm_var *v = filled(root, "t", FLOATS, 7);
+  pdshm_var *v = tu_filled(root, "t", FLOATS, 7);
   pdshm_pin *p;
   pdshm_tensor_view w;
   ck_assert_int_eq(pdshm_tensor_pin(v, &p, &w), 0);
   ck_assert_int_eq(pdshm_var_erase(root, "t"), 0);
   ck_assert_ptr_null(pdshm_find_var(root, "t"));
-  filled(root, "other", FLOATS, 100); /* would reuse the buffer were it freed */
+  tu_filled(root, "other", FLOATS, 100); /* would reuse the buffer were it freed */
   intact(&w, FLOATS, 7);
   ck_assert_uint_eq(orphans(), 1);
   ck_assert_uint_ge(alloc_info().orphan_bytes, FLOATS * 4);
@@ -136,12 +126,12 @@ END_TEST
 
 /* A large buffer goes straight to the heap, not to a lane cache. */
 START_TEST(pin_survives_erase_of_a_large_buffer) {
-  pdshm_var *v = filled(root, "big", BIG, 3);
+  pdshm_var *v = tu_filled(root, "big", BIG, 3);
   pdshm_pin *p;
   pdshm_tensor_view w;
   ck_assert_int_eq(pdshm_tensor_pin(v, &p, &w), 0);
   ck_assert_int_eq(pdshm_var_erase(root, "big"), 0);
-  filled(root, "big2", BIG, 11);
+  tu_filled(root, "big2", BIG, 11);
   intact(&w, BIG, 3);
   clean();
   ck_assert_int_eq(pdshm_var_erase(root, "big2"), 0);
@@ -153,7 +143,7 @@ END_TEST
 
 /* A resize of a pinned buffer takes a new one, even when the old would fit. */
 START_TEST(pin_survives_resize) {
-  pdshm_var *v = filled(root, "t", FLOATS, 1);
+  pdshm_var *v = tu_filled(root, "t", FLOATS, 1);
   pdshm_pin *p1, *p2;
   pdshm_tensor_view w1, w2;
   ck_assert_int_eq(pdshm_tensor_pin(v, &p1, &w1), 0);
@@ -183,7 +173,7 @@ END_TEST
 
 /* Unpinning a buffer still hooked frees nothing. */
 START_TEST(unpin_of_a_hooked_buffer_keeps_it) {
-  pdshm_var *v = filled(root, "t", FLOATS, 5);
+  pdshm_var *v = tu_filled(root, "t", FLOATS, 5);
   uint64_t before = used();
   pdshm_pin *a, *b;
   ck_assert_int_eq(pdshm_tensor_pin(v, &a, NULL), 0);
@@ -204,7 +194,7 @@ END_TEST
 START_TEST(pin_survives_scope_release) {
   pdshm_scope *local;
   ck_assert_int_eq(pdshm_scope_new(root, NULL, &local), 0);
-  pdshm_var *v = filled(local, "t", FLOATS, 9);
+  pdshm_var *v = tu_filled(local, "t", FLOATS, 9);
   pdshm_pin *p;
   pdshm_tensor_view w;
   ck_assert_int_eq(pdshm_tensor_pin(v, &p, &w), 0);
@@ -317,7 +307,7 @@ static void *releaser(void *arg) {
 START_TEST(scope_destruction_waits_for_the_scope_lock) {
   pdshm_scope *local;
   ck_assert_int_eq(pdshm_scope_new(root, NULL, &local), 0);
-  pdshm_var *v = filled(local, "t", FLOATS, 4);
+  pdshm_var *v = tu_filled(local, "t", FLOATS, 4);
   struct pdshm_var_rec *r = (struct pdshm_var_rec *)(void *)v;
   const pdshm_off_t buf = r->buf;
   const uint32_t parent_lk = pdshm__scope_at(seg, root->rec)->lock;
@@ -344,114 +334,6 @@ START_TEST(scope_destruction_waits_for_the_scope_lock) {
 }
 END_TEST
 
-/* The recount of pins (the heap's repair after a death under its lock) runs
- * while other threads free buffers with no lock: a free finding a buffer's
- * count at 0 caches it at once (pdshm__free).  So a pinned buffer's count
- * must never read 0 in the middle of a recount, as it did when the recount
- * zeroed every count before counting the records again. */
-#define RECOUNTS 2000
-
-struct recount_watch {
-  pdshm_off_t buf;
-  _Atomic int stop;
-  _Atomic uint64_t looks, unpinned;
-};
-
-static void *recount_watcher(void *arg) {
-  struct recount_watch *rw = arg;
-  while (!atomic_load(&rw->stop)) {
-    if (!pdshm__tensor_pinned(seg, rw->buf)) atomic_fetch_add(&rw->unpinned, 1);
-    atomic_fetch_add(&rw->looks, 1);
-  }
-  return NULL;
-}
-
-START_TEST(a_recount_never_shows_a_pinned_buffer_unpinned) {
-  pdshm_scope *fill; /* blocks for the recount's walks to step over */
-  char name[16];
-  ck_assert_int_eq(pdshm_scope_new(root, NULL, &fill), 0);
-  for (int i = 0; i < 64; i++) {
-    snprintf(name, sizeof name, "f%d", i);
-    filled(fill, name, 64, (float)i);
-  }
-  pdshm_var *v = filled(root, "t", FLOATS, 5);
-  pdshm_pin *p;
-  ck_assert_int_eq(pdshm_tensor_pin(v, &p, NULL), 0);
-  struct recount_watch rw = {.buf = ((struct pdshm_var_rec *)(void *)v)->buf};
-  pthread_t t;
-  ck_assert_int_eq(pthread_create(&t, NULL, recount_watcher, &rw), 0);
-  while (!atomic_load(&rw.looks)) sched_yield();
-  for (int i = 0; i < RECOUNTS; i++) {
-    ck_assert_int_eq(pdshm__lock(seg, PDSHM_LOCK_HEAP), 0);
-    int rc = pdshm__pin_recount_locked(seg);
-    pdshm__unlock(seg, PDSHM_LOCK_HEAP);
-    ck_assert_int_eq(rc, 0);
-  }
-  atomic_store(&rw.stop, 1);
-  pthread_join(t, NULL);
-  ck_assert_msg(!atomic_load(&rw.unpinned), "%llu of %llu looks found the pinned buffer unpinned",
-                (unsigned long long)atomic_load(&rw.unpinned),
-                (unsigned long long)atomic_load(&rw.looks));
-  ck_assert_uint_eq(pdshm__tensor_pins(seg, rw.buf, NULL), 1);
-  clean();
-  ck_assert_int_eq(pdshm_tensor_unpin(p), 0);
-  ck_assert_int_eq(pdshm_scope_release(fill), 0);
-  ck_assert_int_eq(pdshm_var_erase(root, "t"), 0);
-  ck_assert_uint_eq(used(), base_used);
-  clean();
-}
-END_TEST
-
-/* The recount collects every record's target into a list that grows (64,
- * then doubling): records found before a growth count as much as those
- * after.  They did not: the growth forgot the targets already collected, so
- * with more than 64 records a buffer's count fell to what the later ones
- * held, even to 0 with live pins.  Without private memory for the list
- * (_i 1: calloc refused, through the link's --wrap=calloc), each buffer's
- * records are counted by a walk of its own, to the same counts. */
-#define MANY_PINS 200
-#define PINNED_BUFFERS 5
-
-static _Atomic int calloc_refused;
-static _Atomic unsigned calloc_refusals;
-void *__real_calloc(size_t n, size_t size);
-void *__wrap_calloc(size_t n, size_t size);
-void *__wrap_calloc(size_t n, size_t size) {
-  if (!atomic_load(&calloc_refused)) return __real_calloc(n, size);
-  atomic_fetch_add(&calloc_refusals, 1);
-  return NULL;
-}
-
-START_TEST(a_recount_counts_every_record_of_many) {
-  pdshm_var *v[PINNED_BUFFERS];
-  pdshm_pin *p[MANY_PINS];
-  pdshm_scope *many;
-  char name[16];
-  ck_assert_int_eq(pdshm_scope_new(root, NULL, &many), 0);
-  for (int b = 0; b < PINNED_BUFFERS; b++) {
-    snprintf(name, sizeof name, "t%d", b);
-    v[b] = filled(many, name, 64, (float)b);
-  }
-  for (int i = 0; i < MANY_PINS; i++) /* buffer 0's pins first: all before any growth */
-    ck_assert_int_eq(pdshm_tensor_pin(v[i * PINNED_BUFFERS / MANY_PINS], &p[i], NULL), 0);
-  ck_assert_int_eq(pdshm__lock(seg, PDSHM_LOCK_HEAP), 0);
-  atomic_store(&calloc_refused, _i);
-  int rc = pdshm__pin_recount_locked(seg);
-  atomic_store(&calloc_refused, 0);
-  pdshm__unlock(seg, PDSHM_LOCK_HEAP);
-  ck_assert_int_eq(rc, 0);
-  ck_assert_uint_eq(atomic_load(&calloc_refusals) > 0, _i); /* the list was refused */
-  for (int b = 0; b < PINNED_BUFFERS; b++)
-    ck_assert_uint_eq(pdshm__tensor_pins(seg, ((struct pdshm_var_rec *)(void *)v[b])->buf, NULL),
-                      MANY_PINS / PINNED_BUFFERS);
-  clean();
-  for (int i = 0; i < MANY_PINS; i++) ck_assert_int_eq(pdshm_tensor_unpin(p[i]), 0);
-  ck_assert_int_eq(pdshm_scope_release(many), 0);
-  ck_assert_uint_eq(used(), base_used);
-  clean();
-}
-END_TEST
-
 /* ---- errors change nothing ------------------------------------------------------------ */
 
 START_TEST(bad_calls_change_nothing) {
@@ -461,7 +343,7 @@ START_TEST(bad_calls_change_nothing) {
   uint64_t before = used();
   ck_assert_int_eq(pdshm_tensor_pin(v, &p, NULL), PDSHM_ETYPE);
   ck_assert_int_eq(pdshm_tensor_pin(NULL, &p, NULL), PDSHM_EINVAL);
-  v = filled(root, "t", 8, 0);
+  v = tu_filled(root, "t", 8, 0);
   before = used();
   ck_assert_int_eq(pdshm_tensor_pin(v, NULL, NULL), PDSHM_EINVAL);
   ck_assert_ptr_null(p);
@@ -474,7 +356,7 @@ START_TEST(bad_calls_change_nothing) {
 END_TEST
 
 START_TEST(read_only_attachment_cannot_pin) {
-  pdshm_var *v = filled(root, "t", 8, 0);
+  pdshm_var *v = tu_filled(root, "t", 8, 0);
   pdshm_options o = {.flags = PDSHM_RDONLY};
   pdshm_seg *ro;
   ck_assert_int_eq(pdshm_attach(seg_name, &o, &ro), 0);
@@ -491,7 +373,7 @@ END_TEST
 
 /* No block left for the record: ENOMEM, nothing pinned, nothing taken. */
 START_TEST(enomem_changes_nothing) {
-  pdshm_var *v = filled(root, "t", FLOATS, 2);
+  pdshm_var *v = tu_filled(root, "t", FLOATS, 2);
   enum { MAXB = 4096 };
   static pdshm_off_t held[MAXB];
   int n = 0;
@@ -519,7 +401,7 @@ END_TEST
 /* pdshm_check finds a pin count that disagrees with the records, and an
  * orphan without a pin; nothing else is wrong meanwhile. */
 START_TEST(check_finds_bad_pin_counts) {
-  pdshm_var *v = filled(root, "t", FLOATS, 0);
+  pdshm_var *v = tu_filled(root, "t", FLOATS, 0);
   pdshm_pin *p;
   ck_assert_int_eq(pdshm_tensor_pin(v, &p, NULL), 0);
   const pdshm_off_t buf = ((struct pdshm_var_rec *)(void *)v)->buf;
@@ -555,7 +437,7 @@ END_TEST
  * as its word says, but not inside the file, and are refused, not handed
  * out.  Nothing changes: the same pin works once the word is mended. */
 START_TEST(buffer_reaching_past_the_file_is_ebadseg) {
-  pdshm_var *v = filled(root, "t", FLOATS, 0);
+  pdshm_var *v = tu_filled(root, "t", FLOATS, 0);
   struct pdshm_var_rec *r = (struct pdshm_var_rec *)(void *)v;
   struct pdshm_blk *b = pdshm__blk(seg, r->buf);
   const uint64_t word = atomic_load(&b->word), nbytes = r->nbytes;
@@ -588,7 +470,7 @@ static int erase_t(void *arg) {
 }
 
 START_TEST(erase_in_another_process) {
-  pdshm_var *v = filled(root, "t", FLOATS, 4);
+  pdshm_var *v = tu_filled(root, "t", FLOATS, 4);
   pdshm_pin *p;
   pdshm_tensor_view w;
   ck_assert_int_eq(pdshm_tensor_pin(v, &p, &w), 0);
@@ -650,7 +532,7 @@ static int duo_finish(struct duo *d, pid_t kid) {
 }
 
 START_TEST(two_pins_from_two_processes) {
-  pdshm_var *v = filled(root, "t", FLOATS, 6);
+  pdshm_var *v = tu_filled(root, "t", FLOATS, 6);
   pdshm_pin *p;
   pdshm_tensor_view w;
   ck_assert_int_eq(pdshm_tensor_pin(v, &p, &w), 0);
@@ -668,7 +550,7 @@ START_TEST(two_pins_from_two_processes) {
 END_TEST
 
 START_TEST(detach_drops_the_pins) {
-  filled(root, "t", FLOATS, 8);
+  tu_filled(root, "t", FLOATS, 8);
   struct duo d = {.seed = 8, .detach = 1};
   pid_t kid = duo_start(&d);
   ck_assert_int_eq(pdshm_var_erase(root, "t"), 0);
@@ -681,7 +563,7 @@ START_TEST(detach_drops_the_pins) {
 END_TEST
 
 START_TEST(killed_pinner_is_reaped) {
-  filled(root, "t", FLOATS, 12);
+  tu_filled(root, "t", FLOATS, 12);
   struct duo d = {.seed = 12, .die = 1};
   pid_t kid = duo_start(&d);
   ck_assert_int_eq(pdshm_var_erase(root, "t"), 0);
@@ -767,7 +649,7 @@ static int unpin_inherited(void *arg) {
 }
 
 START_TEST(fork_child_cannot_drop_the_parents_pin) {
-  pdshm_var *v = filled(root, "t", FLOATS, 3);
+  pdshm_var *v = tu_filled(root, "t", FLOATS, 3);
   pdshm_tensor_view w;
   ck_assert_int_eq(pdshm_tensor_pin(v, &g_pin, &w), 0);
   ck_assert_int_eq(tu_wait(tu_fork(unpin_inherited, NULL)), 0);
@@ -821,7 +703,7 @@ static void heir_say(struct heir *h) {
 }
 
 START_TEST(inherited_pin_outlives_the_parents) {
-  pdshm_var *v = filled(root, "t", FLOATS, 30);
+  pdshm_var *v = tu_filled(root, "t", FLOATS, 30);
   ck_assert_int_eq(pdshm_tensor_pin(v, &g_pin, NULL), 0);
   struct heir h = {.expect = 0};
   pid_t kid = heir_start(&h);
@@ -840,7 +722,7 @@ START_TEST(inherited_pin_outlives_the_parents) {
 END_TEST
 
 START_TEST(inherit_after_the_parents_unpin_is_estale) {
-  pdshm_var *v = filled(root, "t", FLOATS, 31);
+  pdshm_var *v = tu_filled(root, "t", FLOATS, 31);
   ck_assert_int_eq(pdshm_tensor_pin(v, &g_pin, NULL), 0);
   struct heir h = {.expect = PDSHM_ESTALE};
   pid_t kid = heir_start(&h);
@@ -854,7 +736,7 @@ END_TEST
 
 /* An inherited pin is of this segment only. */
 START_TEST(inherit_into_another_segment_is_einval) {
-  pdshm_var *v = filled(root, "t", 8, 0);
+  pdshm_var *v = tu_filled(root, "t", 8, 0);
   ck_assert_int_eq(pdshm_tensor_pin(v, &g_pin, NULL), 0);
   pdshm_seg *other = tu_create("pin2", 0, 4);
   pdshm_pin *q = NULL;
@@ -878,8 +760,6 @@ static Suite *pin_suite(void) {
   tcase_add_test(tc, zero_byte_tensor_pins);
   tcase_add_test(tc, threads_pin_while_another_resizes);
   tcase_add_test(tc, scope_destruction_waits_for_the_scope_lock);
-  tcase_add_test(tc, a_recount_never_shows_a_pinned_buffer_unpinned);
-  tcase_add_loop_test(tc, a_recount_counts_every_record_of_many, 0, 2); /* list, no memory */
   tc = tu_tcase(s, "errors", 30, setup, teardown);
   tcase_add_test(tc, bad_calls_change_nothing);
   tcase_add_test(tc, read_only_attachment_cannot_pin);

@@ -173,6 +173,15 @@ uint64_t tu_used(pdshm_seg *seg) {
   return st.used;
 }
 
+pdshm_var *tu_filled(pdshm_scope *s, const char *name, int64_t n, float seed) {
+  pdshm_var *v;
+  ck_assert_int_eq(pdshm_var_get(s, name, &v), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &n), 0);
+  float *f = pdshm_tensor_data(v);
+  for (int64_t i = 0; i < n; i++) f[i] = (float)i + seed;
+  return v;
+}
+
 void tu_report_fail(struct tu_report *rep, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
