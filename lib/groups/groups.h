@@ -153,6 +153,8 @@ struct pdshm_group {
   uint32_t regrouped;      /* a candidate's: the record's `regrouped` when it
                               enlisted                                        */
   uint32_t round;          /* the round our next barrier or collective is in   */
+  uint32_t spin_ns;        /* how long the next wait spins before it sleeps
+                              (group_round.c, invariant 5); 0: the least      */
   struct pdshm_group *next;/* the attachment's memberships (seg->groups)       */
 };
 
