@@ -37,6 +37,9 @@ A reduction of at most SMALL_BYTES (any dtype and op) is one call of C
 (pdshm's SlotReducer, with the GIL released while it waits) and one
 barrier: each rank copies its tensor into one of two slots of its own
 (_Small) and folds every rank's, in rank order, straight into its tensor.
+A broadcast, all_gather or gather of at most SMALL_BYTES goes the same
+way: the senders copy into their slots, one barrier, and each rank copies
+the slots it receives straight into its tensors.
 A larger private tensor of float32, float64, int32 or int64 (SUM, AVG, MIN,
 MAX) is reduced by shares through the exchange bytes (_reduce_by_shares:
 each rank copies in only what the others reduce, and copies their reduced
@@ -46,7 +49,7 @@ reduced in place by the pdshm group with no copy; the remaining reductions
 the group does (float16 and bfloat16, in float32 rounded once;
 non-contiguous tensors) go through a staging variable.  The others
 (PRODUCT, the bitwise ops, int8, int16, uint8, bool), reduce_scatter and
-every op that only moves bytes go through per-rank exchange variables: each
+every larger op that only moves bytes go through per-rank exchange variables: each
 rank writes its bytes into its own, a barrier, each reads what it needs
 from the others' (reducing in rank order, so every rank computes the same
 bits), a barrier.  Staging and exchange variables are kept and reused from
@@ -330,11 +333,11 @@ class _Exchange:
 
 
 class _Small:
-    """Each rank's variable of two slots for all_reduces of at most
-    SMALL_BYTES, and the SlotReducer (pdshm._pdshm, C) that runs them in one
-    call: each rank copies its tensor into its slot of the collective, one
-    barrier, each folds every rank's in rank order straight into its tensor
-    (see SlotReducer).  The reducer pins every rank's variable, so it is
+    """Each rank's variable of two slots for all_reduces, broadcasts and
+    gathers of at most SMALL_BYTES, and the SlotReducer (pdshm._pdshm, C)
+    that runs each in one call: each sender copies its tensor into its slot
+    of the collective, one barrier, each rank folds or copies the slots
+    straight into its tensors (see SlotReducer).  The reducer pins every rank's variable, so it is
     made once all exist (after the group's first barrier: start())."""
 
     HEAD = 32  # bytes of a slot's header
@@ -423,6 +426,17 @@ _SLOT_FAST = {(op.value, dtype): name for op, name in _SLOT_OPS.items()
               for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64,
                             torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
               if _find_fold(op, dtype) is not _NO_FOLD}
+
+
+# The dtypes whose tensors the SlotReducer broadcasts and gathers (bool as uint8).
+_SLOT_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+                torch.complex128, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
+                torch.bool}
+
+
+def _slot_arg(t: torch.Tensor) -> torch.Tensor:
+    """t (contiguous) as the SlotReducer takes it."""
+    return t.view(torch.uint8) if t.dtype == torch.bool else t
 
 
 def _reduce_local(op, parts: Sequence[torch.Tensor], out: torch.Tensor) -> None:
@@ -870,10 +884,40 @@ class ProcessGroupPdshm(ProcessGroup):
     def _slot_reduce(self, t: torch.Tensor, name: str) -> None:
         """The SlotReducer's all_reduce of t (contiguous, at most SMALL_BYTES)
         by op `name`, its errors in torch's terms."""
+        self._slot_call("all_reduce", self._small.reducer.allreduce, t, name)
+
+    def _slot_call(self, what: str, fn, *args) -> None:
+        """fn(*args) (a call of the SlotReducer) with its errors in torch's terms."""
         try:
-            self._call(self._small.reducer.allreduce, t, name)
+            self._call(fn, *args)
         except _pdshm.InvalidArgument as e:  # the ranks' calls differ
-            raise RuntimeError(f"pdshm: all_reduce: {e}") from None
+            raise RuntimeError(f"pdshm: {what}: {e}") from None
+
+    def _in_slots(self, t: torch.Tensor) -> bool:
+        """Whether a broadcast or gather of t goes through the SlotReducer,
+        decided from what every rank's t has alike (device, dtype, size)."""
+        return (self._slots_span_group and t.is_cpu and t.dtype in _SLOT_DTYPES
+                and 0 < _bytes_of(t) <= SMALL_BYTES)
+
+    def _broadcast_small(self, t: torch.Tensor, root: int) -> None:
+        c = t if t.is_contiguous() else t.contiguous()
+        self._slot_call("broadcast", self._small.reducer.broadcast, _slot_arg(c), root)
+        if c is not t:
+            t.copy_(c)
+
+    def _gather_small(self, outs: Sequence[torch.Tensor], t: torch.Tensor) -> None:
+        """_gather_into through the SlotReducer: outs that are not contiguous
+        through contiguous copies, none (a gather's non-root) into scratch."""
+        c = t if t.is_contiguous() else t.contiguous()
+        if not outs:
+            scratch = torch.empty_like(c)
+            outs = [scratch] * self.size()
+        into = [o if o.is_contiguous() else torch.empty_like(c) for o in outs]
+        self._slot_call("all_gather", self._small.reducer.allgather, _slot_arg(c),
+                        [_slot_arg(i.view(c.shape)) for i in into])
+        for o, i in zip(outs, into):
+            if i is not o:
+                o.copy_(i.view(o.shape))
 
     def _allreduce1(self, op, t: torch.Tensor) -> None:
         _fold_of(op, t.dtype, "allreduce")
@@ -964,6 +1008,9 @@ class ProcessGroupPdshm(ProcessGroup):
         root = _root(opts, self.size())
 
         def run():
+            if self._in_slots(t):
+                self._broadcast_small(t, root)
+                return
             if self.rank() == root:
                 _as(self._exchange.mine(_bytes_of(t)), t).copy_(t)
             self._barrier()
@@ -975,6 +1022,9 @@ class ProcessGroupPdshm(ProcessGroup):
     def _gather_into(self, outs: Sequence[torch.Tensor], t: torch.Tensor) -> None:
         """outs[r] = rank r's t, for every r (outs may be empty: contribute
         only); outs are shaped like t (_check_like)."""
+        if self._in_slots(t):
+            self._gather_small(outs, t)
+            return
         _as(self._exchange.mine(_bytes_of(t)), t).copy_(t)
         self._barrier()
         for r, o in enumerate(outs):

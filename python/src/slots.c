@@ -1,19 +1,22 @@
 /*
- * slots.c - the SlotReducer type: the all-reduce of a small tensor in one C
- * call (pdshm.distributed's path for tensors of at most a slot's bytes).
+ * slots.c - the SlotReducer type: the all-reduce, broadcast and all-gather
+ * of a small tensor, each in one C call (pdshm.distributed's path for
+ * tensors of at most a slot's bytes).
  *
  * Each member of a group has a variable of two slots (its halves); the
  * collective numbered seq uses slot seq % 2.  A slot is a header of HEAD_WORDS
- * int64 words (seq, op, dtype, element count) and the data.  A call copies
- * the caller's tensor and its header into its own slot, passes the group's
- * barrier (which spins a little before it sleeps: a longer spin here made
- * small all-reduces slower on a loaded machine, taking the CPU from the
- * member waited for), checks every member's header (members that do
- * not agree on the collective raise, all of them, and change nothing), and
- * folds every member's data in rank order straight into the caller's tensor:
- * the same bits at every member.  One barrier is enough: a member writes a
- * slot again two collectives later, after the barrier of the one in between,
- * which every member reaches only once it has read the slot.
+ * int64 words (seq, what, dtype, element count; `what` names the collective
+ * and its op or root) and the data.  A call copies the caller's tensor (a
+ * broadcast: the root's only) and its header into its own slot, passes the
+ * group's barrier (which spins a little before it sleeps, adapting to how
+ * soon the members meet), checks every member's header (members that do not
+ * agree on the collective raise, all of them, and change nothing), and reads
+ * the slots it needs straight into the caller's tensors: an all-reduce folds
+ * every member's data in rank order (the same bits at every member), a
+ * broadcast copies the root's, an all-gather every member's.  One barrier is
+ * enough: a member writes a slot again two collectives later, after the
+ * barrier of the one in between, which every member reaches only once it
+ * has read the slot.
  *
  * Invariants:
  *  1. The Pins of every member's slot variable are held: the bytes stay
@@ -32,12 +35,13 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "dlpack.h"
 #include "pdshmpy.h"
 
-#define HEAD_WORDS 4          /* seq, op, dtype, count                          */
+#define HEAD_WORDS 4          /* seq, what, dtype, count                        */
 #define HEAD_BYTES (HEAD_WORDS * 8)
 #define LEFT_SLICE_NS 50000000LL /* 50 ms: invariant 3                         */
 #define CHUNK 256             /* float16 and bfloat16 are folded in float32 by chunks */
@@ -327,16 +331,36 @@ static int member_departed(slots_obj *s) {
   return -1;
 }
 
+/* The collectives of a round, as its header's second word says: the kind
+ * in the high half, its argument (the op, the root) in the low. */
+enum coll { C_ALLREDUCE, C_BROADCAST, C_ALLGATHER };
+#define WHAT(coll, arg) ((int64_t)(coll) << 32 | (uint32_t)(arg))
+
+/* What the collective `what` on a is, for an error message. */
+static void describe(char *buf, size_t len, int64_t what, const tensor_arg *a) {
+  unsigned arg = (uint32_t)what;
+  switch ((enum coll)(what >> 32)) {
+    case C_ALLREDUCE:
+      snprintf(buf, len, "all_reduce of %s[%zu] by %s", kind_names[a->kind], a->count,
+               op_names[arg]);
+      break;
+    case C_BROADCAST:
+      snprintf(buf, len, "broadcast of %s[%zu] from rank %u", kind_names[a->kind], a->count, arg);
+      break;
+    default: snprintf(buf, len, "all_gather of %s[%zu]", kind_names[a->kind], a->count); break;
+  }
+}
+
 /* Every member's header agrees with this one's: 0, or -1 with an exception. */
-static int heads_agree(slots_obj *s, uint64_t seq, const int64_t *mine, enum op op,
-                       const tensor_arg *a) {
+static int heads_agree(slots_obj *s, uint64_t seq, const int64_t *mine, const tensor_arg *a) {
   for (Py_ssize_t r = 0; r < s->n; r++) {
     const int64_t *h = slot_head(s, r, seq);
     if (r != s->rank && memcmp(h, mine, HEAD_BYTES)) {
+      char what[128];
+      describe(what, sizeof what, mine[1], a);
       pdshmpy_raise_msg(PDSHMPY_STATE(s), PDSHM_EINVAL,
-                        "rank %zd did not take part in the same collective (this rank: "
-                        "all_reduce of %s[%zu] by %s)", r, kind_names[a->kind], a->count,
-                        op_names[op]);
+                        "rank %zd did not take part in the same collective (this rank: %s)", r,
+                        what);
       return -1;
     }
   }
@@ -364,77 +388,188 @@ static int barrier_rest(slots_obj *s, pdshm_group *g, int rc, int64_t left) {
   }
 }
 
+/* What a collective does once every member's slot is written: with the GIL
+ * released, the slots of round seq read, the caller's tensors written. */
+typedef void after_fn(slots_obj *s, uint64_t seq, const tensor_arg *a, void *ctx);
+
+/* One collective `what` on a: a's bytes (when put) and the header into this
+ * member's slot, the barrier, every header checked, then after().  Returns
+ * None, or NULL with an exception (a death: PeerDied; the members' calls
+ * differ: InvalidArgument at every member). */
+static PyObject *slot_round(slots_obj *s, const tensor_arg *a, int64_t what, bool put,
+                            int64_t left, after_fn *after, void *ctx) {
+  pdshmpy_state *st = PDSHMPY_STATE(s);
+  pdshmpy_seg *gseg;
+  pdshm_group *g = pdshmpy_group_begin((PyObject *)s->group, &gseg);
+  if (!g) return NULL;
+  Py_INCREF(s); /* invariant 2 */
+  uint64_t seq = s->seq++;
+  int64_t head[HEAD_WORDS] = {(int64_t)seq, what, a->kind, (int64_t)a->count};
+  int64_t *mine = slot_head(s, s->rank, seq);
+  size_t nbytes = put ? a->count * kind_sizes[a->kind] : 0;
+  int64_t first = left < 0 || left > LEFT_SLICE_NS ? LEFT_SLICE_NS : left;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  memcpy(mine + HEAD_WORDS, a->data, nbytes);
+  memcpy(mine, head, HEAD_BYTES);
+  rc = pdshm_group_barrier(g, first);
+  Py_END_ALLOW_THREADS
+  rc = barrier_rest(s, g, rc, left);
+  if (!rc && heads_agree(s, seq, mine, a) < 0) rc = 1;
+  if (!rc) PDSHMPY_NOGIL(after(s, seq, a, ctx));
+  pdshmpy_group_end(s->group);
+  Py_DECREF(s);
+  if (rc == 1) return NULL;
+  char name[128];
+  describe(name, sizeof name, what, a);
+  if (rc == PDSHM_EOWNERDEAD)
+    return pdshmpy_raise_msg(st, rc, "a member of the group died: the %s was abandoned", name);
+  if (rc) return pdshmpy_raise(st, rc, name);
+  Py_RETURN_NONE;
+}
+
+/* The arguments (x, y, timeout=None) of every collective: x, y and the
+ * timeout in ns (-1: none).  0, or -1 with an exception. */
+static int parse_args(PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames,
+                      const char *usage, pdshmpy_state *st, PyObject **x, PyObject **y,
+                      int64_t *left) {
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  PyObject *timeout = nargs == 3 ? argv[2] : nkw ? argv[nargs] : Py_None;
+  if (nargs > 3 || nargs < 2 || nkw > 1 || (nkw && nargs == 3) ||
+      (nkw && !PyUnicode_Check(PyTuple_GET_ITEM(kwnames, 0))) ||
+      (nkw && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "timeout"))) {
+    PyErr_SetString(PyExc_TypeError, usage);
+    return -1;
+  }
+  *x = argv[0];
+  *y = argv[1];
+  *left = -1;
+  if (timeout != Py_None) {
+    double t = PyFloat_AsDouble(timeout);
+    if (t == -1.0 && PyErr_Occurred()) return -1;
+    if (!(t >= 0) || isinf(t)) {
+      pdshmpy_raise_msg(st, PDSHM_EINVAL, "timeout must be None or seconds >= 0, not %R",
+                        timeout);
+      return -1;
+    }
+    *left = t >= 4e9 ? INT64_MAX / 2 : (int64_t)(t * 1e9);
+  }
+  return 0;
+}
+
+/* ---- all_reduce ----------------------------------------------------------------------------- */
+
+static void reduce_after(slots_obj *s, uint64_t seq, const tensor_arg *a, void *ctx) {
+  const void *parts[PDSHM_GROUP_MAX];
+  for (Py_ssize_t r = 0; r < s->n; r++) parts[r] = slot_head(s, r, seq) + HEAD_WORDS;
+  fold(a->kind, a->data, parts, (int)s->n, a->count, *(enum op *)ctx);
+}
+
 /* allreduce(tensor, op, timeout=None): see the method's doc. */
 static PyObject *slots_allreduce(PyObject *self, PyObject *const *argv, Py_ssize_t nargs,
                                  PyObject *kwnames) {
   slots_obj *s = SL(self);
   pdshmpy_state *st = PDSHMPY_STATE(self);
-  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-  PyObject *args[3] = {NULL, NULL, Py_None};
-  for (Py_ssize_t i = 0; i < nargs && i < 3; i++) args[i] = argv[i];
-  if (nargs > 3 || nargs < 2 || nkw > 1 || (nkw && nargs == 3) ||
-      (nkw && !PyUnicode_Check(PyTuple_GET_ITEM(kwnames, 0))) ||
-      (nkw && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "timeout"))) {
-    PyErr_SetString(PyExc_TypeError, "allreduce takes (tensor, op, timeout=None)");
+  PyObject *tensor, *opname;
+  int64_t left;
+  if (parse_args(argv, nargs, kwnames, "allreduce takes (tensor, op, timeout=None)", st,
+                 &tensor, &opname, &left) < 0)
     return NULL;
-  }
-  if (nkw) args[2] = argv[nargs];
-  const char *name = pdshmpy_utf8(args[1], "op");
+  const char *name = pdshmpy_utf8(opname, "op");
   if (!name) return NULL;
   enum op op = OP_COUNT;
   for (int i = 0; i < OP_COUNT; i++)
     if (!strcmp(name, op_names[i])) op = (enum op)i;
   if (op == OP_COUNT)
     return pdshmpy_raise_msg(st, PDSHM_EINVAL, "op must be one of sum, mean, product, min, max, "
-                             "band, bor, bxor, not %R", args[1]);
-  int64_t left = -1;
-  if (args[2] != Py_None) {
-    double t = PyFloat_AsDouble(args[2]);
-    if (t == -1.0 && PyErr_Occurred()) return NULL;
-    if (!(t >= 0) || isinf(t))
-      return pdshmpy_raise_msg(st, PDSHM_EINVAL, "timeout must be None or seconds >= 0, not %R",
-                               args[2]);
-    left = t >= 4e9 ? INT64_MAX / 2 : (int64_t)(t * 1e9);
-  }
+                             "band, bor, bxor, not %R", opname);
   tensor_arg a;
-  if (tensor_get(s, args[0], &a) < 0) return NULL;
-  if (!op_defined(a.kind, op)) {
-    Py_DECREF(a.capsule);
-    return pdshmpy_raise_msg(st, PDSHM_EINVAL, "no %s of %s", op_names[op], kind_names[a.kind]);
-  }
-  pdshmpy_seg *gseg;
-  pdshm_group *g = pdshmpy_group_begin(s->group, &gseg);
-  if (!g) {
-    Py_DECREF(a.capsule);
-    return NULL;
-  }
-  Py_INCREF(self); /* invariant 2 */
-  uint64_t seq = s->seq++;
-  int64_t head[HEAD_WORDS] = {(int64_t)seq, op, a.kind, (int64_t)a.count};
-  int64_t *mine = slot_head(s, s->rank, seq);
-  size_t nbytes = a.count * kind_sizes[a.kind];
-  int64_t first = left < 0 || left > LEFT_SLICE_NS ? LEFT_SLICE_NS : left;
-  int rc;
-  Py_BEGIN_ALLOW_THREADS
-  memcpy(mine + HEAD_WORDS, a.data, nbytes);
-  memcpy(mine, head, HEAD_BYTES);
-  rc = pdshm_group_barrier(g, first);
-  Py_END_ALLOW_THREADS
-  rc = barrier_rest(s, g, rc, left);
-  if (!rc && heads_agree(s, seq, mine, op, &a) < 0) rc = 1;
-  if (!rc) {
-    const void *parts[PDSHM_GROUP_MAX];
-    for (Py_ssize_t r = 0; r < s->n; r++) parts[r] = slot_head(s, r, seq) + HEAD_WORDS;
-    PDSHMPY_NOGIL(fold(a.kind, a.data, parts, (int)s->n, a.count, op));
-  }
-  pdshmpy_group_end(s->group);
+  if (tensor_get(s, tensor, &a) < 0) return NULL;
+  PyObject *res;
+  if (!op_defined(a.kind, op))
+    res = pdshmpy_raise_msg(st, PDSHM_EINVAL, "no %s of %s", op_names[op], kind_names[a.kind]);
+  else
+    res = slot_round(s, &a, WHAT(C_ALLREDUCE, op), true, left, reduce_after, &op);
   Py_DECREF(a.capsule);
-  Py_DECREF(self);
-  if (rc == 1) return NULL;
-  if (rc == PDSHM_EOWNERDEAD)
-    return pdshmpy_raise_msg(st, rc, "a member of the group died: the all_reduce was abandoned");
-  if (rc) return pdshmpy_raise(st, rc, "all_reduce's barrier");
-  Py_RETURN_NONE;
+  return res;
+}
+
+/* ---- broadcast ------------------------------------------------------------------------------ */
+
+static void broadcast_after(slots_obj *s, uint64_t seq, const tensor_arg *a, void *ctx) {
+  int root = *(int *)ctx;
+  if (root != s->rank)
+    memcpy(a->data, slot_head(s, root, seq) + HEAD_WORDS, a->count * kind_sizes[a->kind]);
+}
+
+/* broadcast(tensor, root, timeout=None): see the method's doc. */
+static PyObject *slots_broadcast(PyObject *self, PyObject *const *argv, Py_ssize_t nargs,
+                                 PyObject *kwnames) {
+  slots_obj *s = SL(self);
+  pdshmpy_state *st = PDSHMPY_STATE(self);
+  PyObject *tensor, *rootobj;
+  int64_t left;
+  if (parse_args(argv, nargs, kwnames, "broadcast takes (tensor, root, timeout=None)", st,
+                 &tensor, &rootobj, &left) < 0)
+    return NULL;
+  long root = PyLong_AsLong(rootobj);
+  if (root == -1 && PyErr_Occurred()) return NULL;
+  if (root < 0 || root >= s->n)
+    return pdshmpy_raise_msg(st, PDSHM_EINVAL, "root %ld is not a rank of a group of %zd", root,
+                             s->n);
+  tensor_arg a;
+  if (tensor_get(s, tensor, &a) < 0) return NULL;
+  int r = (int)root;
+  PyObject *res = slot_round(s, &a, WHAT(C_BROADCAST, r), r == s->rank, left, broadcast_after, &r);
+  Py_DECREF(a.capsule);
+  return res;
+}
+
+/* ---- all_gather ----------------------------------------------------------------------------- */
+
+static void gather_after(slots_obj *s, uint64_t seq, const tensor_arg *a, void *ctx) {
+  const tensor_arg *outs = ctx;
+  for (Py_ssize_t r = 0; r < s->n; r++)
+    memcpy(outs[r].data, slot_head(s, r, seq) + HEAD_WORDS, a->count * kind_sizes[a->kind]);
+}
+
+/* allgather(tensor, outputs, timeout=None): see the method's doc. */
+static PyObject *slots_allgather(PyObject *self, PyObject *const *argv, Py_ssize_t nargs,
+                                 PyObject *kwnames) {
+  slots_obj *s = SL(self);
+  pdshmpy_state *st = PDSHMPY_STATE(self);
+  PyObject *tensor, *outputs;
+  int64_t left;
+  if (parse_args(argv, nargs, kwnames, "allgather takes (tensor, outputs, timeout=None)", st,
+                 &tensor, &outputs, &left) < 0)
+    return NULL;
+  PyObject *list = PySequence_Fast(outputs, "outputs must be a sequence of tensors");
+  if (!list) return NULL;
+  PyObject *res = NULL;
+  tensor_arg a = {0}, outs[PDSHM_GROUP_MAX] = {{0}};
+  Py_ssize_t got = 0;
+  if (PySequence_Fast_GET_SIZE(list) != s->n) {
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "%zd outputs for a group of %zd",
+                      PySequence_Fast_GET_SIZE(list), s->n);
+    goto done;
+  }
+  if (tensor_get(s, tensor, &a) < 0) goto done;
+  for (; got < s->n; got++) {
+    if (tensor_get(s, PySequence_Fast_GET_ITEM(list, got), &outs[got]) < 0) goto done;
+    if (outs[got].kind != a.kind || outs[got].count != a.count) {
+      pdshmpy_raise_msg(st, PDSHM_EINVAL, "outputs[%zd] is %s[%zu], the tensor %s[%zu]", got,
+                        kind_names[outs[got].kind], outs[got].count, kind_names[a.kind],
+                        a.count);
+      got++;
+      goto done;
+    }
+  }
+  res = slot_round(s, &a, WHAT(C_ALLGATHER, 0), true, left, gather_after, outs);
+done:
+  for (Py_ssize_t r = 0; r < got; r++) Py_DECREF(outs[r].capsule);
+  Py_XDECREF(a.capsule);
+  Py_DECREF(list);
+  return res;
 }
 
 /* ---- the type ------------------------------------------------------------------------------- */
@@ -536,6 +671,17 @@ static PyMethodDef slots_methods[] = {
      "seconds or None.  Raises\nPeerDied when a member died or left, TimeoutError after "
      "timeout (the\ntensor unchanged), InvalidArgument when the members' calls differ "
      "(every\nmember raises, no tensor changed) or for a bad argument (no round)."},
+    {"broadcast", (PyCFunction)(void (*)(void))slots_broadcast, METH_FASTCALL | METH_KEYWORDS,
+     "broadcast(tensor, root, timeout=None)\n\nEvery member passes a contiguous CPU torch "
+     "tensor of at most slot_bytes,\nof the same dtype and element count, and the same root "
+     "rank; on return\neach tensor holds the root's bytes.  One barrier, errors as for\n"
+     "allreduce."},
+    {"allgather", (PyCFunction)(void (*)(void))slots_allgather, METH_FASTCALL | METH_KEYWORDS,
+     "allgather(tensor, outputs, timeout=None)\n\nEvery member passes a contiguous CPU torch "
+     "tensor of at most slot_bytes,\nof the same dtype and element count, and a sequence of "
+     "one contiguous\ntensor per member, each of that dtype and count; on return outputs[r]\n"
+     "holds member r's tensor, at every member.  One barrier, errors as for\nallreduce (the "
+     "outputs unchanged when it raises)."},
     {NULL}};
 
 static PyGetSetDef slots_getset[] = {
@@ -545,8 +691,8 @@ static PyGetSetDef slots_getset[] = {
 static PyType_Slot slots_slots[] = {
     {Py_tp_doc,
      "SlotReducer(group, slots, slot_bytes)\n\n"
-     "The all-reduce of tensors of at most slot_bytes (a positive multiple of\n"
-     "32) in one call: group is this member's pdshm.Group, slots every member's\n"
+     "The all-reduce, broadcast and all-gather of tensors of at most slot_bytes\n"
+     "(a positive multiple of 32), each in one call: group is this member's pdshm.Group, slots every member's\n"
      "slot variable in rank order (each at least 2 * (32 + slot_bytes) bytes,\n"
      "made and sized by its member before the group's first barrier); pinned\n"
      "for the reducer's life.  Every member makes one at the same point of\n"

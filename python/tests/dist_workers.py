@@ -386,11 +386,57 @@ def main_collectives():
     return {"rank": rank, "segment": name, "digests": rep.digests}
 
 
+def small_moves(rank, n, rep):
+    """broadcast, all_gather, _all_gather_base and gather of at most
+    pdist.SMALL_BYTES (the SlotReducer's one call): every dtype, counts from
+    1 to a full slot, contiguous and not, each rank's bytes equal to the
+    sender's; then ranks that name different roots all raise, and the next
+    broadcast works."""
+    for dtype in DTYPES + [torch.complex64, torch.complex128]:
+        size = torch.empty(0, dtype=dtype).element_size()
+        for count in (1, 37, pdist.SMALL_BYTES // size):
+            case = f"small/{dtype}/moves/{count}"
+            ins = [seeded(case, r, (count,), dtype) for r in range(n)]
+            root = count % n
+            t = ins[rank].clone()
+            dist.broadcast(t, root)
+            assert torch.equal(t, ins[root]), f"{case}: broadcast"
+            rep.add(case + "/broadcast", t)
+            outs = [torch.zeros_like(ins[0]) for _ in range(n)]
+            dist.all_gather(outs, ins[rank])
+            assert all(torch.equal(o, i) for o, i in zip(outs, ins)), f"{case}: all_gather"
+            flat = torch.zeros(n * count, dtype=dtype)
+            dist._all_gather_base(flat, ins[rank])
+            assert torch.equal(flat, torch.cat(ins)), f"{case}: _all_gather_base"
+            got = [torch.zeros_like(ins[0]) for _ in range(n)] if rank == root else None
+            dist.gather(ins[rank], got, dst=root)
+            assert rank != root or all(torch.equal(o, i) for o, i in zip(got, ins)), case
+            if count == 37:  # non-contiguous: copied in and out
+                s = strided(ins[rank])
+                dist.broadcast(s, root)
+                assert torch.equal(s, ins[root]) and not s._base[:, 1].any(), case
+                outs = [strided(torch.zeros_like(ins[0])) for _ in range(n)]
+                dist.all_gather(outs, strided(ins[rank]))
+                assert all(torch.equal(o, i) and not o._base[:, 1].any()
+                           for o, i in zip(outs, ins)), f"{case}: strided all_gather"
+    t = torch.full((5,), float(rank))
+    try:
+        dist.broadcast(t, rank)
+    except RuntimeError as e:
+        assert "did not take part in the same collective" in str(e), e
+    else:
+        raise AssertionError("broadcasts from different roots did not raise")
+    assert torch.equal(t, torch.full((5,), float(rank))), t
+    dist.broadcast(t, n - 1)
+    assert torch.equal(t, torch.full((5,), float(n - 1))), t
+
+
 def main_small():
     """all_reduce of at most pdist.SMALL_BYTES (the SlotReducer's one call):
     every dtype (complex too) and op, counts from 1 to a full slot, odd ones,
-    contiguous and not, against the local fold; then ranks whose calls
-    differ: each raises, its tensor unchanged, and the next all_reduce works."""
+    contiguous and not, against the local fold; the SlotReducer's broadcast
+    and gathers (small_moves); then ranks whose calls differ: each raises,
+    its tensor unchanged, and the next all_reduce works."""
     dist.init_process_group("pdshm", timeout=timedelta(seconds=60))
     rank, n = dist.get_rank(), dist.get_world_size()
     rep = Report()
@@ -415,6 +461,7 @@ def main_small():
                     same(s, want, case + "/strided")
                     assert (s._base[:, 1] == 0).all(), "wrote outside"
                     rep.add(case + "/strided", s)
+    small_moves(rank, n, rep)
     # a 2-d tensor, and a 0-d one
     t = torch.full((3, 5), float(rank))
     dist.all_reduce(t, R.MAX)

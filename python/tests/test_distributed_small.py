@@ -1,8 +1,9 @@
-"""The all_reduce of small tensors (at most pdshm.distributed.SMALL_BYTES),
-which the backend runs in one call of pdshm's SlotReducer: every dtype and
-op against the local fold, in jobs of 2 and 3 processes (dist_workers.py
-"small"); a rank killed while the others wait in it; and the reducer's
-checks of its arguments, in one process (a group of one)."""
+"""The all_reduce, broadcast and gathers of small tensors (at most
+pdshm.distributed.SMALL_BYTES), which the backend runs in one call of
+pdshm's SlotReducer: every dtype and op against the local fold and the
+senders' bytes, in jobs of 2 and 3 processes (dist_workers.py "small"); a
+rank killed while the others wait in it; and the reducer's checks of its
+arguments, in one process (a group of one)."""
 import os
 
 import pytest
@@ -85,6 +86,37 @@ def test_reducer_refuses_bad_tensors_and_ops_with_no_round(lone):
     assert red.seq == 0  # no round was started
     red.allreduce(t, "max")
     assert torch.equal(t, torch.ones(8)) and red.seq == 1
+
+
+def test_reducer_moves_a_lone_members_bytes_and_refuses_bad_calls_with_no_round(lone):
+    _, _, red = lone
+    t = torch.arange(5, dtype=torch.int16)
+    red.broadcast(t, 0)
+    assert torch.equal(t, torch.arange(5, dtype=torch.int16)) and red.seq == 1
+    out = torch.zeros(5, dtype=torch.int16)
+    red.allgather(t, [out], timeout=5.0)
+    assert torch.equal(out, t) and red.seq == 2
+    with pytest.raises(pdshm.InvalidArgument, match="root 1 is not a rank of a group of 1"):
+        red.broadcast(t, 1)
+    with pytest.raises(pdshm.InvalidArgument, match="root -1"):
+        red.broadcast(t, -1)
+    with pytest.raises(TypeError):
+        red.broadcast(t, "0")
+    with pytest.raises(pdshm.InvalidArgument, match="a slot holds"):
+        red.broadcast(torch.ones(SLOT // 4 + 1), 0)
+    with pytest.raises(pdshm.InvalidArgument, match="2 outputs for a group of 1"):
+        red.allgather(t, [out, out])
+    with pytest.raises(pdshm.InvalidArgument, match=r"outputs\[0\] is int32\[5\], the tensor int16"):
+        red.allgather(t, [torch.zeros(5, dtype=torch.int32)])
+    with pytest.raises(pdshm.InvalidArgument, match=r"outputs\[0\] is int16\[4\]"):
+        red.allgather(t, [torch.zeros(4, dtype=torch.int16)])
+    with pytest.raises(pdshm.InvalidArgument, match="not contiguous"):
+        red.allgather(t, [torch.zeros(5, 2, dtype=torch.int16)[:, 0]])
+    with pytest.raises(TypeError, match="sequence of tensors"):
+        red.allgather(t, 3)
+    with pytest.raises(TypeError):
+        red.allgather(t)
+    assert red.seq == 2 and torch.equal(out, t)  # no round was started
 
 
 def test_reducer_wants_a_group_and_a_slot_variable_per_member(seg, lone):
