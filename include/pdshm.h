@@ -388,6 +388,9 @@ PDSHM_API int pdshm_var_wait(const pdshm_var *v, uint64_t seen, int64_t timeout_
 #define PDSHM_GROUP_NAME_MAX PDSHM_NAME_MAX
 typedef struct pdshm_group pdshm_group; /* this process's membership: private */
 typedef enum { PDSHM_SUM, PDSHM_MEAN, PDSHM_MAX, PDSHM_MIN } pdshm_reduce_op;
+/* A tensor's element type (below, Tensors). */
+typedef enum { PDSHM_BOOL, PDSHM_U8, PDSHM_I8, PDSHM_I16, PDSHM_I32, PDSHM_I64,
+               PDSHM_F16, PDSHM_BF16, PDSHM_F32, PDSHM_F64 } pdshm_dtype;
 
 /*
  * Joins the group NAME (1 to PDSHM_GROUP_NAME_MAX bytes; created by its first
@@ -498,6 +501,31 @@ PDSHM_API int pdshm_group_reduce_scatter(pdshm_group *g, pdshm_var *v, pdshm_red
  * g.
  */
 PDSHM_API int pdshm_group_allgather(pdshm_group *g, pdshm_var *v, int64_t timeout_ns);
+/*
+ * An allreduce of count elements of dtype at data, in the caller's private
+ * memory: on return data holds the op over every member's data.  staging is
+ * a variable of the caller's, holding a tensor of at least count elements'
+ * bytes (any dtype: its bytes are used), that does not overlap data; the
+ * members read each other's staging tensors, so each copies into the
+ * segment only the shares the others reduce and copies the others' reduced
+ * shares straight from their staging into its data (per member, for S bytes
+ * among n members: S - S/n copied each way, against 2S around
+ * pdshm_group_allreduce of a staging tensor).  Three rounds of the group.
+ * Dtypes, ops, MEAN, integer wrapping, the result's bits (the same at every
+ * member) and errors as for pdshm_group_allreduce; members that pass
+ * different dtypes, counts or ops, or call another collective or a barrier
+ * in the same round, all answer EINVAL, no data changed.  After
+ * PDSHM_EOWNERDEAD or a timeout while the members were working, data's
+ * contents are unspecified; a timeout before any member read anything
+ * changes nothing and a later call takes part in the same round.  Bad
+ * arguments of the caller (data NULL with count > 0, a dtype that cannot
+ * be reduced, an unknown op, staging NULL, of another attachment, or
+ * smaller than the data: EINVAL; holding no tensor: ETYPE) answer that
+ * error, the others EINVAL.  EINVAL for a NULL g.
+ */
+PDSHM_API int pdshm_group_allreduce_private(pdshm_group *g, void *data, pdshm_dtype dtype,
+                                            uint64_t count, pdshm_var *staging,
+                                            pdshm_reduce_op op, int64_t timeout_ns);
 /* Frees the rank and the handle (also on error); the group's memory goes
  * back when this was its last member.  pdshm_detach leaves every group of
  * the attachment.  EINVAL for a NULL g; EROFS, EFORKED, ENOTRECOVERABLE as
@@ -558,9 +586,6 @@ PDSHM_API int pdshm_group_enlist(pdshm_seg *seg, const char *name, int64_t timeo
 /* ---- Tensors ------------------------------------------------------------ */
 #define PDSHM_NDIM_MAX 8
 #define PDSHM_TENSOR_ALIGN 64 /* bytes: alignment of every tensor's data */
-
-typedef enum { PDSHM_BOOL, PDSHM_U8, PDSHM_I8, PDSHM_I16, PDSHM_I32, PDSHM_I64,
-               PDSHM_F16, PDSHM_BF16, PDSHM_F32, PDSHM_F64 } pdshm_dtype;
 
 /* Makes v a tensor of that dtype and shape (ndim 0..PDSHM_NDIM_MAX, each dim
  * >= 0; a zero dim gives 0 bytes); data contents are unspecified afterwards.

@@ -326,12 +326,42 @@ static double tolerance(int dt, double ref) {
   return fabs(ref) * rel;
 }
 
-enum { K_BARRIER, K_ALLREDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_KINDS };
+enum { K_BARRIER, K_ALLREDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_PRIVATE, K_KINDS };
+
+/* The process's staging variable of K_PRIVATE; each child makes its own
+ * (staging_new) before its first collective. */
+static pdshm_var *staging;
+static int staging_new(pdshm_scope *s) { return pdshm_var_new(s, &staging); }
+
+/* K_PRIVATE: pdshm_group_allreduce_private of a private copy of v's tensor
+ * through the staging variable (resized to fit), the copy written back to
+ * v's tensor whatever the answer, so that callers check v as after an
+ * allreduce. */
+static int private_allreduce(pdshm_group *g, pdshm_var *v, int op, int64_t timeout_ns) {
+  int dt = pdshm_tensor_dtype(v);
+  if (dt < 0) return dt;
+  size_t nbytes = pdshm_tensor_nbytes(v), es = pdshm_dtype_size((pdshm_dtype)dt);
+  int64_t want = (int64_t)nbytes;
+  int rc = pdshm_tensor_nbytes(staging) >= nbytes ? 0
+           : pdshm_tensor_resize(staging, PDSHM_U8, 1, &want);
+  void *data = malloc(nbytes + 1);
+  if (rc || !data) {
+    free(data);
+    return rc ? rc : PDSHM_ENOMEM;
+  }
+  memcpy(data, pdshm_tensor_data(v), nbytes);
+  rc = pdshm_group_allreduce_private(g, data, (pdshm_dtype)dt, nbytes / es, staging,
+                                     (pdshm_reduce_op)op, timeout_ns);
+  memcpy(pdshm_tensor_data(v), data, nbytes);
+  free(data);
+  return rc;
+}
 
 /* One collective of kind k (K_BARRIER: a barrier, v and op unused). */
 static int collective(int k, pdshm_group *g, pdshm_var *v, int op, int64_t timeout_ns) {
   switch (k) {
   case K_ALLREDUCE: return pdshm_group_allreduce(g, v, op, timeout_ns);
+  case K_PRIVATE: return private_allreduce(g, v, op, timeout_ns);
   case K_REDUCE_SCATTER: return pdshm_group_reduce_scatter(g, v, op, timeout_ns);
   case K_ALLGATHER: return pdshm_group_allgather(g, v, timeout_ns);
   default: return pdshm_group_barrier(g, timeout_ns);
@@ -350,7 +380,7 @@ struct ar_arg {
   int rank, size;
   const char *group;
   int mismatch;    /* this rank passes one element more                  */
-  int kind;        /* K_ALLREDUCE, K_REDUCE_SCATTER or K_ALLGATHER       */
+  int kind;        /* K_ALLREDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_PRIVATE */
 };
 
 /* What rank a holds at element i of n before its collective, and what it
@@ -374,7 +404,8 @@ static int kid_allreduce(void *argp) {
   pdshm_group *g;
   pdshm_var *pad, *v;
   if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r)) TU_FAIL_RETURN(&a->b->rep, "attach");
-  if (pdshm_scope_new(r, NULL, &mine) || pdshm_var_new(mine, &pad) || pdshm_var_new(mine, &v))
+  if (pdshm_scope_new(r, NULL, &mine) || pdshm_var_new(mine, &pad) || pdshm_var_new(mine, &v) ||
+      staging_new(mine))
     TU_FAIL_RETURN(&a->b->rep, "vars");
   int64_t padn = 1 + a->rank * 333;
   pdshm_tensor_resize(pad, PDSHM_U8, 1, &padn);
@@ -459,6 +490,14 @@ START_TEST(allgather_every_dtype) {
   collective_among(K_ALLGATHER, 1, "ag1", -1);
 }
 END_TEST
+/* 5 members: counts 1 and 7 leave some shares empty or of one element. */
+START_TEST(private_allreduce_every_dtype_and_op) {
+  collective_among(K_PRIVATE, 3, "pa3", -1);
+  collective_among(K_PRIVATE, 5, "pa5", -1);
+  collective_among(K_PRIVATE, 1, "pa1", -1);
+  collective_among(K_PRIVATE, 3, "pamis", 1);
+}
+END_TEST
 START_TEST(reduce_scatter_and_allgather_mismatch_is_einval_everywhere) {
   collective_among(K_REDUCE_SCATTER, 3, "rsmis", 0);
   collective_among(K_ALLGATHER, 3, "agmis", 1);
@@ -480,7 +519,7 @@ static int kid_mixed(void *argp) {
   pdshm_var *v;
   int64_t n = 1001;
   if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r) || pdshm_scope_new(r, NULL, &mine) ||
-      pdshm_var_new(mine, &v) || pdshm_tensor_resize(v, PDSHM_F32, 1, &n))
+      pdshm_var_new(mine, &v) || pdshm_tensor_resize(v, PDSHM_F32, 1, &n) || staging_new(mine))
     TU_FAIL_RETURN(&a->b->rep, "setup");
   if (pdshm_group_join(s, "mix", 3, a->rank, &g)) TU_FAIL_RETURN(&a->b->rep, "join");
   float *p = pdshm_tensor_data(v);
@@ -613,6 +652,47 @@ START_TEST(allreduce_errors) {
 }
 END_TEST
 
+START_TEST(private_allreduce_errors) {
+  pdshm_group *g;
+  pdshm_var *notensor, *small, *st;
+  float data[5] = {0, 1, 2, 3, 4};
+  int64_t n = 5, four = 4 * 4;
+  ck_assert_int_eq(pdshm_group_join(seg, "pae", 1, -1, &g), 0);
+  ck_assert_int_eq(pdshm_var_create(root, "notensor", &notensor), 0);
+  ck_assert_int_eq(pdshm_var_create(root, "small", &small), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(small, PDSHM_U8, 1, &four), 0);
+  ck_assert_int_eq(pdshm_var_create(root, "st", &st), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(st, PDSHM_F32, 1, &n), 0);
+  ck_assert_int_eq(pdshm_group_allreduce_private(NULL, data, PDSHM_F32, 5, st, PDSHM_SUM, SEC),
+                   PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_allreduce_private(g, NULL, PDSHM_F32, 5, st, PDSHM_SUM, SEC),
+                   PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_allreduce_private(g, data, PDSHM_U8, 5, st, PDSHM_SUM, SEC),
+                   PDSHM_EINVAL);
+  ck_assert_int_eq(
+      pdshm_group_allreduce_private(g, data, PDSHM_F32, 5, st, (pdshm_reduce_op)9, SEC),
+      PDSHM_EINVAL);
+  ck_assert_int_eq(pdshm_group_allreduce_private(g, data, PDSHM_F32, 5, NULL, PDSHM_SUM, SEC),
+                   PDSHM_EINVAL);
+  ck_assert_int_eq(
+      pdshm_group_allreduce_private(g, data, PDSHM_F32, 5, notensor, PDSHM_SUM, SEC),
+      PDSHM_ETYPE);
+  ck_assert_int_eq(pdshm_group_allreduce_private(g, data, PDSHM_F32, 5, small, PDSHM_SUM, SEC),
+                   PDSHM_EINVAL);
+  ck_assert_str_eq(pdshm_last_error(), "the staging tensor holds 16 bytes, not the 20 of the data");
+  ck_assert_int_eq(
+      pdshm_group_allreduce_private(g, data, PDSHM_F32, UINT64_MAX / 2, st, PDSHM_SUM, SEC),
+      PDSHM_EINVAL);
+  for (int i = 0; i < 5; i++) ck_assert_float_eq(data[i], (float)i);
+  /* the group is not stuck in a round: a good call works, and so does 0 elements */
+  ck_assert_int_eq(pdshm_group_allreduce_private(g, data, PDSHM_F32, 5, st, PDSHM_MEAN, SEC), 0);
+  ck_assert_int_eq(pdshm_group_allreduce_private(g, NULL, PDSHM_F32, 0, st, PDSHM_SUM, SEC), 0);
+  for (int i = 0; i < 5; i++) ck_assert_float_eq(data[i], (float)i);
+  ck_assert_int_eq(pdshm_group_leave(g), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+}
+END_TEST
+
 /* A member of "art" (2): waits for the go, then one allreduce of 1000 floats
  * (its rank + 1 each), or a barrier when b->go is 2. */
 static int kid_one_allreduce(void *argp) {
@@ -702,7 +782,7 @@ static float round_before(int kind, int rank, int size, int64_t k, int64_t n) {
 }
 static float round_after(int kind, int rank, int size, int64_t k, int64_t n) {
   bool mine = owner((size_t)k, (size_t)n, size) == rank;
-  if (kind == K_ALLREDUCE || (kind == K_REDUCE_SCATTER && mine))
+  if (kind == K_ALLREDUCE || kind == K_PRIVATE || (kind == K_REDUCE_SCATTER && mine))
     return (float)(k % 5) * (float)size;
   return (float)(k % 5);
 }
@@ -716,7 +796,7 @@ static int kid_rounds(void *argp) {
   pdshm_group *g;
   pdshm_var *v;
   if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r)) TU_FAIL_RETURN(&a->b->rep, "attach");
-  if (pdshm_var_new(r, &v)) TU_FAIL_RETURN(&a->b->rep, "var");
+  if (pdshm_var_new(r, &v) || staging_new(r)) TU_FAIL_RETURN(&a->b->rep, "var");
   int64_t n = 100000;
   if (pdshm_tensor_resize(v, PDSHM_F32, 1, &n)) TU_FAIL_RETURN(&a->b->rep, "resize");
   float *p = pdshm_tensor_data(v);
@@ -755,7 +835,7 @@ static int kid_victim(void *argp) {
 }
 
 static const char *const kind_names[K_KINDS] = {"barriers", "allreduces", "reduce_scatters",
-                                                "allgathers"};
+                                                "allgathers", "private_allreduces"};
 
 static void death_test(int kind, unsigned seed) {
   struct board *b = tu_shared(sizeof *b);
@@ -819,6 +899,8 @@ START_TEST(member_killed_in_reduce_scatters) { death_test(K_REDUCE_SCATTER, (uns
 END_TEST
 START_TEST(member_killed_in_allgathers) { death_test(K_ALLGATHER, (unsigned)_i + 19); }
 END_TEST
+START_TEST(member_killed_in_private_allreduces) { death_test(K_PRIVATE, (unsigned)_i + 25); }
+END_TEST
 
 int main(void) {
   Suite *s = suite_create("group");
@@ -842,6 +924,8 @@ int main(void) {
   tcase_add_test(tc, allreduce_times_out_unchanged_and_resumes);
   tcase_add_test(tc, reduce_scatter_every_dtype_and_op);
   tcase_add_test(tc, allgather_every_dtype);
+  tcase_add_test(tc, private_allreduce_every_dtype_and_op);
+  tcase_add_test(tc, private_allreduce_errors);
   tcase_add_test(tc, reduce_scatter_and_allgather_mismatch_is_einval_everywhere);
   tcase_add_test(tc, mixed_kinds_are_einval_everywhere_and_write_nothing);
   tcase_add_test(tc, share_errors_and_bounds);
@@ -850,5 +934,6 @@ int main(void) {
   tcase_add_loop_test(tc, member_killed_in_allreduces, 0, 3);
   tcase_add_loop_test(tc, member_killed_in_reduce_scatters, 0, 3);
   tcase_add_loop_test(tc, member_killed_in_allgathers, 0, 3);
+  tcase_add_loop_test(tc, member_killed_in_private_allreduces, 0, 3);
   return tu_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -47,7 +47,8 @@
 
 #define SHARE_CHUNK 16384 /* elements between two looks at the round */
 
-static const char *const kind_names[] = {"allreduce", "reduce_scatter", "allgather"};
+static const char *const kind_names[] = {"allreduce", "reduce_scatter", "allgather",
+                                         "regroup", "allreduce_private"};
 
 static const char *kind_name(unsigned kind) {
   return kind < sizeof kind_names / sizeof *kind_names ? kind_names[kind] : "no tensor";
@@ -57,13 +58,14 @@ static const char *kind_name(unsigned kind) {
  * an allgather copies any dtype, the others reduce. */
 static size_t desc_elem(const struct pdshm_group_desc *d) {
   if (d->kind == PDSHM_GK_ALLGATHER) return pdshm_dtype_size((pdshm_dtype)d->dtype);
-  if (d->kind == PDSHM_GK_ALLREDUCE || d->kind == PDSHM_GK_REDUCE_SCATTER)
+  if (d->kind == PDSHM_GK_ALLREDUCE || d->kind == PDSHM_GK_REDUCE_SCATTER ||
+      d->kind == PDSHM_GK_ALLREDUCE_PRIVATE)
     return pdshm__reduce_elem((int)d->dtype);
   return 0;
 }
 
 /* Step 2; every member reaches the same verdict from the same words. */
-static int ar_check(const pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round) {
+int pdshm__ar_check(const pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round) {
   const struct pdshm_group_desc *d0 = &g->rank[0].ar[round & 1];
   size_t es = desc_elem(d0);
   if (d0->kind == PDSHM_GK_NONE)
@@ -121,7 +123,7 @@ static int ar_reduce(struct pdshm_group *gr, uint64_t deadline) {
   pdshm_seg *seg = gr->seg;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
   uint32_t round = gr->round;
-  int rc = ar_check(seg, g, round - 1);
+  int rc = pdshm__ar_check(seg, g, round - 1);
   /* P+1 ended without us (broken): the others may have moved on and written
    * their next descriptions over the ones just read; its outcome is the
    * answer, not what they said */
@@ -154,10 +156,7 @@ static int ar_args(pdshm_group *gr, pdshm_var *v, pdshm_reduce_op op, unsigned k
   return rc < 0 ? rc : 0;
 }
 
-/* A caller with bad arguments still takes part in the round, describing no
- * tensor, so that the others answer EINVAL instead of waiting for it; its
- * own answer is what was wrong (or how the round ended, if not completed). */
-static int ar_without_tensor(pdshm_group *gr, int why, int64_t timeout_ns) {
+int pdshm__ar_without_tensor(pdshm_group *gr, int why, int64_t timeout_ns) {
   pdshm__round_no_tensor(gr);
   int rc = pdshm__round_pass(gr, pdshm__round_deadline(timeout_ns), true);
   return rc ? rc : why;
@@ -173,7 +172,7 @@ static int collective(pdshm_group *gr, pdshm_var *v, pdshm_reduce_op op, unsigne
   pdshm_pin *pin;
   pdshm_tensor_view view;
   if ((rc = ar_args(gr, v, op, kind)) || (rc = pdshm_tensor_pin(v, &pin, &view)))
-    return ar_without_tensor(gr, rc, timeout_ns);
+    return pdshm__ar_without_tensor(gr, rc, timeout_ns);
   pdshm_seg *seg = gr->seg;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
   struct pdshm_group_desc d = {

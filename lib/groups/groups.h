@@ -76,6 +76,8 @@ enum {
   PDSHM_GK_ALLGATHER = 2,      /* pdshm_group_allgather                      */
   PDSHM_GK_REGROUP = 3,        /* pdshm_group_regroup: no tensor, and its
                                   arrival never completes the round          */
+  PDSHM_GK_ALLREDUCE_PRIVATE = 4, /* pdshm_group_allreduce_private: the
+                                  description is of the staging tensor       */
   PDSHM_GK_NONE = 0xffff       /* no tensor: a barrier, or withdrawn         */
 };
 
@@ -285,6 +287,17 @@ void pdshm__round_wait_writers(pdshm_seg *seg, struct pdshm_group_rec *g, uint32
                                int skip_rank);
 /* The deadline of a timeout: UINT64_MAX for none (< 0). */
 uint64_t pdshm__round_deadline(int64_t timeout_ns);
+
+/* ---- allreduce.c ---- */
+/* Step 2 of a collective (allreduce.c) whose descriptions were published at
+ * `round`: 0 when every member's matches rank 0's and can be taken, else
+ * EINVAL (or EBADSEG for a tensor outside the arena), the same verdict at
+ * every member. */
+int pdshm__ar_check(const pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round);
+/* A caller with bad arguments still takes part in the round, describing no
+ * tensor, so that the others answer EINVAL instead of waiting for it; its
+ * own answer is `why` (or how the round ended, if not completed). */
+int pdshm__ar_without_tensor(struct pdshm_group *gr, int why, int64_t timeout_ns);
 
 /* ---- reduce.c ---- */
 /* Element size of a dtype allreduce takes, 0 for others. */

@@ -1,0 +1,158 @@
+/*
+ * allreduce_private.c - pdshm_group_allreduce_private: the allreduce of a
+ * tensor in the caller's private memory, through a staging tensor of the
+ * segment, each byte of it copied in and out at most once.
+ *
+ * Three rounds of the group (group_round.c), P, P+1 and P+2:
+ *   1. each member copies into its staging tensor the shares of its data that
+ *      the others reduce (every share but its own: pdshm__share_first), pins
+ *      the staging tensor, describes it (kind PDSHM_GK_ALLREDUCE_PRIVATE) in
+ *      its rank's ar[P & 1] and arrives at P (a timeout withdraws: nobody
+ *      read anything);
+ *   2. once P completes, every member checks every description, as
+ *      allreduce.c's step 2 does (the same verdict everywhere; on EINVAL
+ *      nothing was read or written);
+ *   3. in round P+1, member k folds its share k of its own data and of every
+ *      other member's staging tensor, in rank order, into its data, copies
+ *      the result into its staging share k, and arrives at P+1;
+ *   4. in round P+2, once P+1 completed, member k copies every other member
+ *      r's share r from r's staging tensor straight into its data, and
+ *      arrives at P+2.
+ * A member writes only its own data and staging tensor; the others read the
+ * staging tensor.  Step 1 of a member's next call rewrites its staging only
+ * after P+2 completed, so after every member read it.  Each member marks
+ * itself writing (group_round.c, invariant 4) in steps 3 and 4 and looks at
+ * the round between chunks; a member that gets an error after step 2
+ * returns only once no live member is in them: nobody reads a staging
+ * tensor after its owner returned.  Per member, for S bytes of data among
+ * n members: S - S/n copied in, S read and 2S/n written by the fold, S - S/n
+ * copied out.
+ */
+#define PDSHM_LAYER 6 /* groups/ (lib/LAYERS) */
+#include "config.h"
+
+#include <string.h>
+
+#include "groups/groups.h"
+
+#define CHUNK_BYTES (1u << 18) /* between two looks at the round */
+
+/* Step 3 (copy false) or 4 (copy true) over [lo, hi) of the shares of
+ * member `me` (the fold: its own; the copy: every other's), in round
+ * `round`: 0 when done, 1 when the round ended first. */
+static int ap_step(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t me, uint32_t round,
+                   bool copy, uint8_t *data, const struct pdshm_group_desc *d0, size_t es) {
+  const uint32_t size = g->size, published = (round - 1 - copy) & 1;
+  const size_t chunk = CHUNK_BYTES / es;
+  void *src[PDSHM_GROUP_MAX];
+  for (uint32_t k = copy ? 0 : me; k < (copy ? size : me + 1); k++) {
+    if (copy && k == me) continue;
+    size_t lo = pdshm__share_first(d0->count, k, size), hi = pdshm__share_first(d0->count, k + 1, size);
+    for (size_t i = lo; i < hi; i += chunk) {
+      if (PDSHM_GS_ROUND(atomic_load_explicit(&g->state, memory_order_acquire)) != round)
+        return 1;
+      size_t n = hi - i < chunk ? hi - i : chunk;
+      for (uint32_t r = 0; r < size; r++)
+        src[r] = r == me ? data + i * es : seg->base + g->rank[r].ar[published].data + i * es;
+      if (copy) {
+        memcpy(data + i * es, src[k], n * es);
+        PDSHM_CRASHPOINT("group.allreduce_private.out");
+      } else {
+        pdshm__reduce((int)d0->dtype, (int)d0->op, data + i * es, src, size, n);
+        memcpy(seg->base + g->rank[me].ar[published].data + i * es, data + i * es, n * es);
+        PDSHM_CRASHPOINT("group.allreduce_private.fold");
+      }
+    }
+  }
+  return 0;
+}
+
+/* One of steps 3 and 4 as round gr->round, then its pass. */
+static int ap_round(struct pdshm_group *gr, bool copy, uint8_t *data,
+                    const struct pdshm_group_desc *d0, size_t es, uint64_t deadline) {
+  pdshm_seg *seg = gr->seg;
+  struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
+  uint32_t round = gr->round;
+  atomic_store(&g->rank[gr->rank].writing, round);
+  ap_step(seg, g, gr->rank, round, copy, data, d0, es);
+  atomic_store(&g->rank[gr->rank].writing, 0);
+  /* When the round ended while we worked, it was broken: passing it arrives
+   * nowhere and answers its outcome at once. */
+  int rc = pdshm__round_pass(gr, deadline, false);
+  if (rc) pdshm__round_wait_writers(seg, g, round, (int)gr->rank);
+  return rc;
+}
+
+/* Steps 2 to 4, once round P completed; the caller is in round P+1. */
+static int ap_rounds(struct pdshm_group *gr, uint8_t *data, size_t es, uint64_t deadline) {
+  pdshm_seg *seg = gr->seg;
+  struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
+  uint32_t round = gr->round;
+  int rc = pdshm__ar_check(seg, g, round - 1);
+  /* P+1 ended without us (broken): its outcome is the answer (allreduce.c) */
+  if (rc && PDSHM_GS_ROUND(atomic_load(&g->state)) != round) {
+    int orc = pdshm__round_pass(gr, deadline, false);
+    if (orc) {
+      pdshm__round_wait_writers(seg, g, round, (int)gr->rank);
+      return orc;
+    }
+  }
+  if (rc) return rc;
+  /* a copy: the descriptions of P are rewritten from round P+2 on */
+  const struct pdshm_group_desc d0 = g->rank[0].ar[(round - 1) & 1];
+  if ((rc = ap_round(gr, false, data, &d0, es, deadline))) return rc;
+  return ap_round(gr, true, data, &d0, es, deadline);
+}
+
+/* What is wrong with the arguments, if anything. */
+static int ap_args(pdshm_group *gr, const void *data, pdshm_dtype dtype, uint64_t count,
+                   pdshm_var *staging, pdshm_reduce_op op, size_t *es) {
+  if (!data && count) return pdshm__fail(PDSHM_EINVAL, "NULL data");
+  if ((unsigned)op > PDSHM_MIN) return pdshm__fail(PDSHM_EINVAL, "unknown reduce op %d", (int)op);
+  if (!(*es = pdshm__reduce_elem((int)dtype)))
+    return pdshm__fail(PDSHM_EINVAL, "dtype %d cannot be reduced", (int)dtype);
+  if (count > SIZE_MAX / *es) return pdshm__fail(PDSHM_EINVAL, "%llu elements overflow",
+                                                 (unsigned long long)count);
+  if (!staging) return pdshm__fail(PDSHM_EINVAL, "NULL staging variable");
+  if (pdshm__seg_of(staging) != gr->seg)
+    return pdshm__fail(PDSHM_EINVAL, "the staging variable is not in the group's attachment");
+  return 0;
+}
+
+PDSHM_API int pdshm_group_allreduce_private(pdshm_group *gr, void *data, pdshm_dtype dtype,
+                                            uint64_t count, pdshm_var *staging,
+                                            pdshm_reduce_op op, int64_t timeout_ns) {
+  pdshm__fail_clear();
+  if (!gr) return pdshm__fail(PDSHM_EINVAL, "NULL group");
+  int rc = pdshm__seg_writable(gr->seg);
+  if (rc) return rc;
+  size_t es;
+  pdshm_pin *pin;
+  pdshm_tensor_view view;
+  if ((rc = ap_args(gr, data, dtype, count, staging, op, &es)) ||
+      (rc = pdshm_tensor_pin(staging, &pin, &view)))
+    return pdshm__ar_without_tensor(gr, rc, timeout_ns);
+  if (view.nbytes / es < count) {
+    pdshm__tensor_unpin(pin);
+    rc = pdshm__fail(PDSHM_EINVAL, "the staging tensor holds %zu bytes, not the %llu of the data",
+                     (size_t)view.nbytes, (unsigned long long)(count * es));
+    return pdshm__ar_without_tensor(gr, rc, timeout_ns);
+  }
+  pdshm_seg *seg = gr->seg;
+  struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
+  uint32_t me = gr->rank, size = gr->size;
+  uint64_t lo = pdshm__share_first(count, me, size), hi = pdshm__share_first(count, me + 1, size);
+  memcpy(view.data, data, lo * es); /* step 1: the shares the others fold */
+  memcpy((uint8_t *)view.data + hi * es, (uint8_t *)data + hi * es, (count - hi) * es);
+  uint32_t round = gr->round;
+  g->rank[me].ar[round & 1] = (struct pdshm_group_desc){
+      .data = (pdshm_off_t)((uint8_t *)view.data - seg->base), .count = count,
+      .dtype = (uint32_t)dtype, .op = (uint16_t)op, .kind = PDSHM_GK_ALLREDUCE_PRIVATE};
+  uint64_t deadline = pdshm__round_deadline(timeout_ns);
+  rc = pdshm__round_pass(gr, deadline, true);
+  if (!rc) rc = ap_rounds(gr, data, es, deadline);
+  else if (rc == PDSHM_ETIMEDOUT && gr->round == round) /* withdrawn: unpinned below */
+    pdshm__round_no_tensor(gr);
+  int urc = pdshm__tensor_unpin(pin);
+  return rc ? rc : urc;
+}
