@@ -11,9 +11,11 @@
  *     calls, one after the other, their order turning by one each round:
  *       peer      the peer: private input, private output;
  *       in place  pdshm_group_allreduce of a tensor in the segment;
- *       copy      the private input copied into a tensor of the segment,
- *                 pdshm_group_allreduce, the tensor copied out to the private
- *                 output (what a torch backend must do with a private tensor);
+ *       copy      pdshm_group_allreduce_private of the private output, which
+ *                 holds the input (what a torch backend does with a private
+ *                 tensor): the shares the others fold copied into a staging
+ *                 tensor of the segment, and their folded shares copied
+ *                 straight back;
  *     and rank 0 alone memcpy()s the input to the output (the others wait in
  *     a barrier): the single-process copy bandwidth at that size and moment.
  *     A subject's time is the slowest rank's; a ratio is taken per round, and
@@ -166,11 +168,12 @@ static void call(struct rank *k, enum subject s) {
   switch (s) {
   case PEER: peer_allreduce(&k->peer, k->in, k->out, k->n); break;
   case INPLACE: group_allreduce(k); break;
-  case COPY:
-    memcpy(pdshm_tensor_data(k->v), k->in, k->n * sizeof(float));
-    group_allreduce(k);
-    memcpy(k->out, pdshm_tensor_data(k->v), k->n * sizeof(float));
+  case COPY: {
+    int rc = pdshm_group_allreduce_private(k->g, k->out, PDSHM_F32, k->n, k->v, PDSHM_SUM,
+                                           120 * SEC);
+    if (rc) die("pdshm_group_allreduce_private", rc);
     break;
+  }
   default: break;
   }
 }
@@ -201,6 +204,7 @@ static void verify(struct rank *k) {
     float *result = s == INPLACE ? pdshm_tensor_data(k->v) : k->out;
     memset(k->out, 0, k->n * sizeof(float));
     if (s == INPLACE) memcpy(pdshm_tensor_data(k->v), k->in, k->n * sizeof(float));
+    if (s == COPY) memcpy(k->out, k->in, k->n * sizeof(float));
     barrier(k);
     call(k, (enum subject)s);
     if (!sum_is_right(k, result)) atomic_store(&k->ctl->wrong[k->size_index][s], 1);
@@ -226,9 +230,10 @@ static void choose_iters(struct rank *k) {
 }
 
 static void time_subject(struct rank *k, enum subject s, int iters) {
-  /* the in-place subject sums its own result again and again: zeros, which
-   * stay zeros, keep the values from growing to inf */
+  /* the in-place subjects sum their own results again and again: zeros,
+   * which stay zeros, keep the values from growing to inf */
   if (s == INPLACE) memset(pdshm_tensor_data(k->v), 0, k->n * sizeof(float));
+  if (s == COPY) memset(k->out, 0, k->n * sizeof(float));
   start_together(k);
   double t0 = now_ns();
   for (int i = 0; i < iters; i++) call(k, s);

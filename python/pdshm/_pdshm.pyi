@@ -246,6 +246,11 @@ class Group:
     # through this Segment object
     def allreduce(self, var: Union[Var, Any], op: str = "sum",
                   timeout: Optional[float] = None) -> None: ...
+    # the allreduce of a writable C-contiguous buffer in this process's memory
+    # (numpy array: float16, float32, float64, int32, int64) through staging, a
+    # Var of this member's holding at least the buffer's bytes
+    def allreduce_private(self, buffer: Any, staging: Var, op: str = "sum",
+                          timeout: Optional[float] = None) -> None: ...
     # the first half of allreduce: this member's share of its own tensor
     # holds the op over every member's same share; the rest is left as it was
     def reduce_scatter(self, var: Union[Var, Any], op: str = "sum",

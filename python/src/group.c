@@ -1,7 +1,8 @@
 /*
  * group.c - trainer groups and waiting (DESIGN section 4): Segment.group(),
  * Segment.enlist(), the Group type (rank, size, barrier, allreduce,
- * reduce_scatter, allgather, regroup, share, holds, leave) and Var.wait().
+ * allreduce_private, reduce_scatter, allgather, regroup, share, holds,
+ * leave) and Var.wait().
  *
  * Invariants:
  *  1. A Group holds its Segment; Segment.detach() (and a fork child's
@@ -21,6 +22,7 @@
  *     timeout while members write would spoil the round for all.
  */
 #include <math.h>
+#include <stdbool.h>
 
 #include "pdshmpy.h"
 
@@ -339,6 +341,32 @@ static int reduce_op(pdshmpy_state *st, PyObject *o, pdshm_reduce_op *out) {
 enum collective { ALLREDUCE, REDUCE_SCATTER, ALLGATHER };
 static const char *const collective_names[] = {"allreduce", "reduce_scatter", "allgather"};
 
+/* The variable a collective of the group works on: varo is a Var of the
+ * group's Segment, or (views true) a whole-tensor view of one; NULL with
+ * an exception. */
+static pdshm_var *group_var(pdshmpy_group *gr, pdshm_seg *seg, PyObject *varo, bool views) {
+  pdshmpy_state *st = PDSHMPY_STATE(gr);
+  if (PyObject_TypeCheck(varo, st->var_type)) {
+    pdshmpy_var *var = (pdshmpy_var *)varo;
+    int same = PyObject_RichCompareBool(var->seg->name, gr->seg->name, Py_EQ);
+    if (same <= 0) {
+      if (!same)
+        pdshmpy_raise_msg(st, PDSHM_EINVAL, "the variable lives in segment %R, the group in %R",
+                          var->seg->name, gr->seg->name);
+      return NULL;
+    }
+    /* Resolved through the group's attachment: the offsets are the segment's. */
+    pdshm_var *v = pdshm_varref_get(seg, var->ref);
+    if (!v) pdshmpy_raise_msg(st, PDSHM_ESTALE, "the variable was erased or its scope died");
+    return v;
+  }
+  if (!views) {
+    PyErr_Format(PyExc_TypeError, "a pdshm.Var is wanted, not %.100s", Py_TYPE(varo)->tp_name);
+    return NULL;
+  }
+  return pdshmpy_view_var(gr->seg, seg, varo);
+}
+
 /* One collective on varo (a Var, or a whole-tensor view of one): None, or
  * NULL with an exception. */
 static PyObject *group_collective(pdshmpy_group *gr, enum collective kind, PyObject *varo,
@@ -347,21 +375,8 @@ static PyObject *group_collective(pdshmpy_group *gr, enum collective kind, PyObj
   pdshm_group *g = group_handle(gr);
   pdshm_seg *seg = g ? pdshmpy_seg_get(gr->seg) : NULL;
   if (!seg) return NULL;
-  pdshm_var *v;
-  if (PyObject_TypeCheck(varo, st->var_type)) {
-    pdshmpy_var *var = (pdshmpy_var *)varo;
-    int same = PyObject_RichCompareBool(var->seg->name, gr->seg->name, Py_EQ);
-    if (same <= 0)
-      return same < 0 ? NULL
-                      : pdshmpy_raise_msg(st, PDSHM_EINVAL, "the variable lives in segment %R, "
-                                          "the group in %R", var->seg->name, gr->seg->name);
-    /* Resolved through the group's attachment: the offsets are the segment's. */
-    v = pdshm_varref_get(seg, var->ref);
-    if (!v)
-      return pdshmpy_raise_msg(st, PDSHM_ESTALE, "the variable was erased or its scope died");
-  } else if (!(v = pdshmpy_view_var(gr->seg, seg, varo))) {
-    return NULL;
-  }
+  pdshm_var *v = group_var(gr, seg, varo, true);
+  if (!v) return NULL;
   int rc;
   gr->busy = 1;
   pdshmpy_seg_hold(gr->seg);
@@ -409,6 +424,49 @@ static PyObject *group_allgather(PyObject *self, PyObject *args, PyObject *kw) {
       timeout_ns(PDSHMPY_STATE(self), timeo, &ns) < 0)
     return NULL;
   return group_collective(GR(self), ALLGATHER, varo, PDSHM_SUM, ns);
+}
+
+/* allreduce_private(buffer, staging, op="sum", timeout=None): see the method's doc. */
+static PyObject *group_allreduce_private(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"buffer", "staging", "op", "timeout", NULL};
+  pdshmpy_group *gr = GR(self);
+  pdshmpy_state *st = PDSHMPY_STATE(self);
+  PyObject *bufo, *stagingo, *opo = NULL, *timeo = Py_None;
+  pdshm_reduce_op op = PDSHM_SUM;
+  int64_t ns;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OO:allreduce_private", kwlist, &bufo,
+                                   &stagingo, &opo, &timeo) ||
+      (opo && reduce_op(st, opo, &op) < 0) || timeout_ns(st, timeo, &ns) < 0)
+    return NULL;
+  pdshm_group *g = group_handle(gr);
+  pdshm_seg *seg = g ? pdshmpy_seg_get(gr->seg) : NULL;
+  if (!seg) return NULL;
+  pdshm_var *staging = group_var(gr, seg, stagingo, false);
+  if (!staging) return NULL;
+  Py_buffer view;
+  if (PyObject_GetBuffer(bufo, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+    return NULL;
+  int dt = pdshmpy_dtype_from_format(view.format, view.itemsize);
+  if (dt < 0) {
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "no allreduce of a buffer of format '%s'", view.format);
+    PyBuffer_Release(&view);
+    return NULL;
+  }
+  int rc;
+  uint64_t count = (uint64_t)(view.len / view.itemsize);
+  gr->busy = 1;
+  pdshmpy_seg_hold(gr->seg);
+  PDSHMPY_NOGIL(rc = pdshm_group_allreduce_private(g, view.buf, (pdshm_dtype)dt, count,
+                                                   staging, op, ns));
+  group_call_done(gr);
+  PyBuffer_Release(&view);
+  if (rc == -EOWNERDEAD)
+    return pdshmpy_raise_msg(st, rc, "a member of group %R died: the buffer is unspecified",
+                             gr->name);
+  if (rc)
+    return pdshmpy_raise_fmt(st, rc, "allreduce_private in group '%s'",
+                             PyUnicode_AsUTF8(gr->name));
+  Py_RETURN_NONE;
 }
 
 /* holds(view): whether a collective takes view itself, as the whole tensor
@@ -502,6 +560,16 @@ static PyMethodDef group_methods[] = {
      "\"mean\", \"max\", \"min\") over all\nmembers' tensors, computed in place in the "
      "segment.  Dtypes: float16,\nbfloat16, float32, float64, int32, int64.  PeerDied or "
      "TimeoutError as for\nbarrier (then the tensors' contents are unspecified)."},
+    {"allreduce_private", (PyCFunction)(void (*)(void))group_allreduce_private,
+     METH_VARARGS | METH_KEYWORDS,
+     "allreduce_private(buffer, staging, op=\"sum\", timeout=None)\n\nThe allreduce of "
+     "a buffer in this process's memory (a writable,\nC-contiguous buffer of float16, "
+     "float32, float64, int32 or int64, such\nas a numpy array), through staging: a Var of "
+     "this member's holding a\ntensor of at least the buffer's bytes.  Each member copies "
+     "into its\nstaging only the shares the others reduce, and copies their reduced\n"
+     "shares straight into its buffer.  op, the result's bits and the\nerrors as for "
+     "allreduce (after PeerDied or a timeout while the\nmembers worked, the buffer is "
+     "unspecified)."},
     {"reduce_scatter", (PyCFunction)(void (*)(void))group_reduce_scatter,
      METH_VARARGS | METH_KEYWORDS,
      "reduce_scatter(var, op=\"sum\", timeout=None)\n\nThe first half of allreduce: "

@@ -1,5 +1,5 @@
 """Trainer groups (DESIGN sections 4 and 5): join, barrier, allreduce,
-reduce_scatter, allgather and share, the death of a member seen as pdshm.PeerDied by the survivors, a replacement
+allreduce_private, reduce_scatter, allgather and share, the death of a member seen as pdshm.PeerDied by the survivors, a replacement
 taking over the dead member's rank, the errors of joining, and a member stopped
 inside an allreduce beside a dead one, which holds up no attach, reap or join."""
 import errno
@@ -106,6 +106,63 @@ def test_allreduce_integer_mean_divides_the_wrapped_sum_once(seg, children, dtyp
         expected = [-half, -2, -half, 2]
         assert v.numpy().tolist() == expected
         assert kid.result() == (1, [expected])
+
+
+@pytest.mark.parametrize("dtype, op, expected", [
+    ("float32", "sum", [6.0, -1.5, 33.0, 3.0, 28.0]),
+    ("float64", "max", [3.0, 0.5, 22.0, 1.0, 16.0]),
+    ("float16", "min", [1.0, -2.0, 0.0, 1.0, 4.0]),
+    ("int32", "mean", [2, 0, 11, 1, 9]),  # -2 / 3 truncates to 0
+    ("int64", "sum", [6, -2, 33, 3, 28])])
+def test_allreduce_private_reduces_each_members_array_in_its_memory(seg, children, dtype, op,
+                                                                     expected):
+    rows = [[1, -2, 0, 1, 4], [2, 0.5, 11, 1, 8], [3, 0, 22, 1, 16]]
+    if dtype.startswith("int"):
+        rows = [[int(x) for x in r] for r in rows]
+    with seg.group("g", 3, rank=0) as g:
+        kids = [member(children, seg, 3, r, ("allreduce_private", rows[r], op, T, dtype))
+                for r in (1, 2)]
+        for k in kids:
+            joined(k)
+        a = np.array(rows[0], dtype=dtype)
+        staging = seg.root.var("staging0")
+        staging.resize("uint8", (a.nbytes,))
+        g.allreduce_private(a, staging, op=op, timeout=T)
+        assert a.tolist() == expected
+        assert sorted(k.result() for k in kids) == [(1, [expected]), (2, [expected])]
+
+
+def test_allreduce_private_refuses_bad_buffers_and_staging_and_changes_nothing(seg):
+    other = pdshm.create(seg.name + "x", size=8 << 20)
+    try:
+        with seg.group("g", 1, rank=0) as g:
+            a = np.arange(6, dtype=np.float32)
+            staging = seg.root.var("staging")
+            staging.resize("uint8", (a.nbytes,))
+            small = seg.root.var("small")
+            small.resize("uint8", (a.nbytes - 1,))
+            with pytest.raises(pdshm.InvalidArgument, match="cannot be reduced"):
+                g.allreduce_private(np.zeros(4, dtype=np.uint8), staging)
+            with pytest.raises((BufferError, ValueError)):  # numpy's: ValueError
+                g.allreduce_private(np.zeros((4, 2), dtype=np.float32)[:, 0], staging)
+            with pytest.raises(BufferError, match="not writable"):
+                g.allreduce_private(b"\0" * 8, staging)
+            with pytest.raises(TypeError, match="pdshm.Var"):
+                g.allreduce_private(a, np.zeros(6, dtype=np.float32))
+            with pytest.raises(pdshm.InvalidArgument, match="lives in segment"):
+                g.allreduce_private(a, other.root.var("s"))
+            with pytest.raises(pdshm.InvalidArgument, match="staging tensor holds 23 bytes"):
+                g.allreduce_private(a, small)
+            with pytest.raises(TypeError):
+                g.allreduce_private(a, seg.root.var("notensor"))
+            with pytest.raises(pdshm.InvalidArgument, match="op must be"):
+                g.allreduce_private(a, staging, op="prod")
+            assert a.tolist() == list(range(6))
+            g.allreduce_private(a, staging, op="mean", timeout=T)  # the group goes on
+            assert a.tolist() == list(range(6))
+    finally:
+        other.detach()
+        pdshm.unlink(other.name)
 
 
 def test_allreduce_of_tensors_of_different_sizes_is_value_error_at_every_member(seg, children):

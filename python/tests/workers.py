@@ -211,6 +211,8 @@ def group_member(conn, seg_name, group, size, rank, steps):
          ("reduce_scatter", values, op, timeout)   likewise
          ("allgather", values, timeout)        likewise (values None: the
                                                variable as the last step left it)
+         ("allreduce_private", values, op, timeout, dtype)   of a numpy array
+                                               through its own staging variable
          ("tell", msg)  /  ("await", msg)      talk to the test
          ("hang",)                             wait to be killed
     and returns (rank, [each step's result]); a step that raised gives
@@ -233,6 +235,12 @@ def group_member(conn, seg_name, group, size, rank, steps):
                     v.assign(np.array(step[1], dtype=step[4] if len(step) > 4 else np.float64))
                     g.allreduce(v, op=step[2], timeout=step[3])
                     out.append(v.numpy().tolist())
+                elif step[0] == "allreduce_private":
+                    a = np.array(step[1], dtype=step[4])
+                    staging = seg.root.var(f"{group}.staging{g.rank}")
+                    staging.resize("uint8", (a.nbytes,))
+                    g.allreduce_private(a, staging, op=step[2], timeout=step[3])
+                    out.append(a.tolist())
                 elif step[0] in ("reduce_scatter", "allgather"):
                     v = seg.root.var(f"{group}.grad{g.rank}")
                     if step[1] is not None:
