@@ -40,10 +40,11 @@ barrier: each rank copies its tensor into one of two slots of its own
 A broadcast, all_gather or gather of at most SMALL_BYTES goes the same
 way: the senders copy into their slots, one barrier, and each rank copies
 the slots it receives straight into its tensors.
-A larger private tensor of float32, float64, int32 or int64 (SUM, AVG, MIN,
-MAX) is reduced by shares through the exchange bytes (_reduce_by_shares:
-each rank copies in only what the others reduce, and copies their reduced
-shares straight into its tensor).  A larger tensor that is a view of a
+A larger private tensor of float16, float32, float64, int32 or int64 (SUM,
+AVG, MIN, MAX) is reduced by shares through the exchange bytes, in one call of C
+(_reduce_by_shares, the group's allreduce_private: each rank copies in only
+what the others reduce, and copies their reduced shares straight into its
+tensor).  A larger tensor that is a view of a
 variable of the segment (segment_of(group), torch.from_dlpack(var)) is
 reduced in place by the pdshm group with no copy; the remaining reductions
 the group does (float16 and bfloat16, in float32 rounded once;
@@ -104,11 +105,10 @@ _GROUP_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, to
                  torch.int64}
 _HALF = {torch.float16, torch.bfloat16}
 # A private tensor of these dtypes and at least SHARES_MIN_BYTES is reduced
-# by shares through the exchange bytes (_reduce_by_shares); float16 and
-# bfloat16 are not: the group reduces them in float32 and rounds once.
-_SHARE_FOLDS = {_RED.SUM: torch.add, _RED.AVG: torch.add, _RED.MIN: torch.minimum,
-                _RED.MAX: torch.maximum}
-_SHARE_DTYPES = {torch.float32, torch.float64, torch.int32, torch.int64}
+# by an op of _GROUP_OPS by shares through the exchange bytes
+# (_reduce_by_shares: float16 in float32, rounded once); bfloat16 is not,
+# having no numpy dtype to pass it as.
+_SHARE_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int32, torch.int64}
 SHARES_MIN_BYTES = 64 << 10
 SMALL_BYTES = 64 << 10  # up to this, a reduction's bytes go through _Small
 
@@ -830,44 +830,20 @@ class ProcessGroupPdshm(ProcessGroup):
 
     def _reduce_by_shares(self, op, t: torch.Tensor) -> None:
         """t (contiguous, private memory) reduced by op over the group with
-        the fewest bytes moved: each rank copies into its exchange bytes only
-        the shares that the others reduce (share k of n elements: [n * k /
-        size, n * (k + 1) / size), as the group's); reduces its own share of
-        every rank's values in rank order, from its own tensor and the
-        others' exchange bytes, into its exchange bytes and its tensor; then
+        the fewest bytes moved, in one call of the group's allreduce_private
+        (C, the GIL released) through this rank's exchange bytes: each rank
+        copies into them only the shares the others reduce, reduces its own
+        share of every rank's values in rank order into its tensor, then
         copies the others' reduced shares from their exchange bytes straight
-        into its tensor.  Every share is reduced once, so every rank gets the
-        same bits.  Per rank, 4 bytes of traffic for each byte of t with 2
-        ranks (the group's allreduce between a copy in and out: 6)."""
-        size, me = self.size(), self.rank()
-        flat = t.view(-1)
-        count = flat.numel()
-        bounds = [count * k // size for k in range(size + 1)]
-        nbytes = _bytes_of(t)
-        mine = self._exchange.mine(nbytes)[:nbytes].view(t.dtype)
-        for k in range(size):
-            if k != me:
-                mine[bounds[k]:bounds[k + 1]].copy_(flat[bounds[k]:bounds[k + 1]])
+        into its tensor.  Every share is reduced once, so every rank gets
+        the same bits.  Per rank, 4 bytes of traffic for each byte of t with
+        2 ranks (the group's allreduce between a copy in and out: 6).  The
+        barrier first is the one that can tell a member that left (see
+        _barrier)."""
+        self._exchange.mine(_bytes_of(t))
         self._barrier()
-        theirs = [self._exchange.of(r)[:nbytes].view(t.dtype) for r in range(size)]
-        lo, hi = bounds[me], bounds[me + 1]
-        if hi > lo:
-            parts = [flat[lo:hi] if r == me else theirs[r][lo:hi] for r in range(size)]
-            out, fold = mine[lo:hi], _SHARE_FOLDS[op]
-            fold(parts[0], parts[1], out=out)
-            for part in parts[2:]:
-                fold(out, part, out=out)
-            if op == _RED.AVG:
-                if t.dtype.is_floating_point:
-                    out.div_(size)
-                else:
-                    torch.div(out, size, rounding_mode="trunc", out=out)
-            flat[lo:hi].copy_(out)
-        self._barrier()
-        for k in range(size):
-            if k != me:
-                flat[bounds[k]:bounds[k + 1]].copy_(theirs[k][bounds[k]:bounds[k + 1]])
-        self._barrier()  # before anyone writes its exchange bytes again
+        self._call(self._group.allreduce_private, t.detach().numpy(), self._exchange.own,
+                   _GROUP_OPS[op])
 
     def _reduce_small(self, op, t: torch.Tensor) -> None:
         """t (at most SMALL_BYTES) reduced over the group in one call of the
@@ -925,7 +901,7 @@ class ProcessGroupPdshm(ProcessGroup):
             return
         if _bytes_of(t) <= SMALL_BYTES:
             self._reduce_small(op, t)
-        elif (self.size() > 1 and op in _SHARE_FOLDS and t.dtype in _SHARE_DTYPES
+        elif (self.size() > 1 and op in _GROUP_OPS and t.dtype in _SHARE_DTYPES
                 and _bytes_of(t) >= SHARES_MIN_BYTES and t.is_contiguous()
                 and not self._group.holds(t)):
             self._reduce_by_shares(op, t)
