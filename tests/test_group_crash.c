@@ -2,7 +2,8 @@
  *
  * For each operation on a group -- creating join, join of an existing group,
  * takeover of a dead member's rank, leave, last leave, barriers, allreduces,
- * reduce_scatters, allgathers, allreduces of private memory, the reaper of a dead member, a regroup (with
+ * reduce_scatters, allgathers, allreduces of private memory (large and
+ * small), the reaper of a dead member, a regroup (with
  * this process, a third member dead), a regroup that times out, an enlist
  * admitted by this process's regroups, and an enlist that times out -- a
  * child attaches, prepares (not
@@ -64,12 +65,14 @@ static void teardown(void) {
 /* ---- the operations ------------------------------------------------------------- */
 
 enum op { OP_JOIN_NEW, OP_JOIN, OP_TAKEOVER, OP_LEAVE, OP_LEAVE_LAST, OP_BARRIER, OP_ALLREDUCE,
-          OP_REAP, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_ALLREDUCE_PRIVATE, OP_REGROUP, OP_REGROUP_TIMEOUT, OP_ENLIST,
+          OP_REAP, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_ALLREDUCE_PRIVATE,
+          OP_ALLREDUCE_PRIVATE_SMALL, OP_REGROUP, OP_REGROUP_TIMEOUT, OP_ENLIST,
           OP_ENLIST_TIMEOUT, NOPS };
 static const char *const op_names[NOPS] = {"join-new", "join",      "takeover",       "leave",
                                            "leave-last", "barrier", "allreduce",      "reap",
                                            "reduce_scatter",        "allgather",
-                                           "allreduce_private",     "regroup",
+                                           "allreduce_private",     "allreduce_private-small",
+                                           "regroup",
                                            "regroup-timeout",       "enlist",
                                            "enlist-timeout"};
 /* Whether op regroups or enlists. */
@@ -81,9 +84,11 @@ static unsigned op_size(enum op op) {
 /* Whether op is a collective on a tensor. */
 static bool op_tensor(enum op op) {
   return op == OP_ALLREDUCE || op == OP_REDUCE_SCATTER || op == OP_ALLGATHER ||
-         op == OP_ALLREDUCE_PRIVATE;
+         op == OP_ALLREDUCE_PRIVATE || op == OP_ALLREDUCE_PRIVATE_SMALL;
 }
-/* OP_ALLREDUCE_PRIVATE's data (v's tensor is its staging). */
+/* The data of OP_ALLREDUCE_PRIVATE (v's tensor is its staging) and of
+ * OP_ALLREDUCE_PRIVATE_SMALL (its first SMALL_FLOATS, two rounds' worth). */
+#define SMALL_FLOATS 1000
 static float private_data[FLOATS];
 /* Whether op passes group rounds, with a partner in them. */
 static bool op_rounds(enum op op) { return op == OP_BARRIER || op_tensor(op); }
@@ -95,9 +100,10 @@ static int op_rounds_run(enum op op, pdshm_group *g, pdshm_var *v) {
     case OP_BARRIER: rc = pdshm_group_barrier(g, 10 * SEC); break;
     case OP_ALLREDUCE: rc = pdshm_group_allreduce(g, v, PDSHM_SUM, 10 * SEC); break;
     case OP_REDUCE_SCATTER: rc = pdshm_group_reduce_scatter(g, v, PDSHM_SUM, 10 * SEC); break;
-    case OP_ALLREDUCE_PRIVATE:
-      rc = pdshm_group_allreduce_private(g, private_data, PDSHM_F32, FLOATS, v, PDSHM_SUM,
-                                         10 * SEC);
+    case OP_ALLREDUCE_PRIVATE: case OP_ALLREDUCE_PRIVATE_SMALL:
+      rc = pdshm_group_allreduce_private(g, private_data, PDSHM_F32,
+                                         op == OP_ALLREDUCE_PRIVATE ? FLOATS : SMALL_FLOATS, v,
+                                         PDSHM_SUM, 10 * SEC);
       break;
     default: rc = pdshm_group_allgather(g, v, 10 * SEC); break;
     }
@@ -161,7 +167,7 @@ static int child_main(void *arg) {
   case OP_TAKEOVER: rc = pdshm_group_join(s, "cg", 2, 1, &g); break;
   case OP_LEAVE: case OP_LEAVE_LAST: rc = pdshm_group_leave(g); break;
   case OP_BARRIER: case OP_ALLREDUCE: case OP_REDUCE_SCATTER: case OP_ALLGATHER:
-  case OP_ALLREDUCE_PRIVATE:
+  case OP_ALLREDUCE_PRIVATE: case OP_ALLREDUCE_PRIVATE_SMALL:
     rc = op_rounds_run(pl->op, g, v);
     break;
   case OP_REAP: rc = pdshm_reap(s, NULL); break;

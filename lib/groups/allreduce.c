@@ -47,8 +47,8 @@
 
 #define SHARE_CHUNK 16384 /* elements between two looks at the round */
 
-static const char *const kind_names[] = {"allreduce", "reduce_scatter", "allgather",
-                                         "regroup", "allreduce_private"};
+static const char *const kind_names[] = {"allreduce", "reduce_scatter", "allgather", "regroup",
+                                         "allreduce_private", "allreduce_private (small)"};
 
 static const char *kind_name(unsigned kind) {
   return kind < sizeof kind_names / sizeof *kind_names ? kind_names[kind] : "no tensor";
@@ -59,7 +59,7 @@ static const char *kind_name(unsigned kind) {
 static size_t desc_elem(const struct pdshm_group_desc *d) {
   if (d->kind == PDSHM_GK_ALLGATHER) return pdshm_dtype_size((pdshm_dtype)d->dtype);
   if (d->kind == PDSHM_GK_ALLREDUCE || d->kind == PDSHM_GK_REDUCE_SCATTER ||
-      d->kind == PDSHM_GK_ALLREDUCE_PRIVATE)
+      d->kind == PDSHM_GK_ALLREDUCE_PRIVATE || d->kind == PDSHM_GK_ALLREDUCE_SMALL)
     return pdshm__reduce_elem((int)d->dtype);
   return 0;
 }

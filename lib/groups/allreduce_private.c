@@ -18,6 +18,13 @@
  *   4. in round P+2, once P+1 completed, member k copies every other member
  *      r's share r from r's staging tensor straight into its data, and
  *      arrives at P+2.
+ * Data of at most PDSHM_PRIVATE_SMALL bytes goes in two rounds instead
+ * (kind PDSHM_GK_ALLREDUCE_SMALL), fewer rounds costing less than fewer
+ * bytes there: each member copies all its data into its staging tensor and
+ * arrives at P; once P completed and the descriptions agree, it folds every
+ * member's staging tensor, in rank order, into its data, and arrives at
+ * P+1, which keeps the staging tensors put until every member has read
+ * them.  The kind follows from the data's bytes, the same at every member.
  * A member writes only its own data and staging tensor; the others read the
  * staging tensor.  Step 1 of a member's next call rewrites its staging only
  * after P+2 completed, so after every member read it.  Each member marks
@@ -37,24 +44,33 @@
 
 #define CHUNK_BYTES (1u << 18) /* between two looks at the round */
 
-/* Step 3 (copy false) or 4 (copy true) over [lo, hi) of the shares of
- * member `me` (the fold: its own; the copy: every other's), in round
- * `round`: 0 when done, 1 when the round ended first. */
+/* What the member `me` does in round `round` (the descriptions published at
+ * P): FOLD, step 3; COPY, step 4; FOLD_ALL, a small one's fold. */
+enum ap_work { FOLD, COPY, FOLD_ALL };
+
+/* That work, chunk by chunk: 0 when done, 1 when the round ended first. */
 static int ap_step(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t me, uint32_t round,
-                   bool copy, uint8_t *data, const struct pdshm_group_desc *d0, size_t es) {
-  const uint32_t size = g->size, published = (round - 1 - copy) & 1;
+                   enum ap_work work, uint8_t *data, const struct pdshm_group_desc *d0,
+                   size_t es) {
+  const uint32_t size = g->size, published = (round - 1 - (work == COPY)) & 1;
+  const bool copy = work == COPY;
   const size_t chunk = CHUNK_BYTES / es;
   void *src[PDSHM_GROUP_MAX];
   for (uint32_t k = copy ? 0 : me; k < (copy ? size : me + 1); k++) {
     if (copy && k == me) continue;
-    size_t lo = pdshm__share_first(d0->count, k, size), hi = pdshm__share_first(d0->count, k + 1, size);
+    size_t lo = work == FOLD_ALL ? 0 : pdshm__share_first(d0->count, k, size),
+           hi = work == FOLD_ALL ? d0->count : pdshm__share_first(d0->count, k + 1, size);
     for (size_t i = lo; i < hi; i += chunk) {
       if (PDSHM_GS_ROUND(atomic_load_explicit(&g->state, memory_order_acquire)) != round)
         return 1;
       size_t n = hi - i < chunk ? hi - i : chunk;
       for (uint32_t r = 0; r < size; r++)
-        src[r] = r == me ? data + i * es : seg->base + g->rank[r].ar[published].data + i * es;
-      if (copy) {
+        src[r] = r == me && work != FOLD_ALL ? data + i * es
+                                             : seg->base + g->rank[r].ar[published].data + i * es;
+      if (work == FOLD_ALL) {
+        pdshm__reduce((int)d0->dtype, (int)d0->op, data + i * es, src, size, n);
+        PDSHM_CRASHPOINT("group.allreduce_private.fold_all");
+      } else if (copy) {
         memcpy(data + i * es, src[k], n * es);
         PDSHM_CRASHPOINT("group.allreduce_private.out");
       } else {
@@ -67,14 +83,14 @@ static int ap_step(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t me, uint3
   return 0;
 }
 
-/* One of steps 3 and 4 as round gr->round, then its pass. */
-static int ap_round(struct pdshm_group *gr, bool copy, uint8_t *data,
+/* One work as round gr->round, then its pass. */
+static int ap_round(struct pdshm_group *gr, enum ap_work work, uint8_t *data,
                     const struct pdshm_group_desc *d0, size_t es, uint64_t deadline) {
   pdshm_seg *seg = gr->seg;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
   uint32_t round = gr->round;
   atomic_store(&g->rank[gr->rank].writing, round);
-  ap_step(seg, g, gr->rank, round, copy, data, d0, es);
+  ap_step(seg, g, gr->rank, round, work, data, d0, es);
   atomic_store(&g->rank[gr->rank].writing, 0);
   /* When the round ended while we worked, it was broken: passing it arrives
    * nowhere and answers its outcome at once. */
@@ -83,7 +99,8 @@ static int ap_round(struct pdshm_group *gr, bool copy, uint8_t *data,
   return rc;
 }
 
-/* Steps 2 to 4, once round P completed; the caller is in round P+1. */
+/* Steps 2 to 4 (a small one's: 2 and its fold), once round P completed;
+ * the caller is in round P+1. */
 static int ap_rounds(struct pdshm_group *gr, uint8_t *data, size_t es, uint64_t deadline) {
   pdshm_seg *seg = gr->seg;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
@@ -100,8 +117,9 @@ static int ap_rounds(struct pdshm_group *gr, uint8_t *data, size_t es, uint64_t 
   if (rc) return rc;
   /* a copy: the descriptions of P are rewritten from round P+2 on */
   const struct pdshm_group_desc d0 = g->rank[0].ar[(round - 1) & 1];
-  if ((rc = ap_round(gr, false, data, &d0, es, deadline))) return rc;
-  return ap_round(gr, true, data, &d0, es, deadline);
+  if (d0.kind == PDSHM_GK_ALLREDUCE_SMALL) return ap_round(gr, FOLD_ALL, data, &d0, es, deadline);
+  if ((rc = ap_round(gr, FOLD, data, &d0, es, deadline))) return rc;
+  return ap_round(gr, COPY, data, &d0, es, deadline);
 }
 
 /* What is wrong with the arguments, if anything. */
@@ -141,13 +159,16 @@ PDSHM_API int pdshm_group_allreduce_private(pdshm_group *gr, void *data, pdshm_d
   pdshm_seg *seg = gr->seg;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
   uint32_t me = gr->rank, size = gr->size;
-  uint64_t lo = pdshm__share_first(count, me, size), hi = pdshm__share_first(count, me + 1, size);
+  bool small = count * es <= PDSHM_PRIVATE_SMALL;
+  uint64_t lo = small ? count : pdshm__share_first(count, me, size),
+           hi = small ? count : pdshm__share_first(count, me + 1, size);
   memcpy(view.data, data, lo * es); /* step 1: the shares the others fold */
   memcpy((uint8_t *)view.data + hi * es, (uint8_t *)data + hi * es, (count - hi) * es);
   uint32_t round = gr->round;
   g->rank[me].ar[round & 1] = (struct pdshm_group_desc){
       .data = (pdshm_off_t)((uint8_t *)view.data - seg->base), .count = count,
-      .dtype = (uint32_t)dtype, .op = (uint16_t)op, .kind = PDSHM_GK_ALLREDUCE_PRIVATE};
+      .dtype = (uint32_t)dtype, .op = (uint16_t)op,
+      .kind = small ? PDSHM_GK_ALLREDUCE_SMALL : PDSHM_GK_ALLREDUCE_PRIVATE};
   uint64_t deadline = pdshm__round_deadline(timeout_ns);
   rc = pdshm__round_pass(gr, deadline, true);
   if (!rc) rc = ap_rounds(gr, data, es, deadline);

@@ -78,6 +78,8 @@ enum {
                                   arrival never completes the round          */
   PDSHM_GK_ALLREDUCE_PRIVATE = 4, /* pdshm_group_allreduce_private: the
                                   description is of the staging tensor       */
+  PDSHM_GK_ALLREDUCE_SMALL = 5, /* the same of at most PDSHM_PRIVATE_SMALL
+                                  bytes, in two rounds                       */
   PDSHM_GK_NONE = 0xffff       /* no tensor: a barrier, or withdrawn         */
 };
 
@@ -287,6 +289,9 @@ void pdshm__round_wait_writers(pdshm_seg *seg, struct pdshm_group_rec *g, uint32
                                int skip_rank);
 /* The deadline of a timeout: UINT64_MAX for none (< 0). */
 uint64_t pdshm__round_deadline(int64_t timeout_ns);
+
+/* ---- allreduce_private.c ---- */
+#define PDSHM_PRIVATE_SMALL (64u << 10) /* bytes: up to this, two rounds       */
 
 /* ---- allreduce.c ---- */
 /* Step 2 of a collective (allreduce.c) whose descriptions were published at
