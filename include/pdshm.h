@@ -511,8 +511,9 @@ PDSHM_API int pdshm_group_allgather(pdshm_group *g, pdshm_var *v, int64_t timeou
  * shares straight from their staging into its data (per member, for S bytes
  * among n members: S - S/n copied each way, against 2S around
  * pdshm_group_allreduce of a staging tensor).  Three rounds of the group;
- * data of at most 64 KiB takes two, each member copying all of it in and
- * folding every member's staging tensor into its data.
+ * data of at most 16 KiB takes two, each member copying all of it in and
+ * folding every member's staging tensor into its data (bench_allreduce:
+ * faster there, slower at 64 KiB, where every member reads all the bytes).
  * Dtypes, ops, MEAN, integer wrapping, the result's bits (the same at every
  * member) and errors as for pdshm_group_allreduce; members that pass
  * different dtypes, counts or ops, or call another collective or a barrier

@@ -19,8 +19,8 @@
  *      r's share r from r's staging tensor straight into its data, and
  *      arrives at P+2.
  * Data of at most PDSHM_PRIVATE_SMALL bytes goes in two rounds instead
- * (kind PDSHM_GK_ALLREDUCE_SMALL), fewer rounds costing less than fewer
- * bytes there: each member copies all its data into its staging tensor and
+ * (kind PDSHM_GK_ALLREDUCE_SMALL), one round fewer costing less there
+ * than the bytes more (at 64 KiB it costs more: bench_allreduce): each member copies all its data into its staging tensor and
  * arrives at P; once P completed and the descriptions agree, it folds every
  * member's staging tensor, in rank order, into its data, and arrives at
  * P+1, which keeps the staging tensors put until every member has read
