@@ -1089,13 +1089,21 @@ class ProcessGroupPdshm(ProcessGroup):
         out.  Each rank copies into its exchange bytes only the parts the
         others reduce, then folds its own part from its input and theirs, in
         rank order, straight into out (every part is reduced by one rank:
-        the same bits everywhere)."""
+        the same bits everywhere).  Parts of at most SMALL_BYTES in all go
+        through the SlotReducer instead, whose fold is in rank order too."""
         n, me = self.size(), self.rank()
         if not out.numel():
             return
         _fold_of(op, out.dtype, "reduce_scatter")
         ins = [i.reshape(out.shape) for i in ins]
         b = _bytes_of(out)
+        if self._slots_span_group and n * b <= SMALL_BYTES:
+            # fewer bytes than rounds: every rank reduces all the parts in
+            # one call of the SlotReducer and keeps its own
+            flat = torch.cat([i.reshape(-1) for i in ins])
+            self._reduce_small(op, flat)
+            out.copy_(flat[me * out.numel():(me + 1) * out.numel()].view(out.shape))
+            return
         raw = self._exchange.mine(n * b)
         for r, i in enumerate(ins):
             if r != me:
