@@ -118,8 +118,7 @@ static int ar_share(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t me, uint
   return 0;
 }
 
-/* Steps 2 to 4, once round P completed; the caller is in round P+1. */
-static int ar_reduce(struct pdshm_group *gr, uint64_t deadline) {
+int pdshm__ar_verdict(struct pdshm_group *gr, uint64_t deadline) {
   pdshm_seg *seg = gr->seg;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
   uint32_t round = gr->round;
@@ -134,6 +133,15 @@ static int ar_reduce(struct pdshm_group *gr, uint64_t deadline) {
       return orc;
     }
   }
+  return rc;
+}
+
+/* Steps 2 to 4, once round P completed; the caller is in round P+1. */
+static int ar_reduce(struct pdshm_group *gr, uint64_t deadline) {
+  pdshm_seg *seg = gr->seg;
+  struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
+  uint32_t round = gr->round;
+  int rc = pdshm__ar_verdict(gr, deadline);
   if (rc) return rc;
   atomic_store(&g->rank[gr->rank].writing, round);
   if (PDSHM_GS_ROUND(atomic_load(&g->state)) == round) ar_share(seg, g, gr->rank, round);

@@ -102,18 +102,9 @@ static int ap_round(struct pdshm_group *gr, enum ap_work work, uint8_t *data,
 /* Steps 2 to 4 (a small one's: 2 and its fold), once round P completed;
  * the caller is in round P+1. */
 static int ap_rounds(struct pdshm_group *gr, uint8_t *data, size_t es, uint64_t deadline) {
-  pdshm_seg *seg = gr->seg;
-  struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
+  struct pdshm_group_rec *g = pdshm__group_rec(gr->seg, gr->rec);
   uint32_t round = gr->round;
-  int rc = pdshm__ar_check(seg, g, round - 1);
-  /* P+1 ended without us (broken): its outcome is the answer (allreduce.c) */
-  if (rc && PDSHM_GS_ROUND(atomic_load(&g->state)) != round) {
-    int orc = pdshm__round_pass(gr, deadline, false);
-    if (orc) {
-      pdshm__round_wait_writers(seg, g, round, (int)gr->rank);
-      return orc;
-    }
-  }
+  int rc = pdshm__ar_verdict(gr, deadline);
   if (rc) return rc;
   /* a copy: the descriptions of P are rewritten from round P+2 on */
   const struct pdshm_group_desc d0 = g->rank[0].ar[(round - 1) & 1];

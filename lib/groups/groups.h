@@ -299,6 +299,11 @@ uint64_t pdshm__round_deadline(int64_t timeout_ns);
  * EINVAL (or EBADSEG for a tensor outside the arena), the same verdict at
  * every member. */
 int pdshm__ar_check(const pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round);
+/* Step 2 for a member in round P+1 (gr->round) of a collective published at
+ * P: pdshm__ar_check's verdict, or, when P+1 ended without the caller (broken
+ * by the others), that round's outcome, once no live member still writes
+ * it. */
+int pdshm__ar_verdict(struct pdshm_group *gr, uint64_t deadline);
 /* A caller with bad arguments still takes part in the round, describing no
  * tensor, so that the others answer EINVAL instead of waiting for it; its
  * own answer is `why` (or how the round ended, if not completed). */
