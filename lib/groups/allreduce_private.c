@@ -135,7 +135,7 @@ PDSHM_API int pdshm_group_allreduce_private(pdshm_group *gr, void *data, pdshm_d
   if (!gr) return pdshm__fail(PDSHM_EINVAL, "NULL group");
   int rc = pdshm__seg_writable(gr->seg);
   if (rc) return rc;
-  size_t es;
+  size_t es = 0; /* set by ap_args */
   pdshm_pin *pin;
   pdshm_tensor_view view;
   if ((rc = ap_args(gr, data, dtype, count, staging, op, &es)) ||
