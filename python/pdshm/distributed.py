@@ -111,6 +111,8 @@ _HALF = {torch.float16, torch.bfloat16}
 _SHARE_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int32, torch.int64}
 SHARES_MIN_BYTES = 64 << 10
 SMALL_BYTES = 64 << 10  # up to this, a reduction's bytes go through _Small
+PIPELINE_BYTES = 512 << 10  # from this, a broadcast goes in chunks (_broadcast_pipelined)
+PIPELINE_CHUNKS = 8  # the most chunks of a broadcast
 
 
 class PeerDiedError(RuntimeError, _pdshm.PeerDied):
@@ -881,6 +883,34 @@ class ProcessGroupPdshm(ProcessGroup):
         if c is not t:
             t.copy_(c)
 
+    def _broadcast_pipelined(self, t: torch.Tensor, root: int) -> None:
+        """t broadcast in k chunks (2 to PIPELINE_CHUNKS, the same at every
+        rank) through two halves of the root's exchange bytes: in step j the
+        root copies chunk j into half j % 2 while the others copy chunk j - 1
+        out of the other half, then a barrier; a half is written again two
+        steps after it was written, once everyone read it.  So the root's
+        copies and the others' overlap, where one copy in and one copy out
+        follow each other."""
+        c = t if t.is_contiguous() else t.contiguous()
+        flat = c.reshape(-1).view(torch.uint8)
+        n = flat.numel()
+        k = min(PIPELINE_CHUNKS, n // (PIPELINE_BYTES // 2))
+        chunk = -(-n // k)
+        is_root = self.rank() == root
+        halves = self._exchange.mine(2 * chunk) if is_root else None
+        for j in range(k + 1):
+            if is_root and j < k:
+                part = flat[j * chunk:(j + 1) * chunk]
+                at = (j % 2) * chunk
+                halves[at:at + part.numel()].copy_(part)
+            elif not is_root and j:
+                part = flat[(j - 1) * chunk:j * chunk]
+                at = ((j - 1) % 2) * chunk
+                part.copy_(self._exchange.of(root)[at:at + part.numel()])
+            self._barrier()
+        if c is not t and not is_root:
+            t.copy_(c)
+
     def _gather_small(self, outs: Sequence[torch.Tensor], t: torch.Tensor) -> None:
         """_gather_into through the SlotReducer: outs that are not contiguous
         through contiguous copies, none (a gather's non-root) into scratch."""
@@ -986,6 +1016,9 @@ class ProcessGroupPdshm(ProcessGroup):
         def run():
             if self._in_slots(t):
                 self._broadcast_small(t, root)
+                return
+            if _bytes_of(t) >= PIPELINE_BYTES:
+                self._broadcast_pipelined(t, root)
                 return
             if self.rank() == root:
                 _as(self._exchange.mine(_bytes_of(t)), t).copy_(t)

@@ -27,6 +27,10 @@ OPS = [R.SUM, R.PRODUCT, R.MIN, R.MAX, R.AVG, R.BAND, R.BOR, R.BXOR]
 NAMES = {R.SUM: "SUM", R.PRODUCT: "PRODUCT", R.MIN: "MIN", R.MAX: "MAX", R.AVG: "AVG",
          R.BAND: "BAND", R.BOR: "BOR", R.BXOR: "BXOR"}
 NUMEL = 37  # odd, and not a multiple of 2 or 3
+BIG = 70001  # elements: more than SMALL_BYTES in every dtype, odd
+# the simulated hosts' moves and reductions (two segments of 16 MiB, which
+# BIG's exchange bytes would fill)
+HOSTS_COUNTS = (NUMEL,)
 
 
 def seeded(case, rank, shape, dtype):
@@ -135,38 +139,14 @@ def check_allreduce(rep, rank, n, group=None, ranks=None, dtypes=DTYPES):
         assert t.item() == len(ranks)
 
 
-def check_moves(rep, rank, n):
-    """broadcast, all_gather, gather, scatter, all_to_all_single, barrier."""
-    for dtype in (torch.float32, torch.bfloat16, torch.int8, torch.bool, torch.complex64):
-        ins = [seeded(f"mv/{dtype}", r, (NUMEL,), dtype) if dtype != torch.complex64 else
-               torch.complex(seeded(f"mv/{dtype}", r, (NUMEL,), torch.float32),
-                             seeded(f"mvi/{dtype}", r, (NUMEL,), torch.float32))
-               for r in range(n)]
-        for root in (0, n - 1):
-            t = ins[rank].clone()
-            dist.broadcast(t, root)
-            assert torch.equal(t, ins[root]), f"broadcast {dtype} from {root}"
-            s = strided(ins[rank])
-            dist.broadcast(s, root)
-            assert torch.equal(s, ins[root]), f"strided broadcast {dtype} from {root}"
-        outs = [torch.empty_like(ins[0]) for _ in range(n)]
-        dist.all_gather(outs, ins[rank])
-        assert all(torch.equal(o, i) for o, i in zip(outs, ins)), f"all_gather {dtype}"
-        outs = [strided(torch.empty_like(ins[0])) for _ in range(n)]
-        dist.all_gather(outs, strided(ins[rank]))
-        assert all(torch.equal(o, i) for o, i in zip(outs, ins)), f"strided all_gather {dtype}"
-        flat = torch.empty(n * NUMEL, dtype=dtype)
-        dist.all_gather_into_tensor(flat, ins[rank])
-        assert torch.equal(flat, torch.cat(ins)), f"all_gather_into_tensor {dtype}"
-        root = n - 1
-        gl = [torch.empty_like(ins[0]) for _ in range(n)] if rank == root else None
-        dist.gather(ins[rank], gl, dst=root)
-        if rank == root:
-            assert all(torch.equal(o, i) for o, i in zip(gl, ins)), f"gather {dtype}"
-        parts = [seeded(f"sc/{dtype}", r, (NUMEL,), torch.float32).to(dtype) for r in range(n)]
-        out = torch.empty_like(parts[0])
-        dist.scatter(out, parts if rank == 0 else None, src=0)
-        assert torch.equal(out, parts[rank]), f"scatter {dtype}"
+def check_moves(rep, rank, n, counts=(NUMEL, BIG)):
+    """broadcast, all_gather, gather, scatter, all_to_all_single, barrier;
+    NUMEL elements go through the SlotReducer, BIG through the exchange
+    bytes (a complex64 broadcast of BIG, more than PIPELINE_BYTES, in
+    chunks)."""
+    for count in counts:
+        for dtype in (torch.float32, torch.bfloat16, torch.int8, torch.bool, torch.complex64):
+            check_moves_of(rank, n, count, dtype)
     # all_to_all_single, equal and uneven splits (rank r sends r + d + 1 rows to rank d)
     rows = lambda src, dst: src + dst + 1  # noqa: E731
     sent = {(s, d): seeded(f"a2a/{s}/{d}", 0, (rows(s, d), 3), torch.float64)
@@ -188,33 +168,73 @@ def check_moves(rep, rank, n):
     dist.barrier()
 
 
-def check_reductions(rep, rank, n):
-    """reduce, reduce_scatter (list and tensor), all_reduce_coalesced."""
-    for dtype in (torch.float32, torch.float16, torch.int64, torch.int8, torch.uint8, torch.bool):
-        for op in (R.SUM, R.MAX, R.PRODUCT):
-            case = f"rs/{dtype}/{NAMES[op]}"
-            chunks = [[seeded(case, r, (NUMEL,), dtype) for _ in range(1)] for r in range(n)]
-            full = [torch.cat([seeded(f"{case}/{d}", r, (NUMEL,), dtype) for d in range(n)])
-                    for r in range(n)]
-            want = fold(op, [f[rank * NUMEL:(rank + 1) * NUMEL] for f in full])
-            out = torch.empty(NUMEL, dtype=dtype)
-            dist.reduce_scatter(out, list(full[rank].chunk(n)), op)
-            same(out, want, f"reduce_scatter {case}")
-            out2 = strided(torch.empty(NUMEL, dtype=dtype))
-            dist.reduce_scatter_tensor(out2, full[rank], op)
-            same(out2, want, f"reduce_scatter_tensor {case}")
-            t = chunks[rank][0].clone()
-            dist.reduce(t, dst=n - 1, op=op)
-            if rank == n - 1:
-                same(t, fold(op, [c[0] for c in chunks]), f"reduce {case}")
-            else:
-                assert torch.equal(t, chunks[rank][0]), f"reduce changed rank {rank}'s {case}"
+def check_moves_of(rank, n, count, dtype):
+    ins = [seeded(f"mv/{dtype}", r, (count,), dtype) if dtype != torch.complex64 else
+           torch.complex(seeded(f"mv/{dtype}", r, (count,), torch.float32),
+                         seeded(f"mvi/{dtype}", r, (count,), torch.float32))
+           for r in range(n)]
+    for root in (0, n - 1):
+        t = ins[rank].clone()
+        dist.broadcast(t, root)
+        assert torch.equal(t, ins[root]), f"broadcast {dtype} from {root}"
+        s = strided(ins[rank])
+        dist.broadcast(s, root)
+        assert torch.equal(s, ins[root]), f"strided broadcast {dtype} from {root}"
+    outs = [torch.empty_like(ins[0]) for _ in range(n)]
+    dist.all_gather(outs, ins[rank])
+    assert all(torch.equal(o, i) for o, i in zip(outs, ins)), f"all_gather {dtype}"
+    outs = [strided(torch.empty_like(ins[0])) for _ in range(n)]
+    dist.all_gather(outs, strided(ins[rank]))
+    assert all(torch.equal(o, i) for o, i in zip(outs, ins)), f"strided all_gather {dtype}"
+    flat = torch.empty(n * count, dtype=dtype)
+    dist.all_gather_into_tensor(flat, ins[rank])
+    assert torch.equal(flat, torch.cat(ins)), f"all_gather_into_tensor {dtype}"
+    root = n - 1
+    gl = [torch.empty_like(ins[0]) for _ in range(n)] if rank == root else None
+    dist.gather(ins[rank], gl, dst=root)
+    if rank == root:
+        assert all(torch.equal(o, i) for o, i in zip(gl, ins)), f"gather {dtype}"
+    parts = [seeded(f"sc/{dtype}", r, (count,), torch.float32).to(dtype) for r in range(n)]
+    out = torch.empty_like(parts[0])
+    dist.scatter(out, parts if rank == 0 else None, src=0)
+    assert torch.equal(out, parts[rank]), f"scatter {dtype}"
+
+
+def check_reductions(rep, rank, n, counts=(NUMEL, BIG)):
+    """reduce, reduce_scatter (list and tensor), all_reduce_coalesced;
+    NUMEL elements a part go through the SlotReducer, BIG through the
+    exchange bytes."""
+    for count in counts:
+        for dtype in (torch.float32, torch.float16, torch.int64, torch.int8, torch.uint8,
+                      torch.bool):
+            for op in (R.SUM, R.MAX, R.PRODUCT):
+                check_reduction_of(rank, n, count, dtype, op)
     ts = [seeded("co", rank, (k,), torch.float64) for k in (1, 5, 9)]
     wants = [fold(R.SUM, [seeded("co", r, (k,), torch.float64) for r in range(n)])
              for k in (1, 5, 9)]
     dist.all_reduce_coalesced(ts)
     for t, w in zip(ts, wants):
         same(t, w, "all_reduce_coalesced")
+
+
+def check_reduction_of(rank, n, count, dtype, op):
+    case = f"rs/{dtype}/{NAMES[op]}/{count}"
+    chunks = [[seeded(case, r, (count,), dtype) for _ in range(1)] for r in range(n)]
+    full = [torch.cat([seeded(f"{case}/{d}", r, (count,), dtype) for d in range(n)])
+            for r in range(n)]
+    want = fold(op, [f[rank * count:(rank + 1) * count] for f in full])
+    out = torch.empty(count, dtype=dtype)
+    dist.reduce_scatter(out, list(full[rank].chunk(n)), op)
+    same(out, want, f"reduce_scatter {case}")
+    out2 = strided(torch.empty(count, dtype=dtype))
+    dist.reduce_scatter_tensor(out2, full[rank], op)
+    same(out2, want, f"reduce_scatter_tensor {case}")
+    t = chunks[rank][0].clone()
+    dist.reduce(t, dst=n - 1, op=op)
+    if rank == n - 1:
+        same(t, fold(op, [c[0] for c in chunks]), f"reduce {case}")
+    else:
+        assert torch.equal(t, chunks[rank][0]), f"reduce changed rank {rank}'s {case}"
 
 
 def check_async(rank, n):
@@ -311,8 +331,8 @@ def check_in_place_and_reuse(rank, n):
     # 64 MiB /dev/shm too) holds at once: the oldest kept staging variables
     # make room (2 MiB of float32 staging each: a rank asking for 4 MiB now
     # and then found no free block while the host's other rank held its own)
-    for k in range(8):  # float16: through staging, whatever the size
-        big = torch.full(((1 << 19) + k,), float(rank), dtype=torch.float16)  # 1 MiB each
+    for k in range(8):  # bfloat16: through staging, whatever the size
+        big = torch.full(((1 << 19) + k,), float(rank), dtype=torch.bfloat16)  # 1 MiB each
         dist.all_reduce(big)
         assert big[-1].item() == sum(range(n))
 
@@ -608,8 +628,8 @@ def main_hosts():
     rep = Report()
     check_allreduce(rep, rank, n, dtypes=[torch.float32, torch.bfloat16, torch.int64,
                                           torch.int8, torch.bool])
-    check_moves(rep, rank, n)
-    check_reductions(rep, rank, n)
+    check_moves(rep, rank, n, counts=HOSTS_COUNTS)
+    check_reductions(rep, rank, n, counts=HOSTS_COUNTS)
     check_async(rank, n)
     check_in_place_and_reuse(rank, n)
     check_shares(rep, rank, n)
