@@ -53,8 +53,10 @@ non-contiguous tensors) go through a staging variable.  The others
 every larger op that only moves bytes go through per-rank exchange variables: each
 rank writes its bytes into its own, a barrier, each reads what it needs
 from the others' (reducing in rank order, so every rank computes the same
-bits), a barrier.  Staging and exchange variables are kept and reused from
-call to call.
+bits), a barrier; a broadcast from PIPELINE_BYTES goes in chunks, the
+root's copies in overlapping the others' copies out
+(_broadcast_pipelined).  Staging and exchange variables are kept and reused
+from call to call.
 
 Environment: PDSHM_TORCH_SEGMENT_SIZE (bytes, or with a K, M or G suffix;
 default 512M) sizes the segment the job's staging lives in.
