@@ -39,26 +39,12 @@
 #include <string.h>
 
 #include "dlpack.h"
+#include "fold.h"
 #include "pdshmpy.h"
 
 #define HEAD_WORDS 4          /* seq, what, dtype, count                        */
 #define HEAD_BYTES (HEAD_WORDS * 8)
 #define LEFT_SLICE_NS 50000000LL /* 50 ms: invariant 3                         */
-#define CHUNK 256             /* float16 and bfloat16 are folded in float32 by chunks */
-
-#if !defined(__FLT16_MAX__)
-#error "the float16 fold needs the compiler's _Float16"
-#endif
-
-enum op { OP_SUM, OP_MEAN, OP_PRODUCT, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, OP_COUNT };
-static const char *const op_names[OP_COUNT] = {"sum", "mean", "product", "min",
-                                                "max", "band", "bor",  "bxor"};
-
-enum kind { K_I8, K_I16, K_I32, K_I64, K_U8, K_F16, K_BF16, K_F32, K_F64, K_C64, K_C128, K_COUNT };
-static const char *const kind_names[K_COUNT] = {"int8",    "int16",   "int32",   "int64",
-                                                 "uint8",   "float16", "bfloat16", "float32",
-                                                 "float64", "complex64", "complex128"};
-static const unsigned kind_sizes[K_COUNT] = {1, 2, 4, 8, 1, 2, 2, 4, 8, 8, 16};
 
 typedef struct {
   PyObject_HEAD
@@ -72,173 +58,6 @@ typedef struct {
 } slots_obj;
 
 #define SL(o) ((slots_obj *)(o))
-
-/* ---- the fold ------------------------------------------------------------------------------ */
-
-/* out = p[0] op p[1] op ... op p[n-1] (element-wise, in that order), for the
- * element expression EXPR of x (the running value) and y (the next part).
- * By blocks of FOLD_BLOCK elements, which the compiler vectorizes at -O2
- * (the parts are the slots, never the caller's tensor: no aliasing). */
-#define FOLD_BLOCK 16
-#define FOLD_LOOP(T, EXPR)                                                        \
-  do {                                                                            \
-    const T *a_ = (const T *)p[0];                                                \
-    T *o_ = (T *)out;                                                             \
-    for (int k_ = 1; k_ < n; k_++, a_ = o_) {                                     \
-      const T *b_ = (const T *)p[k_];                                             \
-      size_t i_ = 0;                                                              \
-      for (; i_ + FOLD_BLOCK <= count; i_ += FOLD_BLOCK) {                        \
-        _Pragma("GCC ivdep") for (size_t j_ = i_; j_ < i_ + FOLD_BLOCK; j_++) {   \
-          T x = a_[j_], y = b_[j_];                                               \
-          o_[j_] = (EXPR);                                                        \
-        }                                                                         \
-      }                                                                           \
-      for (; i_ < count; i_++) {                                                  \
-        T x = a_[i_], y = b_[i_];                                                 \
-        o_[i_] = (EXPR);                                                          \
-      }                                                                           \
-    }                                                                             \
-  } while (0)
-
-/* Integers: sums and products wrap around in the dtype (computed unsigned);
- * the mean divides the wrapped sum, truncating towards zero. */
-#define FOLD_INT(NAME, T, U)                                                             \
-  static void NAME(void *out, const void *const *p, int n, size_t count, enum op op) {   \
-    switch (op) {                                                                        \
-      case OP_SUM:                                                                       \
-      case OP_MEAN: FOLD_LOOP(T, (T)((U)x + (U)y)); break;                               \
-      case OP_PRODUCT: FOLD_LOOP(T, (T)((U)x * (U)y)); break;                            \
-      case OP_MIN: FOLD_LOOP(T, y < x ? y : x); break;                                   \
-      case OP_MAX: FOLD_LOOP(T, y > x ? y : x); break;                                   \
-      case OP_BAND: FOLD_LOOP(T, (T)(x & y)); break;                                     \
-      case OP_BOR: FOLD_LOOP(T, (T)(x | y)); break;                                      \
-      default: FOLD_LOOP(T, (T)(x ^ y)); break;                                          \
-    }                                                                                    \
-    if (op == OP_MEAN)                                                                   \
-      for (size_t i = 0; i < count; i++) ((T *)out)[i] = (T)(((T *)out)[i] / n);         \
-  }
-FOLD_INT(fold_i8, int8_t, uint8_t)
-FOLD_INT(fold_i16, int16_t, uint16_t)
-FOLD_INT(fold_i32, int32_t, uint32_t)
-FOLD_INT(fold_i64, int64_t, uint64_t)
-FOLD_INT(fold_u8, uint8_t, uint8_t)
-
-/* Floating point: min and max propagate NaN (as torch.minimum and maximum). */
-#define FMIN(x, y) (isnan(x) ? (x) : isnan(y) ? (y) : (y) < (x) ? (y) : (x))
-#define FMAX(x, y) (isnan(x) ? (x) : isnan(y) ? (y) : (y) > (x) ? (y) : (x))
-#define FOLD_FLOAT(NAME, T)                                                              \
-  static void NAME(void *out, const void *const *p, int n, size_t count, enum op op) {   \
-    switch (op) {                                                                        \
-      case OP_SUM:                                                                       \
-      case OP_MEAN: FOLD_LOOP(T, x + y); break;                                          \
-      case OP_PRODUCT: FOLD_LOOP(T, x * y); break;                                       \
-      case OP_MIN: FOLD_LOOP(T, FMIN(x, y)); break;                                      \
-      default: FOLD_LOOP(T, FMAX(x, y)); break;                                          \
-    }                                                                                    \
-    if (op == OP_MEAN)                                                                   \
-      for (size_t i = 0; i < count; i++) ((T *)out)[i] /= (T)n;                          \
-  }
-FOLD_FLOAT(fold_f32, float)
-FOLD_FLOAT(fold_f64, double)
-
-/* Complex: sum, mean and product, the product as (ac - bd, ad + bc). */
-#define FOLD_COMPLEX(NAME, T)                                                            \
-  static void NAME(void *out, const void *const *p, int n, size_t count, enum op op) {   \
-    T *o = out;                                                                          \
-    const T *a = p[0];                                                                   \
-    for (int k = 1; k < n; k++, a = o) {                                                 \
-      const T *b = p[k];                                                                 \
-      for (size_t i = 0; i < 2 * count; i += 2) {                                        \
-        T xr = a[i], xi = a[i + 1], yr = b[i], yi = b[i + 1];                            \
-        if (op == OP_PRODUCT) {                                                          \
-          o[i] = xr * yr - xi * yi;                                                      \
-          o[i + 1] = xr * yi + xi * yr;                                                  \
-        } else {                                                                         \
-          o[i] = xr + yr;                                                                \
-          o[i + 1] = xi + yi;                                                            \
-        }                                                                                \
-      }                                                                                  \
-    }                                                                                    \
-    if (op == OP_MEAN)                                                                   \
-      for (size_t i = 0; i < 2 * count; i++) o[i] /= (T)n;                               \
-  }
-FOLD_COMPLEX(fold_c64, float)
-FOLD_COMPLEX(fold_c128, double)
-
-static float half_load(const void *p, size_t i, int bf) {
-  uint16_t h;
-  memcpy(&h, (const char *)p + 2 * i, 2);
-  if (bf) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-  }
-  _Float16 x;
-  memcpy(&x, &h, 2);
-  return (float)x;
-}
-
-/* Rounded to the nearest, ties to even (NaN stays a quiet NaN), as torch rounds. */
-static void half_store(void *p, size_t i, float f, int bf) {
-  uint16_t h;
-  if (bf) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    h = isnan(f) ? 0x7fc0 : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  } else {
-    _Float16 x = (_Float16)f;
-    memcpy(&h, &x, 2);
-  }
-  memcpy((char *)p + 2 * i, &h, 2);
-}
-
-/* float16 and bfloat16: folded in float32, the mean divided there, rounded once. */
-static void fold_half(void *out, const void *const *p, int n, size_t count, enum op op, int bf) {
-  float acc[CHUNK];
-  for (size_t lo = 0; lo < count; lo += CHUNK) {
-    size_t m = count - lo < CHUNK ? count - lo : CHUNK;
-    for (size_t i = 0; i < m; i++) acc[i] = half_load(p[0], lo + i, bf);
-    for (int k = 1; k < n; k++)
-      for (size_t i = 0; i < m; i++) {
-        float x = acc[i], y = half_load(p[k], lo + i, bf);
-        acc[i] = op == OP_PRODUCT ? x * y
-                 : op == OP_MIN   ? FMIN(x, y)
-                 : op == OP_MAX   ? FMAX(x, y)
-                                  : x + y;
-      }
-    for (size_t i = 0; i < m; i++)
-      half_store(out, lo + i, op == OP_MEAN ? acc[i] / (float)n : acc[i], bf);
-  }
-}
-
-static void fold(enum kind kind, void *out, const void *const *p, int n, size_t count,
-                 enum op op) {
-  if (n == 1) {
-    memcpy(out, p[0], count * kind_sizes[kind]);
-    return;
-  }
-  switch (kind) {
-    case K_I8: fold_i8(out, p, n, count, op); break;
-    case K_I16: fold_i16(out, p, n, count, op); break;
-    case K_I32: fold_i32(out, p, n, count, op); break;
-    case K_I64: fold_i64(out, p, n, count, op); break;
-    case K_U8: fold_u8(out, p, n, count, op); break;
-    case K_F16: fold_half(out, p, n, count, op, 0); break;
-    case K_BF16: fold_half(out, p, n, count, op, 1); break;
-    case K_F32: fold_f32(out, p, n, count, op); break;
-    case K_F64: fold_f64(out, p, n, count, op); break;
-    case K_C64: fold_c64(out, p, n, count, op); break;
-    default: fold_c128(out, p, n, count, op); break;
-  }
-}
-
-/* Whether the fold defines op for kind. */
-static int op_defined(enum kind kind, enum op op) {
-  if (kind <= K_U8) return 1;
-  if (kind >= K_C64) return op == OP_SUM || op == OP_MEAN || op == OP_PRODUCT;
-  return op <= OP_MAX;
-}
 
 /* ---- the caller's tensor ------------------------------------------------------------------------ */
 
@@ -297,9 +116,9 @@ static int tensor_get(slots_obj *s, PyObject *t, tensor_arg *a) {
     pdshmpy_raise_msg(st, PDSHM_EINVAL, "the tensor is not contiguous");
     goto fail;
   }
-  if ((uint64_t)count * kind_sizes[a->kind] > s->cap) {
+  if ((uint64_t)count * pdshmpy_kind_sizes[a->kind] > s->cap) {
     pdshmpy_raise_msg(st, PDSHM_EINVAL, "%lld bytes of tensor: a slot holds %zu",
-                      (long long)count * kind_sizes[a->kind], s->cap);
+                      (long long)count * pdshmpy_kind_sizes[a->kind], s->cap);
     goto fail;
   }
   a->data = (char *)dl->data + dl->byte_offset;
@@ -341,13 +160,13 @@ static void describe(char *buf, size_t len, int64_t what, const tensor_arg *a) {
   unsigned arg = (uint32_t)what;
   switch ((enum coll)(what >> 32)) {
     case C_ALLREDUCE:
-      snprintf(buf, len, "all_reduce of %s[%zu] by %s", kind_names[a->kind], a->count,
-               op_names[arg]);
+      snprintf(buf, len, "all_reduce of %s[%zu] by %s", pdshmpy_kind_names[a->kind], a->count,
+               pdshmpy_op_names[arg]);
       break;
     case C_BROADCAST:
-      snprintf(buf, len, "broadcast of %s[%zu] from rank %u", kind_names[a->kind], a->count, arg);
+      snprintf(buf, len, "broadcast of %s[%zu] from rank %u", pdshmpy_kind_names[a->kind], a->count, arg);
       break;
-    default: snprintf(buf, len, "all_gather of %s[%zu]", kind_names[a->kind], a->count); break;
+    default: snprintf(buf, len, "all_gather of %s[%zu]", pdshmpy_kind_names[a->kind], a->count); break;
   }
 }
 
@@ -406,7 +225,7 @@ static PyObject *slot_round(slots_obj *s, const tensor_arg *a, int64_t what, boo
   uint64_t seq = s->seq++;
   int64_t head[HEAD_WORDS] = {(int64_t)seq, what, a->kind, (int64_t)a->count};
   int64_t *mine = slot_head(s, s->rank, seq);
-  size_t nbytes = put ? a->count * kind_sizes[a->kind] : 0;
+  size_t nbytes = put ? a->count * pdshmpy_kind_sizes[a->kind] : 0;
   int64_t first = left < 0 || left > LEFT_SLICE_NS ? LEFT_SLICE_NS : left;
   int rc;
   Py_BEGIN_ALLOW_THREADS
@@ -462,7 +281,7 @@ static int parse_args(PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames
 static void reduce_after(slots_obj *s, uint64_t seq, const tensor_arg *a, void *ctx) {
   const void *parts[PDSHM_GROUP_MAX];
   for (Py_ssize_t r = 0; r < s->n; r++) parts[r] = slot_head(s, r, seq) + HEAD_WORDS;
-  fold(a->kind, a->data, parts, (int)s->n, a->count, *(enum op *)ctx);
+  pdshmpy_fold(a->kind, a->data, parts, (int)s->n, a->count, *(enum op *)ctx);
 }
 
 /* allreduce(tensor, op, timeout=None): see the method's doc. */
@@ -479,15 +298,15 @@ static PyObject *slots_allreduce(PyObject *self, PyObject *const *argv, Py_ssize
   if (!name) return NULL;
   enum op op = OP_COUNT;
   for (int i = 0; i < OP_COUNT; i++)
-    if (!strcmp(name, op_names[i])) op = (enum op)i;
+    if (!strcmp(name, pdshmpy_op_names[i])) op = (enum op)i;
   if (op == OP_COUNT)
     return pdshmpy_raise_msg(st, PDSHM_EINVAL, "op must be one of sum, mean, product, min, max, "
                              "band, bor, bxor, not %R", opname);
   tensor_arg a;
   if (tensor_get(s, tensor, &a) < 0) return NULL;
   PyObject *res;
-  if (!op_defined(a.kind, op))
-    res = pdshmpy_raise_msg(st, PDSHM_EINVAL, "no %s of %s", op_names[op], kind_names[a.kind]);
+  if (!pdshmpy_fold_defined(a.kind, op))
+    res = pdshmpy_raise_msg(st, PDSHM_EINVAL, "no %s of %s", pdshmpy_op_names[op], pdshmpy_kind_names[a.kind]);
   else
     res = slot_round(s, &a, WHAT(C_ALLREDUCE, op), true, left, reduce_after, &op);
   Py_DECREF(a.capsule);
@@ -499,7 +318,7 @@ static PyObject *slots_allreduce(PyObject *self, PyObject *const *argv, Py_ssize
 static void broadcast_after(slots_obj *s, uint64_t seq, const tensor_arg *a, void *ctx) {
   int root = *(int *)ctx;
   if (root != s->rank)
-    memcpy(a->data, slot_head(s, root, seq) + HEAD_WORDS, a->count * kind_sizes[a->kind]);
+    memcpy(a->data, slot_head(s, root, seq) + HEAD_WORDS, a->count * pdshmpy_kind_sizes[a->kind]);
 }
 
 /* broadcast(tensor, root, timeout=None): see the method's doc. */
@@ -530,7 +349,7 @@ static PyObject *slots_broadcast(PyObject *self, PyObject *const *argv, Py_ssize
 static void gather_after(slots_obj *s, uint64_t seq, const tensor_arg *a, void *ctx) {
   const tensor_arg *outs = ctx;
   for (Py_ssize_t r = 0; r < s->n; r++)
-    memcpy(outs[r].data, slot_head(s, r, seq) + HEAD_WORDS, a->count * kind_sizes[a->kind]);
+    memcpy(outs[r].data, slot_head(s, r, seq) + HEAD_WORDS, a->count * pdshmpy_kind_sizes[a->kind]);
 }
 
 /* allgather(tensor, outputs, timeout=None): see the method's doc. */
@@ -558,7 +377,7 @@ static PyObject *slots_allgather(PyObject *self, PyObject *const *argv, Py_ssize
     if (tensor_get(s, PySequence_Fast_GET_ITEM(list, got), &outs[got]) < 0) goto done;
     if (outs[got].kind != a.kind || outs[got].count != a.count) {
       pdshmpy_raise_msg(st, PDSHM_EINVAL, "outputs[%zd] is %s[%zu], the tensor %s[%zu]", got,
-                        kind_names[outs[got].kind], outs[got].count, kind_names[a.kind],
+                        pdshmpy_kind_names[outs[got].kind], outs[got].count, pdshmpy_kind_names[a.kind],
                         a.count);
       got++;
       goto done;
