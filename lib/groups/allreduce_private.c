@@ -153,8 +153,10 @@ PDSHM_API int pdshm_group_allreduce_private(pdshm_group *gr, void *data, pdshm_d
   bool small = count * es <= PDSHM_PRIVATE_SMALL;
   uint64_t lo = small ? count : pdshm__share_first(count, me, size),
            hi = small ? count : pdshm__share_first(count, me + 1, size);
-  memcpy(view.data, data, lo * es); /* step 1: the shares the others fold */
-  memcpy((uint8_t *)view.data + hi * es, (uint8_t *)data + hi * es, (count - hi) * es);
+  if (count) { /* step 1: the shares the others fold (data may be NULL for none) */
+    memcpy(view.data, data, lo * es);
+    memcpy((uint8_t *)view.data + hi * es, (uint8_t *)data + hi * es, (count - hi) * es);
+  }
   uint32_t round = gr->round;
   g->rank[me].ar[round & 1] = (struct pdshm_group_desc){
       .data = (pdshm_off_t)((uint8_t *)view.data - seg->base), .count = count,
