@@ -38,12 +38,27 @@ pdshm_seg *tu_create(const char *tag, size_t size, unsigned procs) {
   return tu_create_as(tu_name(tag), size, procs);
 }
 
+/* pdshm_create, waiting up to TU_SPACE_WAIT_S for room while /dev/shm is
+ * full: make check runs two programs at once (-j2), the Python suite among
+ * them, and in a 64 MiB /dev/shm (CI's Docker-sized step) what the other
+ * one holds at the moment can leave too little. */
+#define TU_SPACE_WAIT_S 120
+static int create_waiting(const char *name, const pdshm_options *o, pdshm_seg **seg) {
+  int rc = pdshm_create(name, o, seg);
+  for (int i = 0; rc == PDSHM_ENOSPC && i < TU_SPACE_WAIT_S * 20; i++) {
+    if (!i) fprintf(stderr, "testutil: /dev/shm is full for %s; waiting for room\n", name);
+    usleep(50000);
+    rc = pdshm_create(name, o, seg);
+  }
+  return rc;
+}
+
 pdshm_seg *tu_create_as(const char *name, size_t size, unsigned procs) {
   size = size ? size : (8u << 20);
   pdshm_options o = {.size = size, .max_procs = procs, .max_size = size};
   pdshm_seg *seg = NULL;
   pdshm_unlink(name);
-  int rc = pdshm_create(name, &o, &seg);
+  int rc = create_waiting(name, &o, &seg);
   ck_assert_msg(rc == 0, "create %s: %s (%s)", name, pdshm_strerror(rc), pdshm_last_error());
   if (tu_nmade < TU_MAX_SEGS) snprintf(tu_made[tu_nmade++], sizeof tu_made[0], "%s", name);
   return seg;
@@ -58,7 +73,7 @@ void tu_track(const char *name) {
 pdshm_seg *tu_create_opts(const char *name, const pdshm_options *o) {
   pdshm_seg *seg = NULL;
   pdshm_unlink(name);
-  int rc = pdshm_create(name, o, &seg);
+  int rc = create_waiting(name, o, &seg);
   ck_assert_msg(rc == 0, "create %s: %s (%s)", name, pdshm_strerror(rc), pdshm_last_error());
   tu_track(name);
   return seg;
