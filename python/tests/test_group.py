@@ -13,6 +13,7 @@ import pytest
 
 import pdshm
 import workers
+from conftest import create_waiting
 
 T = 20.0  # seconds: the timeout of every barrier and reduction that should succeed
 
@@ -133,7 +134,7 @@ def test_allreduce_private_reduces_each_members_array_in_its_memory(seg, childre
 
 
 def test_allreduce_private_refuses_bad_buffers_and_staging_and_changes_nothing(seg):
-    other = pdshm.create(seg.name + "x", size=8 << 20)
+    other = create_waiting(seg.name + "x", 8 << 20)
     try:
         with seg.group("g", 1, rank=0) as g:
             a = np.arange(6, dtype=np.float32)
@@ -424,7 +425,7 @@ def test_a_member_stopped_in_an_allreduce_beside_a_dead_one_holds_up_nobody(seg_
     and the takeover raise TimeoutError when rank 0 was stopped writing (tried
     until it was); after SIGCONT rank 0 gets PeerDied and the segment checks."""
     n = 1 << 20  # float32: the members write during most of each allreduce
-    seg = pdshm.create(seg_name, size=32 << 20)
+    seg = create_waiting(seg_name, 32 << 20)
     try:
         for attempt in range(20):
             group = f"stall{attempt}"
