@@ -42,8 +42,7 @@ typedef struct pdshmpy_group {
 
 #define GR(o) ((pdshmpy_group *)(o))
 
-/* A timeout argument: None -> -1 (no limit), else seconds >= 0 -> ns. */
-static int timeout_ns(pdshmpy_state *st, PyObject *o, int64_t *out) {
+int pdshmpy_timeout_ns(pdshmpy_state *st, PyObject *o, int64_t *out) {
   if (o == Py_None) {
     *out = -1;
     return 0;
@@ -74,7 +73,8 @@ PyObject *pdshmpy_var_wait(PyObject *self, PyObject *args, PyObject *kw) {
     return NULL;
   unsigned long long seen = PyLong_AsUnsignedLongLong(seeno);
   int64_t left;
-  if ((seen == (unsigned long long)-1 && PyErr_Occurred()) || timeout_ns(st, timeo, &left) < 0)
+  if ((seen == (unsigned long long)-1 && PyErr_Occurred()) ||
+      pdshmpy_timeout_ns(st, timeo, &left) < 0)
     return NULL;
   for (;;) {
     pdshm_var *v = pdshmpy_var_get(var);
@@ -184,7 +184,7 @@ PyObject *pdshmpy_seg_enlist(PyObject *self, PyObject *args, PyObject *kw) {
   PyObject *name, *timeo = Py_None;
   int64_t left;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:enlist", kwlist, &name, &timeo) ||
-      timeout_ns(st, timeo, &left) < 0)
+      pdshmpy_timeout_ns(st, timeo, &left) < 0)
     return NULL;
   const char *n = pdshmpy_utf8(name, "group name");
   if (!n) return NULL;
@@ -263,7 +263,7 @@ static PyObject *group_barrier(PyObject *self, PyObject *args, PyObject *kw) {
   PyObject *timeo = Py_None;
   int64_t left;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:barrier", kwlist, &timeo) ||
-      timeout_ns(st, timeo, &left) < 0)
+      pdshmpy_timeout_ns(st, timeo, &left) < 0)
     return NULL;
   pdshm_group *g = group_handle(gr);
   if (!g) return NULL;
@@ -296,7 +296,7 @@ static PyObject *group_regroup(PyObject *self, PyObject *args, PyObject *kw) {
   PyObject *timeo = Py_None;
   int64_t left;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:regroup", kwlist, &timeo) ||
-      timeout_ns(st, timeo, &left) < 0)
+      pdshmpy_timeout_ns(st, timeo, &left) < 0)
     return NULL;
   pdshm_group *g = group_handle(gr);
   if (!g) return NULL;
@@ -403,7 +403,7 @@ static PyObject *group_reducing(PyObject *self, PyObject *args, PyObject *kw,
   int64_t ns;
   const char *format = kind == ALLREDUCE ? "O|OO:allreduce" : "O|OO:reduce_scatter";
   if (!PyArg_ParseTupleAndKeywords(args, kw, format, kwlist, &varo, &opo, &timeo) ||
-      (opo && reduce_op(st, opo, &op) < 0) || timeout_ns(st, timeo, &ns) < 0)
+      (opo && reduce_op(st, opo, &op) < 0) || pdshmpy_timeout_ns(st, timeo, &ns) < 0)
     return NULL;
   return group_collective(GR(self), kind, varo, op, ns);
 }
@@ -421,7 +421,7 @@ static PyObject *group_allgather(PyObject *self, PyObject *args, PyObject *kw) {
   PyObject *varo, *timeo = Py_None;
   int64_t ns;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:allgather", kwlist, &varo, &timeo) ||
-      timeout_ns(PDSHMPY_STATE(self), timeo, &ns) < 0)
+      pdshmpy_timeout_ns(PDSHMPY_STATE(self), timeo, &ns) < 0)
     return NULL;
   return group_collective(GR(self), ALLGATHER, varo, PDSHM_SUM, ns);
 }
@@ -436,7 +436,7 @@ static PyObject *group_allreduce_private(PyObject *self, PyObject *args, PyObjec
   int64_t ns;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OO:allreduce_private", kwlist, &bufo,
                                    &stagingo, &opo, &timeo) ||
-      (opo && reduce_op(st, opo, &op) < 0) || timeout_ns(st, timeo, &ns) < 0)
+      (opo && reduce_op(st, opo, &op) < 0) || pdshmpy_timeout_ns(st, timeo, &ns) < 0)
     return NULL;
   pdshm_group *g = group_handle(gr);
   pdshm_seg *seg = g ? pdshmpy_seg_get(gr->seg) : NULL;

@@ -312,6 +312,10 @@ int pdshmpy_group_init(PyObject *module, pdshmpy_state *st);
 PyObject *pdshmpy_seg_group(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *pdshmpy_seg_enlist(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *pdshmpy_var_wait(PyObject *self, PyObject *args, PyObject *kw);
+/* A timeout argument: None -> *out = -1 (no limit), else seconds >= 0 ->
+ * ns; 0, or -1 with an exception (InvalidArgument for a negative, NaN or
+ * infinite one). */
+int pdshmpy_timeout_ns(pdshmpy_state *st, PyObject *o, int64_t *out);
 /* For a collective that another file runs on a Group's membership: the
  * handle, marked busy (invariant 2 of group.c) and its Segment held, *seg
  * that Segment; or NULL with an exception (TypeError for what is no Group,

@@ -34,7 +34,6 @@
  *     2), so a second thread's call raises instead of entering.
  */
 #include <errno.h>
-#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -238,13 +237,13 @@ static PyObject *slot_round(slots_obj *s, const tensor_arg *a, int64_t what, boo
   if (!rc) PDSHMPY_NOGIL(after(s, seq, a, ctx));
   pdshmpy_group_end(s->group);
   Py_DECREF(s);
+  if (!rc) Py_RETURN_NONE;
   if (rc == 1) return NULL;
   char name[128];
   describe(name, sizeof name, what, a);
   if (rc == PDSHM_EOWNERDEAD)
     return pdshmpy_raise_msg(st, rc, "a member of the group died: the %s was abandoned", name);
-  if (rc) return pdshmpy_raise(st, rc, name);
-  Py_RETURN_NONE;
+  return pdshmpy_raise(st, rc, name);
 }
 
 /* The arguments (x, y, timeout=None) of every collective: x, y and the
@@ -262,18 +261,7 @@ static int parse_args(PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames
   }
   *x = argv[0];
   *y = argv[1];
-  *left = -1;
-  if (timeout != Py_None) {
-    double t = PyFloat_AsDouble(timeout);
-    if (t == -1.0 && PyErr_Occurred()) return -1;
-    if (!(t >= 0) || isinf(t)) {
-      pdshmpy_raise_msg(st, PDSHM_EINVAL, "timeout must be None or seconds >= 0, not %R",
-                        timeout);
-      return -1;
-    }
-    *left = t >= 4e9 ? INT64_MAX / 2 : (int64_t)(t * 1e9);
-  }
-  return 0;
+  return pdshmpy_timeout_ns(st, timeout, left);
 }
 
 /* ---- all_reduce ----------------------------------------------------------------------------- */
