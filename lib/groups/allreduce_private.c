@@ -52,8 +52,8 @@ enum ap_work { FOLD, COPY, FOLD_ALL };
 static int ap_step(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t me, uint32_t round,
                    enum ap_work work, uint8_t *data, const struct pdshm_group_desc *d0,
                    size_t es) {
-  const uint32_t size = g->size, published = (round - 1 - (work == COPY)) & 1;
   const bool copy = work == COPY;
+  const uint32_t size = g->size, published = (round - 1 - copy) & 1;
   const size_t chunk = CHUNK_BYTES / es;
   void *src[PDSHM_GROUP_MAX];
   for (uint32_t k = copy ? 0 : me; k < (copy ? size : me + 1); k++) {

@@ -906,9 +906,11 @@ class ProcessGroupPdshm(ProcessGroup):
                 at = (j % 2) * chunk
                 halves[at:at + part.numel()].copy_(part)
             elif not is_root and j:
+                if j == 1:  # the root sized its bytes before the first barrier
+                    halves = self._exchange.of(root)
                 part = flat[(j - 1) * chunk:j * chunk]
                 at = ((j - 1) % 2) * chunk
-                part.copy_(self._exchange.of(root)[at:at + part.numel()])
+                part.copy_(halves[at:at + part.numel()])
             self._barrier()
         if c is not t and not is_root:
             t.copy_(c)
