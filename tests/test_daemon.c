@@ -107,12 +107,17 @@ static void kill_all(const pid_t *pids, int n) {
   for (int i = 0; i < n; i++) ck_assert_int_eq(tu_wait(pids[i]), 128 + SIGKILL);
 }
 
-/* A "reaped pid N" line, noticed by `how` (NULL: any way). */
+/* A "reaped pid N" line, noticed by `how` (NULL: any way), within
+ * REAP_BOUND_S: the daemon writes it after the reap's commit, which is
+ * what await_reaped sees, so on a busy machine it can come a moment later. */
 static bool reaped_logged(const char *log, pid_t pid, const char *how) {
   char text[64], by[32];
   snprintf(text, sizeof text, "reaped pid %d (slot", (int)pid);
   snprintf(by, sizeof by, "found by %s)", how ? how : "");
-  return dm_log_line(log, text, how ? by : NULL);
+  for (uint64_t t0 = tu_now_ns(); tu_now_ns() - t0 < REAP_BOUND_S * 1000000000ull;
+       usleep(10000))
+    if (dm_log_line(log, text, how ? by : NULL)) return true;
+  return false;
 }
 
 START_TEST(killed_trainers_released_by_the_daemon) {
