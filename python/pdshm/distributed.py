@@ -40,15 +40,14 @@ barrier: each rank copies its tensor into one of two slots of its own
 A broadcast, all_gather or gather of at most SMALL_BYTES goes the same
 way: the senders copy into their slots, one barrier, and each rank copies
 the slots it receives straight into its tensors.
-A larger private tensor of float16, float32, float64, int32 or int64 (SUM,
-AVG, MIN, MAX) is reduced by shares through the exchange bytes, in one call of C
+A larger private tensor of float16, bfloat16, float32, float64, int32 or
+int64 (SUM, AVG, MIN, MAX) is reduced by shares through the exchange bytes, in one call of C
 (_reduce_by_shares, the group's allreduce_private: each rank copies in only
 what the others reduce, and copies their reduced shares straight into its
 tensor).  A larger tensor that is a view of a
 variable of the segment (segment_of(group), torch.from_dlpack(var)) is
 reduced in place by the pdshm group with no copy; the remaining reductions
-the group does (float16 and bfloat16, in float32 rounded once;
-non-contiguous tensors) go through a staging variable.  The others
+the group does (non-contiguous tensors) go through a staging variable.  The others
 (PRODUCT, the bitwise ops, int8, int16, uint8, bool), reduce_scatter and
 every larger op that only moves bytes go through per-rank exchange variables: each
 rank writes its bytes into its own, a barrier, each reads what it needs
@@ -106,12 +105,7 @@ _GROUP_OPS = {_RED.SUM: "sum", _RED.AVG: "mean", _RED.MIN: "min", _RED.MAX: "max
 _GROUP_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32,
                  torch.int64}
 _HALF = {torch.float16, torch.bfloat16}
-# A private tensor of these dtypes and at least SHARES_MIN_BYTES is reduced
-# by an op of _GROUP_OPS by shares through the exchange bytes
-# (_reduce_by_shares: float16 in float32, rounded once); bfloat16 is not,
-# having no numpy dtype to pass it as.
-_SHARE_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int32, torch.int64}
-SHARES_MIN_BYTES = 64 << 10
+SHARES_MIN_BYTES = 64 << 10  # a private tensor of _GROUP_DTYPES goes by shares from this
 SMALL_BYTES = 64 << 10  # up to this, a reduction's bytes go through _Small
 PIPELINE_BYTES = 512 << 10  # from this, a broadcast goes in chunks (_broadcast_pipelined)
 PIPELINE_CHUNKS = 8  # the most chunks of a broadcast
@@ -846,7 +840,7 @@ class ProcessGroupPdshm(ProcessGroup):
         _barrier)."""
         self._exchange.mine(_bytes_of(t))
         self._barrier()
-        self._call(self._group.allreduce_private, t.detach().numpy(), self._exchange.own,
+        self._call(self._group.allreduce_private, t.detach(), self._exchange.own,
                    _GROUP_OPS[op])
 
     def _reduce_small(self, op, t: torch.Tensor) -> None:
@@ -935,7 +929,7 @@ class ProcessGroupPdshm(ProcessGroup):
             return
         if _bytes_of(t) <= SMALL_BYTES:
             self._reduce_small(op, t)
-        elif (self.size() > 1 and op in _GROUP_OPS and t.dtype in _SHARE_DTYPES
+        elif (self.size() > 1 and op in _GROUP_OPS and t.dtype in _GROUP_DTYPES
                 and _bytes_of(t) >= SHARES_MIN_BYTES and t.is_contiguous()
                 and not self._group.holds(t)):
             self._reduce_by_shares(op, t)

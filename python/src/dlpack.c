@@ -13,7 +13,6 @@
  * bits, because DLPack 0.6 and torch 1.13 have no bool.
  */
 #include "pdshmpy.h"
-#include "dlpack.h"
 
 typedef struct {
   pdshmpy_dl_managed m;

@@ -58,6 +58,21 @@ int pdshmpy_dtype_from_format(const char *fmt, Py_ssize_t itemsize) {
   }
 }
 
+int pdshmpy_dtype_from_dl(pdshmpy_dl_dtype dt) {
+  if (dt.lanes != 1) return -1;
+  switch (dt.code) {
+  case PDSHMPY_DL_BOOL: return dt.bits == 8 ? PDSHM_BOOL : -1;
+  case PDSHMPY_DL_UINT: return dt.bits == 8 ? PDSHM_U8 : -1;
+  case PDSHMPY_DL_INT:
+    return dt.bits == 8 ? PDSHM_I8 : dt.bits == 16 ? PDSHM_I16 : dt.bits == 32 ? PDSHM_I32
+         : dt.bits == 64 ? PDSHM_I64 : -1;
+  case PDSHMPY_DL_FLOAT:
+    return dt.bits == 16 ? PDSHM_F16 : dt.bits == 32 ? PDSHM_F32 : dt.bits == 64 ? PDSHM_F64 : -1;
+  case PDSHMPY_DL_BFLOAT: return dt.bits == 16 ? PDSHM_BF16 : -1;
+  default: return -1;
+  }
+}
+
 /* The name of o as a dtype: a str as is, "torch.x" for a torch dtype, else
  * numpy.dtype(o).name (numpy dtypes and scalar types, Python types), NULL
  * with TypeError for what is none (None too, which numpy reads as float64)

@@ -23,6 +23,7 @@
  */
 #include <math.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "pdshmpy.h"
 
@@ -426,6 +427,52 @@ static PyObject *group_allgather(PyObject *self, PyObject *args, PyObject *kw) {
   return group_collective(GR(self), ALLGATHER, varo, PDSHM_SUM, ns);
 }
 
+/* The bytes allreduce_private reduces: obj's buffer (writable, C-contiguous,
+ * of a format that names a dtype), or, for an object that exports no buffer
+ * but __dlpack__ (a torch tensor: bfloat16 has no buffer format), its DLPack
+ * tensor, borrowed (dlborrow.c).  0 with *data, *dt and *count, to be given
+ * back by private_bytes_release; or -1 with an exception. */
+typedef struct {
+  Py_buffer view;         /* view.obj NULL: none taken */
+  pdshmpy_dl_borrowed dl; /* dl.capsule NULL: none     */
+} private_bytes;
+
+static int private_bytes_get(pdshmpy_state *st, PyObject *obj, private_bytes *b, void **data,
+                             int *dt, uint64_t *count) {
+  memset(b, 0, sizeof *b);
+  if (!PyObject_CheckBuffer(obj) && PyObject_HasAttrString(obj, "__dlpack__")) {
+    if (pdshmpy_dl_borrow(st, PyObject_CallMethod(obj, "__dlpack__", NULL), &b->dl) < 0)
+      return -1;
+    *dt = pdshmpy_dtype_from_dl(b->dl.dtype);
+    if (*dt < 0) {
+      pdshmpy_raise_msg(st, PDSHM_EINVAL, "no allreduce of a tensor of DLPack dtype code %d, "
+                        "%d bits", b->dl.dtype.code, b->dl.dtype.bits);
+      pdshmpy_dl_release(&b->dl);
+      return -1;
+    }
+    *data = b->dl.data;
+    *count = b->dl.count;
+    return 0;
+  }
+  if (PyObject_GetBuffer(obj, &b->view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+    return -1;
+  *dt = pdshmpy_dtype_from_format(b->view.format, b->view.itemsize);
+  if (*dt < 0) {
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "no allreduce of a buffer of format '%s'",
+                      b->view.format);
+    PyBuffer_Release(&b->view);
+    return -1;
+  }
+  *data = b->view.buf;
+  *count = (uint64_t)(b->view.len / b->view.itemsize);
+  return 0;
+}
+
+static void private_bytes_release(private_bytes *b) {
+  if (b->view.obj) PyBuffer_Release(&b->view);
+  pdshmpy_dl_release(&b->dl);
+}
+
 /* allreduce_private(buffer, staging, op="sum", timeout=None): see the method's doc. */
 static PyObject *group_allreduce_private(PyObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"buffer", "staging", "op", "timeout", NULL};
@@ -443,23 +490,17 @@ static PyObject *group_allreduce_private(PyObject *self, PyObject *args, PyObjec
   if (!seg) return NULL;
   pdshm_var *staging = group_var(gr, seg, stagingo, false);
   if (!staging) return NULL;
-  Py_buffer view;
-  if (PyObject_GetBuffer(bufo, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-    return NULL;
-  int dt = pdshmpy_dtype_from_format(view.format, view.itemsize);
-  if (dt < 0) {
-    pdshmpy_raise_msg(st, PDSHM_EINVAL, "no allreduce of a buffer of format '%s'", view.format);
-    PyBuffer_Release(&view);
-    return NULL;
-  }
-  int rc;
-  uint64_t count = (uint64_t)(view.len / view.itemsize);
+  private_bytes bytes;
+  void *data;
+  int dt, rc;
+  uint64_t count;
+  if (private_bytes_get(st, bufo, &bytes, &data, &dt, &count) < 0) return NULL;
   gr->busy = 1;
   pdshmpy_seg_hold(gr->seg);
-  PDSHMPY_NOGIL(rc = pdshm_group_allreduce_private(g, view.buf, (pdshm_dtype)dt, count,
-                                                   staging, op, ns));
+  PDSHMPY_NOGIL(rc = pdshm_group_allreduce_private(g, data, (pdshm_dtype)dt, count, staging, op,
+                                                   ns));
   group_call_done(gr);
-  PyBuffer_Release(&view);
+  private_bytes_release(&bytes);
   if (rc == -EOWNERDEAD)
     return pdshmpy_raise_msg(st, rc, "a member of group %R died: the buffer is unspecified",
                              gr->name);
@@ -564,7 +605,8 @@ static PyMethodDef group_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "allreduce_private(buffer, staging, op=\"sum\", timeout=None)\n\nThe allreduce of "
      "a buffer in this process's memory (a writable,\nC-contiguous buffer of float16, "
-     "float32, float64, int32 or int64, such\nas a numpy array), through staging: a Var of "
+     "float32, float64, int32 or int64, such\nas a numpy array; or a contiguous CPU tensor "
+     "through its __dlpack__,\nsuch as a torch tensor, bfloat16 too), through staging: a Var of "
      "this member's holding a\ntensor of at least the buffer's bytes.  Each member copies "
      "into its\nstaging only the shares the others reduce, and copies their reduced\n"
      "shares straight into its buffer.  op, the result's bits and the\nerrors as for "

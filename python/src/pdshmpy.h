@@ -41,6 +41,7 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include "dlpack.h"
 #include "pdshm.h"
 
 /* ---- intrusive lists (borrowed links, GIL held) ---------------------------- */
@@ -270,7 +271,25 @@ const char *pdshmpy_dtype_typestr(int dt);  /* __array_interface__ typestr   */
 int pdshmpy_dtype_parse(pdshmpy_state *st, PyObject *o, pdshm_dtype *out);
 /* A buffer format (with its itemsize) as a dtype; -1 when none fits. */
 int pdshmpy_dtype_from_format(const char *fmt, Py_ssize_t itemsize);
+/* A DLPack element type as a dtype; -1 when pdshm has none like it. */
+int pdshmpy_dtype_from_dl(pdshmpy_dl_dtype dt);
 int pdshmpy_shape_parse(pdshmpy_state *st, PyObject *o, int *ndim, int64_t *dims);
+
+/* ---- dlborrow.c ------------------------------------------------------------------------- */
+/* A CPU tensor's bytes, borrowed for one call through its DLPack capsule,
+ * which keeps them (unconsumed: dropping it gives them back). */
+typedef struct {
+  PyObject *capsule; /* strong                                              */
+  void *data;
+  pdshmpy_dl_dtype dtype;
+  uint64_t count;    /* elements                                            */
+} pdshmpy_dl_borrowed;
+/* Borrows the bytes of the tensor capsule (a new reference, or NULL with an
+ * exception, as a call that makes one returns) holds: 0, *out owning the
+ * capsule; or -1 with an exception (InvalidArgument for a tensor that is
+ * not compact in CPU memory), the capsule dropped. */
+int pdshmpy_dl_borrow(pdshmpy_state *st, PyObject *capsule, pdshmpy_dl_borrowed *out);
+void pdshmpy_dl_release(pdshmpy_dl_borrowed *b);
 
 /* ---- pin.c, view.c, dlpack.c, assign.c ---------------------------------------------- */
 extern PyType_Spec pdshmpy_pin_spec;

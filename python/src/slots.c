@@ -37,7 +37,6 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "dlpack.h"
 #include "fold.h"
 #include "pdshmpy.h"
 
@@ -77,7 +76,6 @@ static int kind_of(const pdshmpy_dl_dtype *dt, enum kind *out) {
                {PDSHMPY_DL_BFLOAT, 16, K_BF16}, {PDSHMPY_DL_FLOAT, 32, K_F32},
                {PDSHMPY_DL_FLOAT, 64, K_F64},   {PDSHMPY_DL_COMPLEX, 64, K_C64},
                {PDSHMPY_DL_COMPLEX, 128, K_C128}};
-  if (dt->lanes != 1) return -1;
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
     if (kinds[i].code == dt->code && kinds[i].bits == dt->bits) {
       *out = kinds[i].kind;
@@ -90,38 +88,21 @@ static int kind_of(const pdshmpy_dl_dtype *dt, enum kind *out) {
  * a dtype the fold knows, at most cap bytes.  0, or -1 with an exception. */
 static int tensor_get(slots_obj *s, PyObject *t, tensor_arg *a) {
   pdshmpy_state *st = PDSHMPY_STATE(s);
-  a->capsule = PyObject_CallOneArg(s->to_dlpack, t);
-  if (!a->capsule) return -1;
-  pdshmpy_dl_managed *m = PyCapsule_GetPointer(a->capsule, "dltensor");
-  if (!m) goto fail;
-  const pdshmpy_dl_tensor *dl = &m->dl_tensor;
-  if (dl->device.device_type != PDSHMPY_DL_CPU) {
-    pdshmpy_raise_msg(st, PDSHM_EINVAL, "the tensor is not in CPU memory");
-    goto fail;
-  }
-  if (kind_of(&dl->dtype, &a->kind) < 0) {
+  pdshmpy_dl_borrowed b;
+  if (pdshmpy_dl_borrow(st, PyObject_CallOneArg(s->to_dlpack, t), &b) < 0) return -1;
+  a->capsule = b.capsule;
+  a->data = b.data;
+  a->count = (size_t)b.count;
+  if (kind_of(&b.dtype, &a->kind) < 0) {
     pdshmpy_raise_msg(st, PDSHM_EINVAL, "no all-reduce for a tensor of DLPack dtype code %d, "
-                      "%d bits, %d lanes", dl->dtype.code, dl->dtype.bits, dl->dtype.lanes);
+                      "%d bits", b.dtype.code, b.dtype.bits);
     goto fail;
   }
-  int64_t count = 1, want = 1;
-  int compact = 1;
-  for (int d = dl->ndim - 1; d >= 0; d--) {
-    if (dl->strides && dl->shape[d] != 1 && dl->strides[d] != want) compact = 0;
-    want *= dl->shape[d];
-    count *= dl->shape[d];
-  }
-  if (!compact) {
-    pdshmpy_raise_msg(st, PDSHM_EINVAL, "the tensor is not contiguous");
+  if (b.count * pdshmpy_kind_sizes[a->kind] > s->cap) {
+    pdshmpy_raise_msg(st, PDSHM_EINVAL, "%llu bytes of tensor: a slot holds %zu",
+                      (unsigned long long)(b.count * pdshmpy_kind_sizes[a->kind]), s->cap);
     goto fail;
   }
-  if ((uint64_t)count * pdshmpy_kind_sizes[a->kind] > s->cap) {
-    pdshmpy_raise_msg(st, PDSHM_EINVAL, "%lld bytes of tensor: a slot holds %zu",
-                      (long long)count * pdshmpy_kind_sizes[a->kind], s->cap);
-    goto fail;
-  }
-  a->data = (char *)dl->data + dl->byte_offset;
-  a->count = (size_t)count;
   return 0;
 fail:
   Py_CLEAR(a->capsule);

@@ -329,22 +329,25 @@ def check_in_place_and_reuse(rank, n):
     assert mine() == before, "a collective made variables in the steady state"
     # staging for more sizes than the segment (16 MiB: the tests run in a
     # 64 MiB /dev/shm too) holds at once: the oldest kept staging variables
-    # make room (2 MiB of float32 staging each: a rank asking for 4 MiB now
-    # and then found no free block while the host's other rank held its own)
-    for k in range(8):  # bfloat16: through staging, whatever the size
-        big = torch.full(((1 << 19) + k,), float(rank), dtype=torch.bfloat16)  # 1 MiB each
+    # make room (1 MiB of bfloat16 staging each: with float32 staging of the
+    # same size, kept beside the float32 staging of the checks before, a
+    # rank now and then found no free block while the others held theirs)
+    for k in range(8):  # not contiguous: through staging, whatever the size
+        big = torch.full((2 * ((1 << 19) + k),), float(rank), dtype=torch.bfloat16)[::2]
         dist.all_reduce(big)
         assert big[-1].item() == sum(range(n))
 
 
 def check_shares(rep, rank, n):
-    """Private tensors of 256 KiB and more of float32, float64, int32 and
-    int64 are reduced by shares through the exchange bytes (in one host: no staging), for
-    SUM, AVG, MIN and MAX: against the local fold, bits equal on every rank."""
+    """Private tensors of 64 KiB and more of float32, float64, float16,
+    bfloat16 (folded in float32, rounded once), int32 and int64 are reduced by
+    shares through the exchange bytes (in one host: no staging), for SUM,
+    AVG, MIN and MAX: against the local fold, bits equal on every rank."""
     pg = dist.distributed_c10d._get_default_group()
     kept = dict(pg._staging.kept)
     numel = (1 << 16) + 5  # not a multiple of 2 or 3
-    for dtype in (torch.float32, torch.float64, torch.int32, torch.int64):
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
+                  torch.int64):
         for op in (R.SUM, R.AVG, R.MIN, R.MAX):
             case = f"shares/{dtype}/{NAMES[op]}/{n}"
             ins = [seeded(case, r, (numel,), dtype) for r in range(n)]
@@ -353,7 +356,7 @@ def check_shares(rep, rank, n):
             same(t, fold(op, ins), case)
             rep.add(case, t)
     if not isinstance(pg, pdist.ProcessGroupPdshmHosts):  # which reduces through staging
-        assert pg._staging.kept == kept, "a private tensor of 256 KiB went through staging"
+        assert pg._staging.kept == kept, "a private tensor of 64 KiB or more went through staging"
 
 
 def train(model, xs, ys, steps, lr):

@@ -133,6 +133,48 @@ def test_allreduce_private_reduces_each_members_array_in_its_memory(seg, childre
         assert sorted(k.result() for k in kids) == [(1, [expected]), (2, [expected])]
 
 
+@pytest.mark.parametrize("dtype, op, rows, expected", [
+    # 1 + 2**-8 + 2**-8 in float32, rounded once: 1 + 2**-7; folded in
+    # bfloat16 step by step, 1 + 2**-8 would round to 1 twice
+    ("bfloat16", "sum", [[1.0, -3.0], [2 ** -8, 0.5], [2 ** -8, 0.25]], [1 + 2 ** -7, -2.25]),
+    ("float32", "max", [[1.0, -3.0], [2.0, 0.5], [-1.0, 0.25]], [2.0, 0.5]),
+    ("int64", "mean", [[3, -7], [4, 0], [5, 1]], [4, -2])])
+def test_allreduce_private_reduces_a_torch_tensor_through_dlpack(seg, children, dtype, op, rows,
+                                                                 expected):
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    with seg.group("g", 3, rank=0) as g:
+        kids = [member(children, seg, 3, r, ("allreduce_private_torch", rows[r], op, T, dtype))
+                for r in (1, 2)]
+        for k in kids:
+            joined(k)
+        t = torch.tensor(rows[0], dtype=getattr(torch, dtype))
+        staging = seg.root.var("staging0")
+        staging.resize("uint8", (t.numel() * t.element_size(),))
+        g.allreduce_private(t, staging, op=op, timeout=T)
+        assert t.tolist() == expected
+        assert sorted(k.result() for k in kids) == [(1, [expected]), (2, [expected])]
+
+
+def test_allreduce_private_refuses_bad_torch_tensors_and_changes_nothing(seg):
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    with seg.group("g", 1, rank=0) as g:
+        staging = seg.root.var("staging")
+        staging.resize("uint8", (64,))
+        grid = torch.arange(8, dtype=torch.float32).reshape(4, 2)
+        with pytest.raises(pdshm.InvalidArgument, match="not contiguous"):
+            g.allreduce_private(grid[:, 0], staging)
+        with pytest.raises(pdshm.InvalidArgument, match="DLPack dtype code 5"):
+            g.allreduce_private(torch.zeros(4, dtype=torch.complex64), staging)
+        with pytest.raises(pdshm.InvalidArgument, match="cannot be reduced"):
+            g.allreduce_private(torch.zeros(4, dtype=torch.int8), staging)
+        with pytest.raises(pdshm.InvalidArgument, match="staging tensor holds 64 bytes"):
+            g.allreduce_private(torch.zeros(32, dtype=torch.float32), staging)
+        assert grid.flatten().tolist() == list(range(8))
+        t = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)
+        g.allreduce_private(t, staging, op="mean", timeout=T)  # the group goes on
+        assert t.tolist() == [1.5, -2.0]
+
+
 def test_allreduce_private_refuses_bad_buffers_and_staging_and_changes_nothing(seg):
     other = create_waiting(seg.name + "x", 8 << 20)
     try:

@@ -213,6 +213,8 @@ def group_member(conn, seg_name, group, size, rank, steps):
                                                variable as the last step left it)
          ("allreduce_private", values, op, timeout, dtype)   of a numpy array
                                                through its own staging variable
+         ("allreduce_private_torch", values, op, timeout, dtype)   the same of
+                                               a torch tensor (dtype: its name)
          ("tell", msg)  /  ("await", msg)      talk to the test
          ("hang",)                             wait to be killed
     and returns (rank, [each step's result]); a step that raised gives
@@ -241,6 +243,13 @@ def group_member(conn, seg_name, group, size, rank, steps):
                     staging.resize("uint8", (a.nbytes,))
                     g.allreduce_private(a, staging, op=step[2], timeout=step[3])
                     out.append(a.tolist())
+                elif step[0] == "allreduce_private_torch":
+                    import torch
+                    t = torch.tensor(step[1], dtype=getattr(torch, step[4]))
+                    staging = seg.root.var(f"{group}.staging{g.rank}")
+                    staging.resize("uint8", (t.numel() * t.element_size(),))
+                    g.allreduce_private(t, staging, op=step[2], timeout=step[3])
+                    out.append(t.tolist())
                 elif step[0] in ("reduce_scatter", "allgather"):
                     v = seg.root.var(f"{group}.grad{g.rank}")
                     if step[1] is not None:
