@@ -9,7 +9,8 @@
  * a block of BLOCK_BYTES of every source is folded in registers and stored
  * once, in AVX2 registers where the CPU has them (asked once, at run time);
  * f16 and bf16 widen a chunk of CHUNK elements into a buffer on the stack,
- * one source at a time.  MEAN divides once, at the end: an integer MEAN is
+ * one source at a time (F16C's conversions for f16, AVX2's registers for
+ * bf16, where the CPU has them).  MEAN divides once, at the end: an integer MEAN is
  * the wrapped sum divided, truncating towards zero, so that it does not
  * depend on how many members (or, through libpdshm-mpi, hosts) took part in
  * the sum (DESIGN section 4).
@@ -35,9 +36,10 @@ static inline uint16_t f16_store(float f) { return pdshm__half_store(f); }
 #define ADD_WRAP32(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
 #define ADD_WRAP64(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
 
-/* One dtype: T the element, A the accumulator, LOAD/STORE convert, ADD sums. */
-#define REDUCE_FN(name, T, A, LOAD, STORE, ADD)                                      \
-  static void name(int op, void *dstv, void *const *srcv, unsigned ns, size_t n) {  \
+/* One dtype: T the element, A the accumulator, LOAD/STORE convert, ADD sums;
+ * ATTR: the function's attributes (its target). */
+#define REDUCE_FN(name, ATTR, T, A, LOAD, STORE, ADD)                                \
+  ATTR static void name(int op, void *dstv, void *const *srcv, unsigned ns, size_t n) { \
     A acc[CHUNK];                                                                    \
     T *dst = dstv;                                                                   \
     for (size_t i0 = 0; i0 < n; i0 += CHUNK) {                                       \
@@ -65,8 +67,8 @@ static inline uint16_t f16_store(float f) { return pdshm__half_store(f); }
     }                                                                                \
   }
 
-REDUCE_FN(reduce_f16_soft, uint16_t, float, f16_load, f16_store, ADD_FLOAT)
-REDUCE_FN(reduce_bf16, uint16_t, float, bf16_load, bf16_store, ADD_FLOAT)
+REDUCE_FN(reduce_f16_soft, , uint16_t, float, f16_load, f16_store, ADD_FLOAT)
+REDUCE_FN(reduce_bf16_port, , uint16_t, float, bf16_load, bf16_store, ADD_FLOAT)
 
 /* ---- one pass: f32, f64, i32, i64 ---- */
 
@@ -238,8 +240,11 @@ static bool avx2_usable(void) {
 }
 
 /* No FMA in this target: a fold is adds (or compares) only, as in the
- * portable loops, so both give the same bits. */
+ * portable loops, so both give the same bits.  bf16's conversions are
+ * integer shifts and adds, which AVX2 does 8 at a time. */
 ONEPASS_ALL(_avx2, __attribute__((target("avx2"))), 32)
+REDUCE_FN(reduce_bf16_avx2, __attribute__((target("avx2"))), uint16_t, float, bf16_load,
+          bf16_store, ADD_FLOAT)
 
 static void reduce_f16(int op, void *dst, void *const *src, unsigned ns, size_t n) {
   if (f16c_usable()) reduce_f16_f16c(op, dst, src, ns, n);
@@ -248,6 +253,7 @@ static void reduce_f16(int op, void *dst, void *const *src, unsigned ns, size_t 
 #else
 #define reduce_f16 reduce_f16_soft
 static bool avx2_usable(void) { return false; }
+#define reduce_bf16_avx2 reduce_bf16_port
 #define reduce_f32_avx2 reduce_f32_port
 #define reduce_f64_avx2 reduce_f64_port
 #define reduce_i32_avx2 reduce_i32_port
@@ -278,7 +284,9 @@ static void reduce_onepass(bool avx2, int dtype, int op, void *dst, void *const 
 void pdshm__reduce(int dtype, int op, void *dst, void *const *src, unsigned nsrc, size_t n) {
   switch (dtype) {
   case PDSHM_F16: reduce_f16(op, dst, src, nsrc, n); break;
-  case PDSHM_BF16: reduce_bf16(op, dst, src, nsrc, n); break;
+  case PDSHM_BF16:
+    (avx2_usable() ? reduce_bf16_avx2 : reduce_bf16_port)(op, dst, src, nsrc, n);
+    break;
   default: reduce_onepass(avx2_usable(), dtype, op, dst, src, nsrc, n); break;
   }
 }
@@ -287,7 +295,7 @@ void pdshm__reduce_portable(int dtype, int op, void *dst, void *const *src, unsi
                             size_t n) {
   switch (dtype) {
   case PDSHM_F16: reduce_f16_soft(op, dst, src, nsrc, n); break;
-  case PDSHM_BF16: reduce_bf16(op, dst, src, nsrc, n); break;
+  case PDSHM_BF16: reduce_bf16_port(op, dst, src, nsrc, n); break;
   default: reduce_onepass(false, dtype, op, dst, src, nsrc, n); break;
   }
 }
