@@ -5,6 +5,7 @@ that a module that kept the GIL makes this test time out instead of hanging
 the suite."""
 import os
 import queue
+import random
 import signal
 import subprocess
 import sys
@@ -14,6 +15,8 @@ import time
 import pytest
 
 import procutil
+
+STOP_TRIES_S = 60  # stop_holding_scope_lock's bound: it usually takes a few tries
 
 WAITER = r"""
 import sys, threading, time
@@ -247,15 +250,23 @@ def scope_lock_holder(seg, path):
 
 def stop_holding_scope_lock(seg, proc, path):
     """Stops proc (SIGSTOP) at a moment it holds the lock of the scope at path
-    (it does about one time in three)."""
-    for _ in range(2000):
+    (it does about one time in three), trying for up to STOP_TRIES_S.  Each
+    try comes after a pause of random length: on a busy machine, pauses of
+    one length could fall in step with proc's loop and stop it at the same
+    point of it every time."""
+    deadline, tries = time.monotonic() + STOP_TRIES_S, 0
+    while time.monotonic() < deadline:
+        tries += 1
         os.kill(proc.pid, signal.SIGSTOP)
-        os.waitpid(proc.pid, os.WUNTRACED)
+        _, status = os.waitpid(proc.pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):
+            raise AssertionError(f"the mutator ended (wait status {status:#x})")
         if scope_lock_holder(seg, path) == proc.pid:
             return
         os.kill(proc.pid, signal.SIGCONT)
-        time.sleep(0.001)  # time to run again before the next stop
-    raise AssertionError("the mutator was never caught holding the scope's lock")
+        time.sleep(random.uniform(0.0005, 0.003))  # time to run again before the next stop
+    raise AssertionError(f"the mutator was never caught holding the scope's lock "
+                         f"({tries} tries in {STOP_TRIES_S} s)")
 
 
 @pytest.mark.parametrize("call", ["open", "parent", "local", "dealloc", "var", "create_var", "new_var", "erase", "rename",
