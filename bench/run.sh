@@ -57,7 +57,12 @@ header() {
   echo "- revision: $rev"
 }
 
-[ -z "$report" ] || header >"$report"
+# The header is made before the report is opened: opening it first would
+# make the tree, which holds the report, "-dirty" in the revision it names.
+if [ -n "$report" ]; then
+  head=$(header)
+  printf '%s\n' "$head" >"$report"
+fi
 # Each command's stdin is /dev/null: the loop reads the list from its own
 # stdin, which a command (mpirun forwards it to its ranks) would drain.
 commands | while IFS= read -r cmd; do
