@@ -80,7 +80,7 @@ import threading
 import time
 import weakref
 from datetime import timedelta
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -93,7 +93,7 @@ __all__ = ["BACKEND", "ProcessGroupPdshm", "ProcessGroupPdshmHosts", "PeerDiedEr
 
 BACKEND = "pdshm"
 SIZE_ENV = "PDSHM_TORCH_SEGMENT_SIZE"
-STAGING_BASE = 512 << 20  # the ranks of a host keep at most half this in staging
+STAGING_BASE = 512 << 20  # the ranks of a host keep at most half this in staging and exchange bytes
 STAGING_KEEP = 8  # staging variables kept per process group (least recently used go)
 LEFT_CHECK_S = 0.05  # seconds between two looks for a member that left, while waiting
 KEEP_WORKS = 16  # completed Works a process group keeps alive (see _Work)
@@ -233,11 +233,14 @@ class _Staging:
     """Per-dtype, per-size variables of this rank's own, with a torch view
     each: the copies in and out of the group's reductions."""
 
-    def __init__(self, scope, budget: int) -> None:
-        """budget: the bytes kept at most (but always the last one used), so
-        that the ranks sharing the segment leave each other room."""
+    def __init__(self, scope, budget: int, beside: Callable[[], int]) -> None:
+        """budget: the bytes kept at most (but always the last one used),
+        counting the bytes beside() says this rank holds otherwise in the
+        segment (its exchange bytes, which only grow), so that the ranks
+        sharing the segment leave each other room."""
         self.scope = scope
         self.budget = budget
+        self.beside = beside
         self.kept: "collections.OrderedDict[Tuple[torch.dtype, int], tuple]" = \
             collections.OrderedDict()
 
@@ -256,7 +259,8 @@ class _Staging:
         hit = (var, torch.from_dlpack(var))
         self.kept[key] = hit
         while len(self.kept) > STAGING_KEEP or (
-                len(self.kept) > 1 and sum(v.nbytes for v, _ in self.kept.values()) > self.budget):
+                len(self.kept) > 1 and
+                sum(v.nbytes for v, _ in self.kept.values()) + self.beside() > self.budget):
             self._drop_oldest()
         return hit
 
@@ -708,8 +712,9 @@ class ProcessGroupPdshm(ProcessGroup):
         self._group = seg.group(prefix, len(local), rank=member)
         self._scope = seg.root.new_scope()
         room = min(seg.info().max_size, STAGING_BASE)  # a growing segment's max is /dev/shm's
-        self._staging = _Staging(self._scope, room // (2 * len(local)))
         self._exchange = _Exchange(seg, prefix, member, len(local))
+        self._staging = _Staging(self._scope, room // (2 * len(local)),
+                                 lambda: self._exchange.own.nbytes)
         self._small = _Small(seg, prefix, member, len(local))
         self._closed = False
         self._death: Optional[str] = None  # what the first PeerDied said

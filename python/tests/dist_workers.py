@@ -329,11 +329,12 @@ def check_in_place_and_reuse(rank, n):
     assert mine() == before, "a collective made variables in the steady state"
     # staging for more sizes than the segment (16 MiB: the tests run in a
     # 64 MiB /dev/shm too) holds at once: the oldest kept staging variables
-    # make room (1 MiB of bfloat16 staging each: with float32 staging of the
-    # same size, kept beside the float32 staging of the checks before, a
-    # rank now and then found no free block while the others held theirs)
-    for k in range(8):  # not contiguous: through staging, whatever the size
-        big = torch.full((2 * ((1 << 19) + k),), float(rank), dtype=torch.bfloat16)[::2]
+    # make room (512 KiB of float32 staging each, 16 sizes: 8 MiB a rank);
+    # a rank's budget counts its exchange bytes: when it did not, the ranks'
+    # exchange bytes and kept staging left no free block of 512 KiB in 5 of 8
+    # runs
+    for k in range(16):  # not contiguous: through staging, whatever the size
+        big = torch.full((2 * ((1 << 17) + k),), float(rank))[::2]
         dist.all_reduce(big)
         assert big[-1].item() == sum(range(n))
 
