@@ -93,7 +93,7 @@ __all__ = ["BACKEND", "ProcessGroupPdshm", "ProcessGroupPdshmHosts", "PeerDiedEr
 
 BACKEND = "pdshm"
 SIZE_ENV = "PDSHM_TORCH_SEGMENT_SIZE"
-STAGING_BASE = 512 << 20  # the ranks of a host keep at most half this in staging and exchange bytes
+STAGING_BASE = 512 << 20  # staging is kept while, with exchange bytes, a host's ranks hold half this
 STAGING_KEEP = 8  # staging variables kept per process group (least recently used go)
 LEFT_CHECK_S = 0.05  # seconds between two looks for a member that left, while waiting
 KEEP_WORKS = 16  # completed Works a process group keeps alive (see _Work)
