@@ -28,6 +28,19 @@ void wait_ok(pid_t pid, struct board *b) {
   ck_assert_msg(st == 0, "child exited %d: %s", st, b ? b->rep.why : "");
 }
 
+int kid_f32_var(int64_t n, pdshm_seg **s, pdshm_scope **mine, pdshm_var **v) {
+  pdshm_scope *r;
+  int rc = pdshm_attach(seg_name, NULL, s);
+  if (!rc) rc = pdshm_root(*s, &r);
+  if (!rc) {
+    rc = pdshm_scope_new(r, NULL, mine);
+    pdshm_scope_release(r); /* *mine keeps the root */
+  }
+  if (!rc) rc = pdshm_var_new(*mine, v);
+  if (!rc) rc = pdshm_tensor_resize(*v, PDSHM_F32, 1, &n);
+  return rc;
+}
+
 /* The process's staging variable of K_PRIVATE; each child makes its own
  * (staging_new) before its first collective. */
 static pdshm_var *staging;

@@ -35,6 +35,11 @@ void wait_ok(pid_t pid, struct board *b);
 /* The kinds of round collective() does (K_KINDS: how many). */
 enum { K_BARRIER, K_ALLREDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_PRIVATE, K_KINDS };
 
+/* A child's start: attaches to seg_name and makes, in a new local scope of
+ * its root (*mine), a variable of n float32 (*v); 0, or the failing call's
+ * error. */
+int kid_f32_var(int64_t n, pdshm_seg **s, pdshm_scope **mine, pdshm_var **v);
+
 /* Makes the process's staging variable of K_PRIVATE in s; each child calls
  * it before its first collective. */
 int staging_new(pdshm_scope *s);

@@ -230,13 +230,11 @@ struct mix_arg {
 static int kid_mixed(void *argp) {
   struct mix_arg *a = argp;
   pdshm_seg *s;
-  pdshm_scope *r, *mine;
+  pdshm_scope *mine;
   pdshm_group *g;
   pdshm_var *v;
   int64_t n = 1001;
-  if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r) || pdshm_scope_new(r, NULL, &mine) ||
-      pdshm_var_new(mine, &v) || pdshm_tensor_resize(v, PDSHM_F32, 1, &n) || staging_new(mine))
-    TU_FAIL_RETURN(&a->b->rep, "setup");
+  if (kid_f32_var(n, &s, &mine, &v) || staging_new(mine)) TU_FAIL_RETURN(&a->b->rep, "setup");
   if (pdshm_group_join(s, "mix", 3, a->rank, &g)) TU_FAIL_RETURN(&a->b->rep, "join");
   float *p = pdshm_tensor_data(v);
   for (int k0 = 0; k0 < K_KINDS; k0++)
@@ -262,7 +260,6 @@ static int kid_mixed(void *argp) {
     if (p[i] != 6) TU_FAIL_RETURN(&a->b->rep, "rank %d after the mix: [%d] = %g", a->rank, i, p[i]);
   pdshm_group_leave(g);
   pdshm_scope_release(mine);
-  pdshm_scope_release(r);
   pdshm_detach(s);
   return 0;
 }
@@ -414,13 +411,11 @@ END_TEST
 static int kid_one_allreduce(void *argp) {
   struct board *b = argp;
   pdshm_seg *s;
-  pdshm_scope *r, *mine;
+  pdshm_scope *mine;
   pdshm_group *g;
   pdshm_var *v;
   int64_t n = 1000;
-  if (pdshm_attach(seg_name, NULL, &s) || pdshm_root(s, &r) || pdshm_scope_new(r, NULL, &mine) ||
-      pdshm_var_new(mine, &v) || pdshm_tensor_resize(v, PDSHM_F32, 1, &n))
-    TU_FAIL_RETURN(&b->rep, "setup");
+  if (kid_f32_var(n, &s, &mine, &v)) TU_FAIL_RETURN(&b->rep, "setup");
   float *p = pdshm_tensor_data(v);
   for (int i = 0; i < n; i++)
     p[i] = 2;
