@@ -237,7 +237,9 @@ def kill_one_mid_epoch(ctx, seg_name, procs, args, seg, per):
     victim = args.trainers - 1
     at = per * (args.epochs // 2) + per // 2
     progress = seg.open(SCOPE).find_var("progress")
-    while progress is None or progress.numpy()[victim, 0] < at:
+    # The trainers create the variable first and give it its tensor after.
+    while (progress is None or progress.dtype is None
+           or progress.numpy()[victim, 0] < at):
         if not procs[victim].is_alive():
             raise SystemExit("the trainer to kill ended early")
         time.sleep(0.001)
