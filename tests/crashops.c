@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "crashrun.h"
+#include "model/varlock.h"
 
 /* ---- operations, as the child runs them --------------------------------------------- */
 
@@ -18,6 +19,13 @@ static int prep_w(struct cx *c) { return crash_prep_var(c, "w"); }
 static int prep_b(struct cx *c) { return crash_prep_var(c, "b"); }
 static int prep_e(struct cx *c) { return crash_prep_var(c, "e"); }
 static int prep_lk(struct cx *c) { return crash_prep_var(c, "lk"); }
+/* lk with its shared takes uncounted (lib/model/varlock_bias.c): a take
+ * is then its record, a writer's take a revocation and a scan. */
+static int prep_lk_biased(struct cx *c) {
+  if (prep_lk(c)) return 1;
+  atomic_store(&pdshm__var_rec(c->v)->lk_rbias, VL_BIAS_ON);
+  return 0;
+}
 
 /* A local scope with three tensors, a label and operator lists. */
 static int prep_local(struct cx *c) {
@@ -222,6 +230,8 @@ const struct op crash_ops[] = {
     {"var_lock_shared", prep_lk, run_lock_shared, NULL, false, NULL, NULL},
     {"var_lock_die_exclusive", prep_lk, run_hold_excl, NULL, false, NULL, NULL},
     {"var_lock_die_shared", prep_lk, run_hold_shared, NULL, false, NULL, NULL},
+    {"var_lock_shared_biased", prep_lk_biased, run_lock_shared, NULL, false, NULL, NULL},
+    {"var_lock_exclusive_biased", prep_lk_biased, run_lock_excl, NULL, false, NULL, NULL},
     {"unique_name", NULL, run_unique, NULL, false, NULL, NULL},
     {"pin", prep_w, run_pin, NULL, false, NULL, NULL},
     {"unpin", prep_pin_w, run_unpin, NULL, false, NULL, NULL},

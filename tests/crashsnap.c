@@ -44,7 +44,7 @@ static void snap_var(FILE *f, pdshm_seg *seg, pdshm_off_t v) {
   fprintf(f, " w=");
   snap_ops(f, seg, r->writers);
   int owner;
-  uint64_t readers = pdshm__varlock_readers(r, &owner);
+  uint64_t readers = pdshm__varlock_readers(seg, r, &owner);
   fprintf(f, " owner=%d readers=%llu vt=%llu", owner, (unsigned long long)readers,
           (unsigned long long)r->vtype);
   if (r->vtype == PDSHM_V_TENSOR) {
@@ -145,7 +145,7 @@ static int snap_holds_free(pdshm_seg *seg, char *why, size_t cap) {
     if (pdshm__blk_state(w) == PDSHM_BLK_USED && b->type == PDSHM_T_VAR) {
       const struct pdshm_var_rec *r = pdshm__var_at(seg, at + PDSHM_BLK_HDR);
       int owner;
-      uint64_t readers = pdshm__varlock_readers(r, &owner);
+      uint64_t readers = pdshm__varlock_readers(seg, r, &owner);
       if (readers || owner >= 0)
         return snap_fail(why, cap, "variable %s counts %llu shared holders, exclusive slot %d",
                          snap_name(seg, r->name), (unsigned long long)readers, owner);

@@ -104,10 +104,10 @@ END_TEST
  * gets it with its first look. */
 static void our_share_counted(pdshm_seg *seg, pdshm_var *v, const char *what, uint64_t k) {
   int owner;
-  ck_assert_msg(pdshm__varlock_readers(pdshm__var_rec(v), &owner) == 1 && owner < 0,
+  ck_assert_msg(pdshm__varlock_readers(seg, pdshm__var_rec(v), &owner) == 1 && owner < 0,
                 "%s k=%llu: our share is not the only one counted", what, (unsigned long long)k);
   ck_assert_int_eq(pdshm_var_unlock(v), 0);
-  ck_assert_msg(pdshm__varlock_readers(pdshm__var_rec(v), &owner) == 0 && owner < 0,
+  ck_assert_msg(pdshm__varlock_readers(seg, pdshm__var_rec(v), &owner) == 0 && owner < 0,
                 "%s k=%llu: the lock is not free once our share went", what,
                 (unsigned long long)k);
   take_and_release(v, 1, what);

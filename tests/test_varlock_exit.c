@@ -74,8 +74,8 @@ START_TEST(thread_exit_lets_go) {
   ck_assert_int_eq(pthread_join(t, NULL), 0);
   ck_assert_int_eq(x.rc, 0);
   int owner;
-  ck_assert_uint_eq(pdshm__varlock_readers(pdshm__var_rec(a), &owner), 0);
-  ck_assert_uint_eq(pdshm__varlock_readers(pdshm__var_rec(b), &owner), 0);
+  ck_assert_uint_eq(pdshm__varlock_readers(seg, pdshm__var_rec(a), &owner), 0);
+  ck_assert_uint_eq(pdshm__varlock_readers(seg, pdshm__var_rec(b), &owner), 0);
   ck_assert_int_eq(owner, -1);
   ck_assert_int_eq(tu_wait(tu_spawn(take_both, NULL)), 0);
   ck_assert_int_eq(pdshm_var_unlock(a), PDSHM_EPERM); /* not this thread's */

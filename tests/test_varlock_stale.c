@@ -89,7 +89,7 @@ static void window_run(const struct window *w) {
   ck_assert_msg(version_now == version, "%s: the new variable's version went from %llu to %llu",
                 w->point, (unsigned long long)version, (unsigned long long)version_now);
   int owner;
-  ck_assert_uint_eq(pdshm__varlock_readers(r, &owner), w->parent_excl ? 0 : 1);
+  ck_assert_uint_eq(pdshm__varlock_readers(seg, r, &owner), w->parent_excl ? 0 : 1);
   ck_assert_int_eq(owner, w->parent_excl ? (int)seg->slot : -1);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
   ck_assert_int_eq(pdshm_var_unlock(again), 0);

@@ -56,7 +56,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PDSHM_LAYOUT_VERSION 9u
+#define PDSHM_LAYOUT_VERSION 10u
 #define PDSHM_MAGIC "\x89PDSHM\r\n" /* 8 bytes, no NUL needed */
 #define PDSHM_MAGIC_LEN 8
 #define PDSHM_CACHELINE 64
@@ -310,7 +310,9 @@ enum pdshm_vl_state {
   PDSHM_VL_TAKING,     /* a shared take: the count's CAS may have happened     */
   PDSHM_VL_HELD,       /* a shared hold, counted in the variable's word        */
   PDSHM_VL_RELEASING,  /* a shared release: the count's CAS may have happened  */
-  PDSHM_VL_EXCL        /* an exclusive take or hold: the word's owner tells    */
+  PDSHM_VL_EXCL,       /* an exclusive take or hold: the word's owner tells    */
+  PDSHM_VL_VISIBLE     /* a shared take or hold the word does not count: a
+                          writer finds it by scanning (varlock_bias.c)        */
 };
 
 struct pdshm_vl_hold {

@@ -94,7 +94,7 @@ static int vr_ops(struct vr_walk *w, const struct pdshm_var_rec *r, struct vr_en
  * from its slot. */
 static int vr_lock(struct vr_walk *w, const struct pdshm_var_rec *r, pdshm_var_info *vi) {
   int owner;
-  vi->lock_readers = pdshm__varlock_readers(r, &owner);
+  vi->lock_readers = pdshm__varlock_readers(w->seg, r, &owner);
   vi->lock_state = vi->lock_readers ? PDSHM_VLOCK_SHARED : PDSHM_VLOCK_FREE;
   if (owner < 0) return 0;
   if ((uint32_t)owner >= w->seg->hdr->max_procs)

@@ -228,9 +228,12 @@ void pdshm__varlock_reap_slot(pdshm_seg *seg, uint32_t d);
  * records to report (may be NULL); returns the count, or a negative code
  * (ENOMEM) when it could not look. */
 int pdshm__varlock_check(pdshm_seg *seg, const pdshm_off_t *vars, size_t n, FILE *report);
-/* A variable lock's shared holders now, and *owner_slot its exclusive
- * holder's slot, -1 when none: for the inspector, read without a lock. */
-uint64_t pdshm__varlock_readers(const struct pdshm_var_rec *r, int *owner_slot);
+/* A variable lock's shared holders now (those its word counts, and those
+ * of live slots it does not: varlock_bias.c), and *owner_slot its
+ * exclusive holder's slot, -1 when none: for the inspector, read without a
+ * lock. */
+uint64_t pdshm__varlock_readers(const pdshm_seg *seg, const struct pdshm_var_rec *r,
+                                int *owner_slot);
 
 /* ---- tensor_pins.c ---- */
 /* Detach: drops every pin the attachment holds (when it still may: not in a

@@ -117,7 +117,9 @@ struct pdshm_var_rec {
                               32 bits are the futex word of pdshm_var_wait    */
   _Atomic uint32_t vwaiters;/* threads in pdshm_var_wait on this variable: a
                               bump wakes them only when nonzero (futex.c)     */
-  uint32_t vpad;
+  _Atomic uint32_t lk_rbias;/* whether shared takes may go uncounted, as
+                              records of their slots a writer scans for:
+                              varlock_bias.c                                  */
   /* The tensor; every word below changes in one journal (resize). */
   uint64_t dtype_ndim;     /* dtype | ndim << 32                                */
   int64_t dims[PDSHM_NDIM_MAX_];

@@ -6,7 +6,8 @@
  * take and a release store in the vl[] hold records of the process slots
  * (layout.h).  This thread's table of held variable locks, its reserved
  * record and the claiming of a free one are varlock_held.c's; a dead slot's
- * records are given back by varlock_reap.c.
+ * records are given back by varlock_reap.c; shares the word does not count,
+ * and a writer's wait for them, are varlock_bias.c's.
  *
  * The word, r->lk (the version sits beside it: one 16-byte pair):
  *   bits  0-12  owner: slot+1 of the exclusive holder; while FROZEN, slot+1
@@ -39,7 +40,9 @@
  *     word is touched, then EXCL before an exclusive CAS; TAKING before a
  *     shared one and HELD after it; RELEASING before the shared release's
  *     CAS and IDLE after it (CLAIMED when the record is the thread's
- *     reserved one: varlock_held.c, invariant 1).  State stores are
+ *     reserved one: varlock_held.c, invariant 1).  A shared hold the word
+ *     does not count is VISIBLE, from its take to its release, and touches
+ *     no word (varlock_bias.c).  State stores are
  *     releases and the word's CASes read-modify-writes, so whoever changes
  *     the word after a CAS sees the state its taker stored before it.  A
  *     CLAIMED record names nothing counted: reapers, recounts, waiters and
@@ -166,7 +169,9 @@ static bool vl_unexplained(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen
     for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++) {
       const struct pdshm_vl_hold *e = &sl->vl[i];
       uint32_t st = atomic_load_explicit(&((struct pdshm_vl_hold *)e)->state, memory_order_acquire);
-      if (st < PDSHM_VL_TAKING || e == mine || e->var != r->self || e->gen != gen) continue;
+      if (st < PDSHM_VL_TAKING || st == PDSHM_VL_VISIBLE || e == mine || e->var != r->self ||
+          e->gen != gen)
+        continue;
       if (st == PDSHM_VL_EXCL) owner_recorded |= s + 1u == who;
       else shares++;
     }
@@ -318,7 +323,7 @@ static __attribute__((noinline, cold)) int vl_lock_excl_wait(pdshm_seg *seg,
   for (;;) {
     if (vl_ours(w, tag) && !(w & (VL_BUSY | VL_READERS))) {
       uint64_t next = w | me | (wt.slept ? VL_WSLEEP : 0);
-      if (atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acquire,
+      if (atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_seq_cst,
                                                 memory_order_relaxed))
         break;
       continue;
@@ -348,12 +353,13 @@ static int vl_lock_excl(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
   PDSHM_CRASHPOINT("varlock.excl.recorded");
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed), mark = 0;
   if (!vl_ours(w, tag) || (w & (VL_BUSY | VL_READERS)) ||
-      !atomic_compare_exchange_strong_explicit(&r->lk, &w, w | me, memory_order_acquire,
+      !atomic_compare_exchange_strong_explicit(&r->lk, &w, w | me, memory_order_seq_cst,
                                                memory_order_relaxed)) {
     int rc = vl_lock_excl_wait(seg, r, gen, w, e, &mark);
     if (rc) return rc;
   }
   PDSHM_CRASHPOINT("varlock.excl.held");
+  if (vl_biased(r)) pdshm__vl_bias_revoke(seg, r, gen, e); /* varlock_bias.c, invariant 2 */
   if (!vl_same(seg, r, gen)) { /* invariant 3: erased since; the word is its own still */
     pdshm__vl_release_owner(r, tag, me, false);
     return pdshm__fail(PDSHM_ESTALE, "variable was erased");
@@ -410,13 +416,20 @@ static void vl_uncount_stale(struct pdshm_var_rec *r, uint64_t tag) {
   }
 }
 
-/* The shared take that its first CAS did not make (or did not try: a
- * writer waits), the word being w: waits until the word lets it through
- * and makes it (0), or answers why not. */
+/* Whether a shared take may try its CAS on word w (of tag `tag`). */
+static inline bool vl_share_through(const struct pdshm_var_rec *r, uint64_t w, uint64_t tag) {
+  return vl_ours(w, tag) && !(w & VL_BUSY) && (w & VL_READERS) != VL_READERS &&
+         !atomic_load_explicit(&((struct pdshm_var_rec *)r)->lk_wwait, memory_order_relaxed);
+}
+
+/* The shared take that its first CAS did not make (raced: it met another's)
+ * or did not try (a writer waits), the word being w: waits until the word
+ * lets it through and makes it (0), or answers why not. */
 static __attribute__((noinline, cold)) int vl_lock_shared_wait(pdshm_seg *seg,
                                                                struct pdshm_var_rec *r,
                                                                uint64_t gen, uint64_t w,
-                                                               struct pdshm_vl_hold *e) {
+                                                               struct pdshm_vl_hold *e,
+                                                               bool raced) {
   const uint64_t tag = pdshm__varlock_tag(gen);
   struct vl_waiter wt = {.as = VL_AS_READER};
   for (unsigned round = 0;; round++) {
@@ -433,6 +446,7 @@ static __attribute__((noinline, cold)) int vl_lock_shared_wait(pdshm_seg *seg,
       if (atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acq_rel,
                                                 memory_order_relaxed))
         break;
+      raced = true;
       continue;
     }
     if (atomic_load_explicit(&e->state, memory_order_relaxed) == PDSHM_VL_TAKING)
@@ -442,26 +456,55 @@ static __attribute__((noinline, cold)) int vl_lock_shared_wait(pdshm_seg *seg,
     if (rc) return rc == PDSHM_ESTALE ? pdshm__fail(rc, "variable was erased") : rc;
     w = atomic_load_explicit(&r->lk, memory_order_relaxed);
   }
+  if (raced) pdshm__vl_bias_allow(r); /* readers meet on the word: varlock_bias.c, inv. 5 */
   return 0;
 }
 
-/* Invariants 2 and 4: TAKING, one CAS that counts the share, then HELD;
+/* varlock_bias.c, invariant 1: a share the word does not count, held when
+ * the VISIBLE record, then lk_rbias, then the word let it (0); else the
+ * record is CLAIMED again and 1 is answered, *w being the word as read;
+ * ESTALE when the variable is gone. */
+static inline __attribute__((always_inline)) int vl_lock_visible(pdshm_seg *seg,
+                                                                  struct pdshm_var_rec *r,
+                                                                  uint64_t gen,
+                                                                  struct pdshm_vl_hold *e,
+                                                                  uint64_t *w) {
+  atomic_store_explicit(&e->state, PDSHM_VL_VISIBLE, memory_order_seq_cst);
+  PDSHM_CRASHPOINT("varlock.shared.visible");
+  bool biased = vl_biased(r);
+  *w = atomic_load_explicit(&r->lk, memory_order_seq_cst);
+  if (biased && vl_ours(*w, pdshm__varlock_tag(gen)) && !(*w & VL_BUSY)) {
+    if (vl_same(seg, r, gen)) return 0;
+    vl_state(e, PDSHM_VL_CLAIMED);
+    return pdshm__fail(PDSHM_ESTALE, "variable was erased");
+  }
+  vl_state(e, PDSHM_VL_CLAIMED);
+  return 1;
+}
+
+/* Invariants 2 and 4: an uncounted share when lk_rbias lets it
+ * (vl_lock_visible), else TAKING, one CAS that counts the share, then HELD;
  * a word that does not let it through, or a writer that waits, sends the
  * take to vl_lock_shared_wait. */
 static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
                           struct pdshm_vl_hold *e) {
   const uint64_t tag = pdshm__varlock_tag(gen);
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
-  bool through = vl_ours(w, tag) && !(w & VL_BUSY) && (w & VL_READERS) != VL_READERS &&
-                 !atomic_load_explicit(&r->lk_wwait, memory_order_relaxed);
+  bool through = vl_share_through(r, w, tag), tried = false;
+  if (through && vl_biased(r)) {
+    int rc = vl_lock_visible(seg, r, gen, e, &w);
+    if (rc <= 0) return rc;
+    through = vl_share_through(r, w, tag);
+  }
   if (through) {
     vl_state(e, PDSHM_VL_TAKING);
     PDSHM_CRASHPOINT("varlock.shared.taking");
+    tried = true;
     through = atomic_compare_exchange_strong_explicit(&r->lk, &w, w + VL_READER,
                                                       memory_order_acq_rel, memory_order_relaxed);
   }
   if (!through) {
-    int rc = vl_lock_shared_wait(seg, r, gen, w, e);
+    int rc = vl_lock_shared_wait(seg, r, gen, w, e, tried);
     if (rc) return rc;
   }
   PDSHM_CRASHPOINT("varlock.shared.counted");
@@ -508,6 +551,8 @@ static inline __attribute__((always_inline)) int vl_unlock_shared(pdshm_seg *seg
                                                                    struct pdshm_var_rec *r,
                                                                    uint64_t gen,
                                                                    struct pdshm_vl_hold *e) {
+  if (atomic_load_explicit(&e->state, memory_order_relaxed) == PDSHM_VL_VISIBLE)
+    return 0; /* the caller's vl_put is the release (varlock_bias.c, invariant 1) */
   vl_state(e, PDSHM_VL_RELEASING);
   PDSHM_CRASHPOINT("varlock.shared.releasing");
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
@@ -612,8 +657,13 @@ static void vl_thread_exit(struct pdshm_thread *t) {
 
 /* The inspector's view of r's lock: holders, and the exclusive one's slot
  * (-1 when none). */
-uint64_t pdshm__varlock_readers(const struct pdshm_var_rec *r, int *owner_slot) {
+uint64_t pdshm__varlock_readers(const pdshm_seg *seg, const struct pdshm_var_rec *r,
+                                int *owner_slot) {
   uint64_t w = atomic_load_explicit(&((struct pdshm_var_rec *)r)->lk, memory_order_relaxed);
   *owner_slot = !(w & VL_FROZEN) && (w & VL_OWNER) ? (int)(w & VL_OWNER) - 1 : -1;
-  return (w & VL_READERS) / VL_READER;
+  uint64_t counted = (w & VL_READERS) / VL_READER;
+  /* Uncounted shares exist while the bias is on, or while a writer that
+   * revoked it waits for them (varlock_bias.c): only then are the slots'
+   * records scanned. */
+  return counted + (vl_biased(r) || *owner_slot >= 0 ? pdshm__vl_bias_readers(seg, r) : 0);
 }

@@ -49,6 +49,25 @@ static inline void vl_wake(struct pdshm_var_rec *r, uint64_t cleared, bool all_w
   if (cleared & VL_RSLEEP) pdshm__futex_wake_bits(f, VL_AS_READER, INT32_MAX);
 }
 
+/* ---- varlock_bias.c: shared takes recorded, not counted ---- */
+#define VL_BIAS_ON 1u /* r->lk_rbias: shared takes may go uncounted        */
+/* Whether r's shared takes may go uncounted now: a sequentially
+ * consistent load (varlock_bias.c, invariants 1 and 2), a plain one on
+ * x86-64. */
+static inline bool vl_biased(const struct pdshm_var_rec *r) {
+  return atomic_load_explicit(&((struct pdshm_var_rec *)r)->lk_rbias, memory_order_seq_cst) ==
+         VL_BIAS_ON;
+}
+/* Lets r's shared takes go uncounted unless a writer revoked that lately. */
+void pdshm__vl_bias_allow(struct pdshm_var_rec *r);
+/* By the exclusive owner of r (generation gen), after its CAS: when shared
+ * takes may go uncounted, stops them and waits until every uncounted share
+ * of a live process, but the caller's record `mine`, is gone. */
+void pdshm__vl_bias_revoke(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
+                           const struct pdshm_vl_hold *mine);
+/* The uncounted shares of r held by live processes. */
+uint64_t pdshm__vl_bias_readers(const pdshm_seg *seg, const struct pdshm_var_rec *r);
+
 /* ---- varlock.c, for the reaper (varlock_reap.c) ---- */
 /* Takes owner `who` (slot+1) off r's word of tag `tag`, with the sleep
  * bits, and wakes their sleepers (every writer when all_writers); false

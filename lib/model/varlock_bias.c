@@ -1,0 +1,133 @@
+/*
+ * varlock_bias.c - shared takes that the variable's word does not count:
+ * the take is a VISIBLE record of the reader's own slot, which a writer
+ * finds by scanning the slots' records (a reader-biased lock, after BRAVO).
+ *
+ * Why: readers of one variable in several processes would otherwise each
+ * do two compare-and-swaps on its word a hold, and the word's cache line
+ * would move between them at every one.  A VISIBLE take stores into its
+ * own slot's record and only reads the word, whose line stays shared.
+ *
+ * Owns: a variable's lk_rbias (records.h) and the VISIBLE state of the
+ * hold records (layout.h); varlock.c takes and releases such holds.
+ *
+ * lk_rbias is VL_BIAS_ON, or else a time (the low 32 bits of the monotonic
+ * clock in microseconds) before which it may not be set again; 0 is no
+ * time: it may be set at once.
+ *
+ * Invariants (on varlock.c's 2, the hold records, and 3, the TAG):
+ *  1. A VISIBLE take stores VISIBLE, naming the variable and its
+ *     generation, into its record, then reads the word and lk_rbias (all
+ *     sequentially consistent); it holds when the word is its variable's,
+ *     has no owner and is not FROZEN, and lk_rbias is ON; otherwise its
+ *     record goes back to CLAIMED and it takes a counted share instead.
+ *     Its release is the store of CLAIMED (or IDLE).
+ *  2. A writer, once its compare-and-swap made it the owner (sequentially
+ *     consistent), reads lk_rbias: when ON, it clears it and waits until no
+ *     record of a live slot is VISIBLE for that variable and generation.
+ *     A take of invariant 1 either read the word after that CAS (and saw
+ *     the owner) or stored VISIBLE before it (and the scan sees it): the
+ *     two orders of a store then a load, on each side, cannot both miss.
+ *  3. lk_rbias becomes ON only by a reader whose share the word counts, so
+ *     never while a writer owns the word: a writer that read it cleared
+ *     after its CAS knows no take of invariant 1 can hold beside it.
+ *  4. A dead process's VISIBLE records count nothing: the writer passes a
+ *     dead slot's by, and its reaper makes them IDLE (varlock_reap.c).  The
+ *     word needs no recount, having counted none of them.
+ *  5. Revoking costs a scan of every slot's records, so a writer that
+ *     revoked keeps lk_rbias off for VL_BIAS_INHIBIT times what the scan
+ *     and wait took (at least VL_BIAS_MIN_US): under writes the lock
+ *     stays counted, under reads it goes back to uncounted.  A reader sets
+ *     it ON only after its counted take met another's (its CAS failed):
+ *     a variable that one process reads keeps the counted lock.
+ */
+#define PDSHM_LAYER 6 /* model/ (lib/LAYERS) */
+#include "config.h"
+
+#include <sched.h>
+#include <time.h>
+
+#include "model/model.h"
+#include "model/varlock.h"
+
+#define VL_BIAS_INHIBIT 9      /* times a revocation's length        */
+#define VL_BIAS_MIN_US 100u    /* a revocation keeps the bias off     */
+#define VL_BIAS_MAX_US 1000000u /* this long at most: a time further  */
+                               /* ahead is one the clock wrapped past */
+
+static uint32_t vl_now_us(void) {
+  return (uint32_t)(pdshm__now_ns(CLOCK_MONOTONIC) / 1000u);
+}
+
+/* Invariant 5: whether a bias off until `until` may be set again at `now`
+ * (both wrapping microsecond counts; 0 is no time). */
+static bool vl_bias_due(uint32_t until, uint32_t now) {
+  if (!until) return true;
+  int32_t ahead = (int32_t)(until - now);
+  return ahead <= 0 || ahead > (int32_t)VL_BIAS_MAX_US;
+}
+
+void pdshm__vl_bias_allow(struct pdshm_var_rec *r) {
+  uint32_t b = atomic_load_explicit(&r->lk_rbias, memory_order_relaxed);
+  if (b == VL_BIAS_ON || !vl_bias_due(b, vl_now_us())) return;
+  atomic_compare_exchange_strong_explicit(&r->lk_rbias, &b, VL_BIAS_ON, memory_order_seq_cst,
+                                          memory_order_relaxed);
+}
+
+/* A bias off until `us` microseconds from now (never 0 or ON). */
+static uint32_t vl_bias_off_for(uint32_t us) {
+  uint32_t until = vl_now_us() + us;
+  return until > VL_BIAS_ON ? until : VL_BIAS_ON + 1;
+}
+
+/* Waits while record e of live slot s is a VISIBLE take of r's generation
+ * gen (invariant 4: not once the slot is dead).  A spin, then yields, then
+ * sleeps of growing length: a reader holds as long as it likes. */
+static void vl_bias_wait_record(const pdshm_seg *seg, uint32_t s, struct pdshm_vl_hold *e,
+                                const struct pdshm_var_rec *r, uint64_t gen) {
+  for (unsigned round = 0;; round++) {
+    if (atomic_load_explicit(&e->state, memory_order_seq_cst) != PDSHM_VL_VISIBLE ||
+        e->var != r->self || e->gen != gen)
+      return;
+    if (round % 64 == 63 && pdshm__slot_alive(seg, s) == 0) return;
+    if (round < 64) pdshm__cpu_relax();
+    else if (round < 128) sched_yield();
+    else pdshm__vl_pause(round < 1024 ? 64 : 1024);
+  }
+}
+
+void pdshm__vl_bias_revoke(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
+                           const struct pdshm_vl_hold *mine) {
+  if (atomic_load_explicit(&r->lk_rbias, memory_order_seq_cst) != VL_BIAS_ON) return;
+  uint64_t t0 = pdshm__now_ns(CLOCK_MONOTONIC);
+  atomic_store_explicit(&r->lk_rbias, vl_bias_off_for(VL_BIAS_MIN_US), memory_order_seq_cst);
+  PDSHM_CRASHPOINT("varlock.bias.revoking");
+  for (uint32_t s = 0; s < seg->hdr->max_procs; s++) {
+    struct pdshm_slot *sl = pdshm__slot(seg, s);
+    if (atomic_load_explicit(&sl->state, memory_order_acquire) == PDSHM_SLOT_FREE) continue;
+    for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++)
+      if (&sl->vl[i] != mine) vl_bias_wait_record(seg, s, &sl->vl[i], r, gen);
+  }
+  uint64_t took_us = (pdshm__now_ns(CLOCK_MONOTONIC) - t0) / 1000u;
+  uint64_t off = took_us * VL_BIAS_INHIBIT;
+  off = off < VL_BIAS_MIN_US ? VL_BIAS_MIN_US : off > VL_BIAS_MAX_US ? VL_BIAS_MAX_US : off;
+  atomic_store_explicit(&r->lk_rbias, vl_bias_off_for((uint32_t)off), memory_order_relaxed);
+}
+
+uint64_t pdshm__vl_bias_readers(const pdshm_seg *seg, const struct pdshm_var_rec *r) {
+  uint64_t n = 0;
+  for (uint32_t s = 0; s < seg->hdr->max_procs; s++) {
+    struct pdshm_slot *sl = pdshm__slot(seg, s);
+    if (atomic_load_explicit(&sl->state, memory_order_acquire) == PDSHM_SLOT_FREE) continue;
+    int alive = -1; /* asked once, and only of a slot that has such a record */
+    for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++) {
+      struct pdshm_vl_hold *e = &sl->vl[i];
+      if (atomic_load_explicit(&e->state, memory_order_acquire) != PDSHM_VL_VISIBLE ||
+          e->var != r->self || e->gen != r->gen)
+        continue;
+      if (alive < 0) alive = pdshm__slot_alive(seg, s) != 0;
+      n += (uint64_t)alive;
+    }
+  }
+  return n;
+}
