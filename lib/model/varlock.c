@@ -422,14 +422,15 @@ static inline bool vl_share_through(const struct pdshm_var_rec *r, uint64_t w, u
          !atomic_load_explicit(&((struct pdshm_var_rec *)r)->lk_wwait, memory_order_relaxed);
 }
 
-/* The shared take that its first CAS did not make (raced: it met another's)
- * or did not try (a writer waits), the word being w: waits until the word
- * lets it through and makes it (0), or answers why not. */
+/* The shared take that its first CAS did not make, or did not try (a
+ * writer waits), the word being w: waits until the word lets it through
+ * and makes it (0), or answers why not; *met is set when it met another
+ * reader (a CAS of ours failed, or the word counted shares already). */
 static __attribute__((noinline, cold)) int vl_lock_shared_wait(pdshm_seg *seg,
                                                                struct pdshm_var_rec *r,
                                                                uint64_t gen, uint64_t w,
                                                                struct pdshm_vl_hold *e,
-                                                               bool raced) {
+                                                               bool *met) {
   const uint64_t tag = pdshm__varlock_tag(gen);
   struct vl_waiter wt = {.as = VL_AS_READER};
   for (unsigned round = 0;; round++) {
@@ -443,10 +444,11 @@ static __attribute__((noinline, cold)) int vl_lock_shared_wait(pdshm_seg *seg,
       vl_state(e, PDSHM_VL_TAKING);
       PDSHM_CRASHPOINT("varlock.shared.taking");
       uint64_t next = w + VL_READER;
+      *met |= (w & VL_READERS) != 0;
       if (atomic_compare_exchange_weak_explicit(&r->lk, &w, next, memory_order_acq_rel,
                                                 memory_order_relaxed))
         break;
-      raced = true;
+      *met = true;
       continue;
     }
     if (atomic_load_explicit(&e->state, memory_order_relaxed) == PDSHM_VL_TAKING)
@@ -456,7 +458,6 @@ static __attribute__((noinline, cold)) int vl_lock_shared_wait(pdshm_seg *seg,
     if (rc) return rc == PDSHM_ESTALE ? pdshm__fail(rc, "variable was erased") : rc;
     w = atomic_load_explicit(&r->lk, memory_order_relaxed);
   }
-  if (raced) pdshm__vl_bias_allow(r); /* readers meet on the word: varlock_bias.c, inv. 5 */
   return 0;
 }
 
@@ -490,7 +491,7 @@ static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
                           struct pdshm_vl_hold *e) {
   const uint64_t tag = pdshm__varlock_tag(gen);
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed);
-  bool through = vl_share_through(r, w, tag), tried = false;
+  bool through = vl_share_through(r, w, tag), met = false;
   if (through && vl_biased(r)) {
     int rc = vl_lock_visible(seg, r, gen, e, &w);
     if (rc <= 0) return rc;
@@ -499,12 +500,13 @@ static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
   if (through) {
     vl_state(e, PDSHM_VL_TAKING);
     PDSHM_CRASHPOINT("varlock.shared.taking");
-    tried = true;
+    met = (w & VL_READERS) != 0;
     through = atomic_compare_exchange_strong_explicit(&r->lk, &w, w + VL_READER,
                                                       memory_order_acq_rel, memory_order_relaxed);
+    met |= !through;
   }
   if (!through) {
-    int rc = vl_lock_shared_wait(seg, r, gen, w, e, tried);
+    int rc = vl_lock_shared_wait(seg, r, gen, w, e, &met);
     if (rc) return rc;
   }
   PDSHM_CRASHPOINT("varlock.shared.counted");
@@ -512,6 +514,7 @@ static int vl_lock_shared(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen,
     vl_uncount_stale(r, tag);
     return pdshm__fail(PDSHM_ESTALE, "variable was erased");
   }
+  if (met) pdshm__vl_bias_allow(r); /* readers meet on the word: varlock_bias.c, inv. 5 */
   vl_state(e, PDSHM_VL_HELD);
   return 0;
 }

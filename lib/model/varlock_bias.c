@@ -17,9 +17,9 @@
  *
  * Invariants (on varlock.c's 2, the hold records, and 3, the TAG):
  *  1. A VISIBLE take stores VISIBLE, naming the variable and its
- *     generation, into its record, then reads the word and lk_rbias (all
- *     sequentially consistent); it holds when the word is its variable's,
- *     has no owner and is not FROZEN, and lk_rbias is ON; otherwise its
+ *     generation, into its record, then reads lk_rbias, then the word (all
+ *     sequentially consistent); it holds when lk_rbias is ON and the word
+ *     is its variable's, has no owner and is not FROZEN; otherwise its
  *     record goes back to CLAIMED and it takes a counted share instead.
  *     Its release is the store of CLAIMED (or IDLE).
  *  2. A writer, once its compare-and-swap made it the owner (sequentially
@@ -28,9 +28,12 @@
  *     A take of invariant 1 either read the word after that CAS (and saw
  *     the owner) or stored VISIBLE before it (and the scan sees it): the
  *     two orders of a store then a load, on each side, cannot both miss.
- *  3. lk_rbias becomes ON only by a reader whose share the word counts, so
- *     never while a writer owns the word: a writer that read it cleared
- *     after its CAS knows no take of invariant 1 can hold beside it.
+ *  3. Only an owner clears lk_rbias, and it then scans (invariant 2);
+ *     anyone may set it ON, at any time.  A take of invariant 1 that read
+ *     it ON before the word, where a later owner reads it cleared after its
+ *     CAS, read it before some owner's clear, so that owner's scan saw the
+ *     take's record: the take was over, or never held, before that owner
+ *     let go, hence before the later owner's CAS.
  *  4. A dead process's VISIBLE records count nothing: the writer passes a
  *     dead slot's by, and its reaper makes them IDLE (varlock_reap.c).  The
  *     word needs no recount, having counted none of them.
@@ -38,8 +41,9 @@
  *     revoked keeps lk_rbias off for VL_BIAS_INHIBIT times what the scan
  *     and wait took (at least VL_BIAS_MIN_US): under writes the lock
  *     stays counted, under reads it goes back to uncounted.  A reader sets
- *     it ON only after its counted take met another's (its CAS failed):
- *     a variable that one process reads keeps the counted lock.
+ *     it ON only after its counted take met another reader's (the word
+ *     counted shares already, or its CAS failed): a variable that one
+ *     thread reads at a time keeps the counted lock.
  */
 #define PDSHM_LAYER 6 /* model/ (lib/LAYERS) */
 #include "config.h"
