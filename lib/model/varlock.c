@@ -120,8 +120,7 @@ static int vl_record(pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen
   bool mine = t->vl_reserved.attach_id == seg->id;
   struct pdshm_vl_hold *e = mine ? vl_rec(seg, seg->slot, t->vl_reserved.ent) : NULL;
   if (e && atomic_load_explicit(&e->state, memory_order_relaxed) == PDSHM_VL_CLAIMED) {
-    e->var = pdshm__off(seg, r); /* published by the state's release store after */
-    e->gen = gen;
+    vl_rec_name(e, pdshm__off(seg, r), gen); /* published by the state's release store after */
     *out = t->vl_reserved.ent;
     *rec = e;
     *reserved = true;
@@ -169,8 +168,8 @@ static bool vl_unexplained(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen
     for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++) {
       const struct pdshm_vl_hold *e = &sl->vl[i];
       uint32_t st = atomic_load_explicit(&((struct pdshm_vl_hold *)e)->state, memory_order_acquire);
-      if (st < PDSHM_VL_TAKING || st == PDSHM_VL_VISIBLE || e == mine || e->var != r->self ||
-          e->gen != gen)
+      if (st < PDSHM_VL_TAKING || st == PDSHM_VL_VISIBLE || e == mine ||
+          !vl_rec_names(e, r->self, gen))
         continue;
       if (st == PDSHM_VL_EXCL) owner_recorded |= s + 1u == who;
       else shares++;

@@ -36,6 +36,26 @@ static inline struct pdshm_vl_hold *vl_rec(const pdshm_seg *seg, uint32_t slot, 
   return &pdshm__slot(seg, slot)->vl[i];
 }
 
+/* A record's variable and generation: stored by its own process's thread,
+ * read by the scans of others (reapers, recounts, writers waiting for
+ * uncounted shares), hence relaxed atomics, which cost plain moves; the
+ * state's release store after them, and its acquire load before, order
+ * them. */
+static inline void vl_rec_name(struct pdshm_vl_hold *e, pdshm_off_t var, uint64_t gen) {
+  __atomic_store_n(&e->var, var, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->gen, gen, __ATOMIC_RELAXED);
+}
+static inline pdshm_off_t vl_rec_var(const struct pdshm_vl_hold *e) {
+  return __atomic_load_n(&e->var, __ATOMIC_RELAXED);
+}
+static inline uint64_t vl_rec_gen(const struct pdshm_vl_hold *e) {
+  return __atomic_load_n(&e->gen, __ATOMIC_RELAXED);
+}
+/* Whether record e names variable var of generation gen. */
+static inline bool vl_rec_names(const struct pdshm_vl_hold *e, pdshm_off_t var, uint64_t gen) {
+  return vl_rec_var(e) == var && vl_rec_gen(e) == gen;
+}
+
 static inline void vl_state(struct pdshm_vl_hold *e, uint32_t st) {
   atomic_store_explicit(&e->state, st, memory_order_release);
 }

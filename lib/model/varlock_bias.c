@@ -91,7 +91,7 @@ static void vl_bias_wait_record(const pdshm_seg *seg, uint32_t s, struct pdshm_v
                                 const struct pdshm_var_rec *r, uint64_t gen) {
   for (unsigned round = 0;; round++) {
     if (atomic_load_explicit(&e->state, memory_order_seq_cst) != PDSHM_VL_VISIBLE ||
-        e->var != r->self || e->gen != gen)
+        !vl_rec_names(e, r->self, gen))
       return;
     if (round % 64 == 63 && pdshm__slot_alive(seg, s) == 0) return;
     if (round < 64) pdshm__cpu_relax();
@@ -127,7 +127,7 @@ uint64_t pdshm__vl_bias_readers(const pdshm_seg *seg, const struct pdshm_var_rec
     for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++) {
       struct pdshm_vl_hold *e = &sl->vl[i];
       if (atomic_load_explicit(&e->state, memory_order_acquire) != PDSHM_VL_VISIBLE ||
-          e->var != r->self || e->gen != r->gen)
+          !vl_rec_names(e, r->self, r->gen))
         continue;
       if (alive < 0) alive = pdshm__slot_alive(seg, s) != 0;
       n += (uint64_t)alive;

@@ -61,7 +61,8 @@ static bool vc_push(struct vc_census *c, const struct pdshm_vl_hold *e, uint32_t
     c->r = r;
     c->cap = cap;
   }
-  c->r[c->n++] = (struct vc_rec){.var = e->var, .gen = e->gen, .slot = slot, .state = st};
+  c->r[c->n++] =
+      (struct vc_rec){.var = vl_rec_var(e), .gen = vl_rec_gen(e), .slot = slot, .state = st};
   return true;
 }
 

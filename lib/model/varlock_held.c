@@ -76,8 +76,7 @@ int pdshm__vl_claim(pdshm_seg *seg, const struct pdshm_var_rec *r, uint64_t gen,
     if (!atomic_compare_exchange_strong_explicit(&e->state, &idle, PDSHM_VL_CLAIMED,
                                                  memory_order_acquire, memory_order_relaxed))
       continue;
-    e->var = pdshm__off(seg, r);
-    e->gen = gen;
+    vl_rec_name(e, pdshm__off(seg, r), gen);
     vl_hint = i;
     *out = i;
     *rec = e;

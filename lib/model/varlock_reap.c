@@ -41,7 +41,7 @@
  * NULL: a take's CAS changes only its own generation's word (varlock.c,
  * invariant 3). */
 static struct pdshm_var_rec *vl_var_of(pdshm_seg *seg, const struct pdshm_vl_hold *e) {
-  pdshm_var *v = pdshm_varref_get(seg, (pdshm_varref){.off = e->var, .gen = e->gen});
+  pdshm_var *v = pdshm_varref_get(seg, (pdshm_varref){.off = vl_rec_var(e), .gen = vl_rec_gen(e)});
   return v ? pdshm__var_rec(v) : NULL;
 }
 
@@ -85,8 +85,8 @@ static bool vl_counts(pdshm_seg *seg, uint32_t s, const struct pdshm_vl_hold *e,
                       const struct pdshm_var_rec *r) {
   for (unsigned round = 0;; round++) {
     uint32_t st = atomic_load_explicit(&((struct pdshm_vl_hold *)e)->state, memory_order_acquire);
-    if (e->var != r->self) return false;
-    if (st == PDSHM_VL_HELD) return e->gen == r->gen;
+    if (vl_rec_var(e) != r->self) return false;
+    if (st == PDSHM_VL_HELD) return vl_rec_gen(e) == r->gen;
     if (st != PDSHM_VL_TAKING && st != PDSHM_VL_RELEASING) return false;
     if (round % 64 == 63 && pdshm__slot_alive(seg, s) == 0) return false; /* died meanwhile */
     pdshm__vl_pause(round + 64);
@@ -106,7 +106,7 @@ static void vl_recount(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t d) {
     for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++) {
       const struct pdshm_vl_hold *e = &sl->vl[i];
       uint32_t st = atomic_load_explicit(&((struct pdshm_vl_hold *)e)->state, memory_order_acquire);
-      if (st < PDSHM_VL_TAKING || st > PDSHM_VL_RELEASING || e->var != r->self) continue;
+      if (st < PDSHM_VL_TAKING || st > PDSHM_VL_RELEASING || vl_rec_var(e) != r->self) continue;
       if (alive < 0) alive = pdshm__slot_alive(seg, s) != 0;
       if (!alive) break;
       n += vl_counts(seg, s, e, r);
@@ -135,7 +135,7 @@ void pdshm__varlock_reap_slot(pdshm_seg *seg, uint32_t d) {
      * counts (varlock_bias.c, invariant 4) */
     struct pdshm_var_rec *r =
         st == PDSHM_VL_CLAIMED || st == PDSHM_VL_VISIBLE ? NULL : vl_var_of(seg, e);
-    if (r && st == PDSHM_VL_EXCL) vl_reap_excl(r, e->gen, d);
+    if (r && st == PDSHM_VL_EXCL) vl_reap_excl(r, vl_rec_gen(e), d);
     else if (r) vl_recount(seg, r, d);
     vl_state(e, PDSHM_VL_IDLE);
     PDSHM_CRASHPOINT("varlock.reap.record");
