@@ -5,7 +5,8 @@
  * waits for; writers and readers keep excluding each other while the bias
  * goes on and off under them, between processes and between threads
  * (which ThreadSanitizer checks: .ci/run); an uncounted reader killed holds
- * up no writer and leaves nothing behind.  (Deaths at each crash point of these
+ * up no writer and leaves nothing behind, and one stopped before it decided
+ * whether it holds stalls no writer.  (Deaths at each crash point of these
  * paths: test_crash's var_lock_*_biased operations.) */
 #include <pthread.h>
 #include <sched.h>
@@ -15,6 +16,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "base/crashpoint.h"
 #include "model/model.h"
 #include "model/varlock.h"
 #include "testutil.h"
@@ -272,6 +274,37 @@ START_TEST(a_killed_uncounted_reader_holds_up_no_writer) {
 }
 END_TEST
 
+/* A reader stopped while it decides whether its uncounted take holds:
+ * the writer cancels the take rather than wait for a process that may
+ * never run again; continued, the reader steps back to a counted share. */
+static int share_stopped_undecided(void *arg) {
+  (void)arg;
+  pdshm_seg *s;
+  pdshm_var *x = child_v(&s);
+  if (!x) return 1;
+  pdshm__crash_arm_signal(1, "varlock.shared.trying", SIGSTOP);
+  if (pdshm_var_lock(x, 0)) return 2;
+  int counted_share = counted() == 1;
+  if (pdshm_var_unlock(x)) return 3;
+  return !counted_share ? 4 : pdshm_detach(s) ? 5 : 0;
+}
+
+START_TEST(a_reader_stopped_undecided_stalls_no_writer) {
+  bias_on();
+  pid_t kid = tu_fork(share_stopped_undecided, NULL);
+  int st;
+  ck_assert_int_eq(waitpid(kid, &st, WUNTRACED), kid);
+  ck_assert_msg(WIFSTOPPED(st), "the reader did not stop in its window");
+  uint64_t t0 = tu_now_ns();
+  ck_assert_int_eq(pdshm_var_lock(v, 1), 0);
+  ck_assert_msg(tu_now_ns() - t0 < BOUND_S * SEC, "the writer waited %d s for a stopped reader",
+                BOUND_S);
+  ck_assert_int_eq(pdshm_var_unlock(v), 0);
+  ck_assert_int_eq(kill(kid, SIGCONT), 0);
+  ck_assert_int_eq(tu_wait(kid), 0);
+}
+END_TEST
+
 static Suite *bias_suite(void) {
   Suite *s = suite_create("uncounted shared locks");
   TCase *tc = tcase_create("bias");
@@ -283,6 +316,7 @@ static Suite *bias_suite(void) {
   tcase_add_test(tc, writers_and_readers_exclude_while_the_bias_flips);
   tcase_add_test(tc, threads_read_beside_a_writer);
   tcase_add_test(tc, a_killed_uncounted_reader_holds_up_no_writer);
+  tcase_add_test(tc, a_reader_stopped_undecided_stalls_no_writer);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -311,8 +311,11 @@ enum pdshm_vl_state {
   PDSHM_VL_HELD,       /* a shared hold, counted in the variable's word        */
   PDSHM_VL_RELEASING,  /* a shared release: the count's CAS may have happened  */
   PDSHM_VL_EXCL,       /* an exclusive take or hold: the word's owner tells    */
-  PDSHM_VL_VISIBLE     /* a shared take or hold the word does not count: a
-                          writer finds it by scanning (varlock_bias.c)        */
+  /* Shared takes the word does not count, which a writer finds by scanning
+   * (lib/model/varlock_bias.c): */
+  PDSHM_VL_TRYING,     /* deciding whether it holds                            */
+  PDSHM_VL_CANCELLED,  /* a writer made it step back before it decided         */
+  PDSHM_VL_VISIBLE     /* a shared hold                                        */
 };
 
 struct pdshm_vl_hold {

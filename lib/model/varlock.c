@@ -40,9 +40,9 @@
  *     word is touched, then EXCL before an exclusive CAS; TAKING before a
  *     shared one and HELD after it; RELEASING before the shared release's
  *     CAS and IDLE after it (CLAIMED when the record is the thread's
- *     reserved one: varlock_held.c, invariant 1).  A shared hold the word
- *     does not count is VISIBLE, from its take to its release, and touches
- *     no word (varlock_bias.c).  State stores are
+ *     reserved one: varlock_held.c, invariant 1).  A shared take the word
+ *     does not count is TRYING, then VISIBLE while it holds, and touches no
+ *     word (varlock_bias.c).  State stores are
  *     releases and the word's CASes read-modify-writes, so whoever changes
  *     the word after a CAS sees the state its taker stored before it.  A
  *     CLAIMED record names nothing counted: reapers, recounts, waiters and
@@ -168,7 +168,7 @@ static bool vl_unexplained(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen
     for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++) {
       const struct pdshm_vl_hold *e = &sl->vl[i];
       uint32_t st = atomic_load_explicit(&((struct pdshm_vl_hold *)e)->state, memory_order_acquire);
-      if (st < PDSHM_VL_TAKING || st == PDSHM_VL_VISIBLE || e == mine ||
+      if (st < PDSHM_VL_TAKING || vl_uncounted(st) || e == mine ||
           !vl_rec_names(e, r->self, gen))
         continue;
       if (st == PDSHM_VL_EXCL) owner_recorded |= s + 1u == who;
@@ -461,19 +461,23 @@ static __attribute__((noinline, cold)) int vl_lock_shared_wait(pdshm_seg *seg,
 }
 
 /* varlock_bias.c, invariant 1: a share the word does not count, held when
- * the VISIBLE record, then lk_rbias, then the word let it (0); else the
- * record is CLAIMED again and 1 is answered, *w being the word as read;
- * ESTALE when the variable is gone. */
+ * the TRYING record, then lk_rbias, then the word let it, and no writer
+ * cancelled it (0); else the record is CLAIMED again and 1 is answered, *w
+ * being the word as read; ESTALE when the variable is gone. */
 static inline __attribute__((always_inline)) int vl_lock_visible(pdshm_seg *seg,
                                                                   struct pdshm_var_rec *r,
                                                                   uint64_t gen,
                                                                   struct pdshm_vl_hold *e,
                                                                   uint64_t *w) {
-  atomic_store_explicit(&e->state, PDSHM_VL_VISIBLE, memory_order_seq_cst);
-  PDSHM_CRASHPOINT("varlock.shared.visible");
+  atomic_store_explicit(&e->state, PDSHM_VL_TRYING, memory_order_seq_cst);
+  PDSHM_CRASHPOINT("varlock.shared.trying");
   bool biased = vl_biased(r);
   *w = atomic_load_explicit(&r->lk, memory_order_seq_cst);
-  if (biased && vl_ours(*w, pdshm__varlock_tag(gen)) && !(*w & VL_BUSY)) {
+  uint32_t trying = PDSHM_VL_TRYING;
+  if (biased && vl_ours(*w, pdshm__varlock_tag(gen)) && !(*w & VL_BUSY) &&
+      atomic_compare_exchange_strong_explicit(&e->state, &trying, PDSHM_VL_VISIBLE,
+                                              memory_order_seq_cst, memory_order_relaxed)) {
+    PDSHM_CRASHPOINT("varlock.shared.visible");
     if (vl_same(seg, r, gen)) return 0;
     vl_state(e, PDSHM_VL_CLAIMED);
     return pdshm__fail(PDSHM_ESTALE, "variable was erased");

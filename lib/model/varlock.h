@@ -56,6 +56,9 @@ static inline bool vl_rec_names(const struct pdshm_vl_hold *e, pdshm_off_t var, 
   return vl_rec_var(e) == var && vl_rec_gen(e) == gen;
 }
 
+/* A state of a share the word does not count (varlock_bias.c). */
+static inline bool vl_uncounted(uint32_t st) { return st >= PDSHM_VL_TRYING; }
+
 static inline void vl_state(struct pdshm_vl_hold *e, uint32_t st) {
   atomic_store_explicit(&e->state, st, memory_order_release);
 }

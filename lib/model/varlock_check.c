@@ -101,7 +101,7 @@ static const char *vc_disagrees(pdshm_seg *seg, const struct vc_census *c,
   uint64_t lo = 0, hi = 0, owner = w & VL_OWNER, readers = (w & VL_READERS) / VL_READER;
   bool owner_recorded = false;
   for (; at && at < c->r + c->n && !vc_cmp(at, &key); at++) {
-    if (at->state == PDSHM_VL_VISIBLE) continue; /* not counted: varlock_bias.c */
+    if (vl_uncounted(at->state)) continue; /* varlock_bias.c */
     if (at->state == PDSHM_VL_EXCL) owner_recorded |= at->slot + 1u == owner;
     else hi++;
     lo += at->state == PDSHM_VL_HELD && c->alive[at->slot] > 0;

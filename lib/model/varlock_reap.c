@@ -131,10 +131,10 @@ void pdshm__varlock_reap_slot(pdshm_seg *seg, uint32_t d) {
     struct pdshm_vl_hold *e = vl_rec(seg, d, i);
     uint32_t st = atomic_load_explicit(&e->state, memory_order_acquire);
     if (st == PDSHM_VL_IDLE) continue;
-    /* a CLAIMED record names nothing held; a VISIBLE one nothing the word
-     * counts (varlock_bias.c, invariant 4) */
+    /* a CLAIMED record names nothing held; an uncounted share nothing the
+     * word counts (varlock_bias.c, invariant 4) */
     struct pdshm_var_rec *r =
-        st == PDSHM_VL_CLAIMED || st == PDSHM_VL_VISIBLE ? NULL : vl_var_of(seg, e);
+        st == PDSHM_VL_CLAIMED || vl_uncounted(st) ? NULL : vl_var_of(seg, e);
     if (r && st == PDSHM_VL_EXCL) vl_reap_excl(r, vl_rec_gen(e), d);
     else if (r) vl_recount(seg, r, d);
     vl_state(e, PDSHM_VL_IDLE);
