@@ -110,7 +110,7 @@ static void vl_bias_wait_record(const pdshm_seg *seg, uint32_t s, struct pdshm_v
     if (round % 64 == 63 && pdshm__slot_alive(seg, s) == 0) return;
     if (round < 64) pdshm__cpu_relax();
     else if (round < 128) sched_yield();
-    else pdshm__vl_pause(round < 1024 ? 64 : 1024);
+    else nanosleep(&(struct timespec){0, round < 1024 ? 1000 : 100000}, NULL);
   }
 }
 
