@@ -95,7 +95,7 @@ static uint32_t vl_bias_off_for(uint32_t us) {
 /* Waits while record e of live slot s is an uncounted share of r's
  * generation gen (invariant 4: not once the slot is dead), cancelling it
  * while it is undecided (invariant 2).  A spin, then yields, then sleeps of
- * growing length: a reader holds as long as it likes. */
+ * a microsecond, then of 100: a reader holds as long as it likes. */
 static void vl_bias_wait_record(const pdshm_seg *seg, uint32_t s, struct pdshm_vl_hold *e,
                                 const struct pdshm_var_rec *r, uint64_t gen) {
   for (unsigned round = 0;; round++) {
