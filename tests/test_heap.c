@@ -96,6 +96,62 @@ static void verify(const struct shadow *sh, int n) {
   }
 }
 
+/* The bytes in the lane's bins, counted block by block. */
+static uint64_t lane_cached(const struct pdshm_lane *l) {
+  uint64_t sum = 0;
+  for (unsigned c = 0; c < PDSHM_NCLASSES; c++)
+    sum += (uint64_t)l->cache[c].count * pdshm__class_size(c);
+  return sum;
+}
+
+/* Blocks of every class freed by one lane: what it keeps stays within the
+ * lane's cap, and its count of cached bytes is what its bins hold. */
+START_TEST(lane_cache_stays_under_its_cap) {
+  enum { PER_CLASS = 8 };
+  static pdshm_off_t offs[PDSHM_NCLASSES][PER_CLASS];
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
+  for (unsigned c = 0; c < PDSHM_NCLASSES; c++)
+    for (unsigned i = 0; i < PER_CLASS; i++)
+      ck_assert_int_eq(pdshm__alloc(seg, ln, pdshm__class_size(c) - PDSHM_BLK_HDR, PDSHM_T_RAW,
+                                    &offs[c][i]), 0);
+  for (unsigned c = 0; c < PDSHM_NCLASSES; c++)
+    for (unsigned i = 0; i < PER_CLASS; i++) {
+      pdshm__free(seg, ln, offs[c][i]);
+      ck_assert_uint_le(ln->rec->cached, pdshm__cache_cap(seg));
+      ck_assert_uint_eq(ln->rec->cached, lane_cached(ln->rec));
+    }
+  ck_assert_uint_gt(ln->rec->cached, 0);
+  pdshm__cache_flush(seg, ln);
+  ck_assert_uint_eq(ln->rec->cached, 0);
+  pdshm__lane_put(ln);
+  ck_assert_int_eq(pdshm__heap_check(seg, stderr), 0);
+}
+END_TEST
+
+/* A working set of 4 KiB blocks filling half the lane's cap, allocated and
+ * freed over and over by one lane: after the first round it never takes
+ * the heap lock. */
+START_TEST(a_working_set_stays_cached) {
+  enum { ROUNDS = 100, BYTES = 4096 + 112 /* a 4 KiB tensor's buffer */ };
+  pdshm_off_t offs[64];
+  const unsigned n = (unsigned)(pdshm__cache_cap(seg) / 2 /
+                                pdshm__class_size(pdshm__class_of(BYTES + PDSHM_BLK_HDR)));
+  ck_assert_uint_ge(n, 4);
+  ck_assert_uint_le(n, 64);
+  struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
+  const struct pdshm_lock *heap = pdshm__lockent(seg, PDSHM_LOCK_HEAP);
+  uint64_t taken = 0;
+  for (unsigned r = 0; r < ROUNDS; r++) {
+    if (r == 1) taken = heap->acquisitions;
+    for (unsigned i = 0; i < n; i++)
+      ck_assert_int_eq(pdshm__alloc(seg, ln, BYTES, PDSHM_T_RAW, &offs[i]), 0);
+    for (unsigned i = 0; i < n; i++) pdshm__free(seg, ln, offs[i]);
+  }
+  ck_assert_uint_eq(heap->acquisitions, taken);
+  pdshm__lane_put(ln);
+}
+END_TEST
+
 START_TEST(random_against_shadow) {
   enum { LIVE = 400, STEPS = 6000 };
   struct shadow sh[LIVE];
@@ -511,6 +567,8 @@ static Suite *heap_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, classes);
   tcase_add_test(tc, alignment_and_usable);
+  tcase_add_test(tc, lane_cache_stays_under_its_cap);
+  tcase_add_test(tc, a_working_set_stays_cached);
   tcase_add_test(tc, random_against_shadow);
   tcase_add_test(tc, exhaustion);
   tcase_add_test(tc, pages_go_back);

@@ -56,7 +56,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PDSHM_LAYOUT_VERSION 10u
+#define PDSHM_LAYOUT_VERSION 11u
 #define PDSHM_MAGIC "\x89PDSHM\r\n" /* 8 bytes, no NUL needed */
 #define PDSHM_MAGIC_LEN 8
 #define PDSHM_CACHELINE 64
@@ -295,6 +295,9 @@ struct pdshm_lane_todo {
 
 struct pdshm_lane {
   struct pdshm_cache_bin cache[PDSHM_NCLASSES]; /* the lane's thread only     */
+  uint64_t cached; /* bytes in those bins, all classes: heap.c keeps it under
+                      the lane's cap (the thread's, or the sweep's, which
+                      empties the bins)                                       */
   struct pdshm_journal j;
   struct pdshm_lane_todo todo;
 };

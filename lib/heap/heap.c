@@ -61,8 +61,8 @@
 #define SMALL_CLASSES 31u  /* 32..512 by 16                                */
 #define EXACT_BINS 62u     /* bins of sizes 32..1008, one per 16 bytes     */
 #define SCAN_LIMIT 16u     /* entries examined in a non-exact bin          */
-#define CACHE_MIN 4u
-#define CACHE_MAX 512u
+#define CACHE_MAX 512u /* blocks of one class in a lane's cache          */
+#define REFILL_MAX 16u /* blocks a locked allocation adds to its cache   */
 #define PUNCH_MIN (PDSHM_CLASS_MAX + 1) /* frees above this give pages back */
 #define RETAIN_SHARE 4u                 /* large frees kept backed: 1/4 of the arena */
 #define RETAIN_MAX (1ull << 30)         /* ... and at most this                */
@@ -89,30 +89,22 @@ unsigned pdshm__class_of(size_t bytes) {
   return SMALL_CLASSES + d * 4 + (unsigned)q - 1;
 }
 
-/* Bytes of one class a lane may cache: about 1/2048 of the arena (16 KiB to
- * 256 KiB), so that what caches strand stays a small share. */
-static uint64_t cache_bytes(const pdshm_seg *seg) {
-  uint64_t bytes = (pdshm__seg_known(seg) - seg->hdr->arena_off) / 2048;
-  return bytes < (16u << 10) ? (16u << 10) : bytes > (256u << 10) ? (256u << 10) : bytes;
+/* Bytes a lane may keep cached, all its classes together: about 1/512 of
+ * the arena (64 KiB to 2 MiB).  A bound on the lane, not on each class, so
+ * that what caches strand stays a small share of the arena (32 lanes at
+ * most 1/16 of it above the floor) whichever classes a process uses, while
+ * a working set of one class (a step's ten 4 KiB tensors) stays cached
+ * whole. */
+static inline uint64_t lane_cap(const pdshm_seg *seg) {
+  uint64_t bytes = (pdshm__seg_known(seg) - seg->hdr->arena_off) / 512;
+  return bytes < (64u << 10) ? (64u << 10) : bytes > (2u << 20) ? (2u << 20) : bytes;
 }
+
+uint64_t pdshm__cache_cap(const pdshm_seg *seg) { return lane_cap(seg); }
 
 /* pdshm__class_of for the fast paths: the small classes without a call. */
 static inline unsigned class_of_fast(uint64_t bytes) {
   return bytes <= 512 ? (bytes <= 32 ? 0 : (unsigned)((bytes + 15) / 16 - 2)) : pdshm__class_of(bytes);
-}
-
-/* Blocks of class c a lane may cache: cache_bytes' worth, CACHE_MIN to
- * CACHE_MAX of them. */
-static unsigned cache_limit(const pdshm_seg *seg, unsigned c) {
-  uint64_t n = cache_bytes(seg) / pdshm__class_size(c);
-  return n < CACHE_MIN ? CACHE_MIN : n > CACHE_MAX ? CACHE_MAX : n;
-}
-
-/* count <= cache_limit(seg, c), with a multiply instead of the division: it
- * is asked on every free. */
-static bool cache_within(const pdshm_seg *seg, unsigned c, uint32_t count) {
-  if (count <= CACHE_MIN) return true;
-  return count <= CACHE_MAX && (uint64_t)count * pdshm__class_size(c) <= cache_bytes(seg);
 }
 
 /* The bin a FREE block of that size lives in. */
@@ -419,7 +411,9 @@ static pdshm_off_t *next_of(const pdshm_seg *seg, pdshm_off_t off) {
   return &links(seg, off)->next;
 }
 
-static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t off, uint16_t tag) {
+static void cache_push(pdshm_seg *seg, struct pdshm_lane *l, unsigned c, pdshm_off_t off,
+                       uint16_t tag) {
+  struct pdshm_cache_bin *cb = &l->cache[c];
   struct pdshm_blk *b = heap_blk(seg, off);
   pdshm__blk_set_owner(b, tag);
   pdshm__blk_set_type(b, PDSHM_T_NONE);
@@ -430,12 +424,16 @@ static void cache_push(pdshm_seg *seg, struct pdshm_cache_bin *cb, pdshm_off_t o
   PDSHM_CRASHPOINT("heap.cache.push");
   cb->head = off;
   cb->count++;
+  l->cached += pdshm__class_size(c);
 }
 
-/* Invariant H3: cb's head when it is a CACHED block of `size` owned by
- * `tag`; else 0, and cb is emptied. */
-static pdshm_off_t cache_link(pdshm_seg *seg, struct pdshm_cache_bin *cb, uint64_t size,
-                              uint16_t tag) {
+/* Invariant H3: the head of l's bin of class c when it is a CACHED block of
+ * that class owned by `tag`; else 0, and the bin is emptied. */
+static inline __attribute__((always_inline)) pdshm_off_t cache_link(pdshm_seg *seg,
+                                                                    struct pdshm_lane *l,
+                                                                    unsigned c, uint16_t tag) {
+  struct pdshm_cache_bin *cb = &l->cache[c];
+  const uint64_t size = pdshm__class_size(c);
   pdshm_off_t off = cb->head;
   if (off % PDSHM_ALIGN == 0 && off >= seg->hdr->arena_off && pdshm__seg_holds(seg, off, size)) {
     const struct pdshm_blk *b = heap_blk(seg, off);
@@ -444,43 +442,69 @@ static pdshm_off_t cache_link(pdshm_seg *seg, struct pdshm_cache_bin *cb, uint64
         pdshm__blk_owner(b) == tag)
       return off;
   }
+  l->cached -= l->cached < cb->count * size ? l->cached : cb->count * size;
   cb->head = 0;
   cb->count = 0;
   return 0;
 }
 
-/* A block of cb's class `size` for `type`, or 0 when cb is empty. */
-static pdshm_off_t cache_pop(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned type,
-                             uint64_t size, uint16_t tag) {
-  pdshm_off_t off = cache_link(seg, cb, size, tag);
+/* The head of l's bin of class c, unlinked (0 when the bin is empty). */
+static inline __attribute__((always_inline)) pdshm_off_t cache_take(pdshm_seg *seg,
+                                                                    struct pdshm_lane *l,
+                                                                    unsigned c, uint16_t tag) {
+  pdshm_off_t off = cache_link(seg, l, c, tag);
   if (!off) return 0;
-  struct pdshm_blk *b = heap_blk(seg, off);
-  cb->head = *next_of(seg, off);
-  cb->count--;
-  PDSHM_CRASHPOINT("heap.cache.pop");
-  zero_if_record(seg, off, size, type);
-  pdshm__blk_set_type(b, (uint16_t)type);
-  set_word(b, size | PDSHM_BLK_USED);
+  l->cache[c].head = *next_of(seg, off);
+  l->cache[c].count--;
+  l->cached -= pdshm__class_size(c);
   return off;
 }
 
-/* Hands `n` cached blocks of cb back to the heap (lock held). */
-static void cache_drain(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned n, uint64_t size,
+/* A block of class c for `type` from l's cache, or 0 when it has none. */
+static pdshm_off_t cache_pop(pdshm_seg *seg, struct pdshm_lane *l, unsigned c, unsigned type,
+                             uint16_t tag) {
+  pdshm_off_t off = cache_take(seg, l, c, tag);
+  if (!off) return 0;
+  PDSHM_CRASHPOINT("heap.cache.pop");
+  const uint64_t size = pdshm__class_size(c);
+  zero_if_record(seg, off, size, type);
+  pdshm__blk_set_type(heap_blk(seg, off), (uint16_t)type);
+  set_word(heap_blk(seg, off), size | PDSHM_BLK_USED);
+  return off;
+}
+
+/* Hands `n` cached blocks of class c back to the heap (lock held). */
+static void cache_drain(pdshm_seg *seg, struct pdshm_lane *l, unsigned c, unsigned n,
                         uint16_t tag) {
-  while (n-- && cb->head) {
-    pdshm_off_t off = cache_link(seg, cb, size, tag);
-    if (!off) return;
-    cb->head = *next_of(seg, off);
-    cb->count--;
+  for (pdshm_off_t off; n-- && (off = cache_take(seg, l, c, tag));) {
     PDSHM_CRASHPOINT("heap.cache.drain");
     heap_release(seg, off);
   }
 }
 
-/* Adds up to half its limit of class-c blocks to cb (lock held). */
-static void cache_refill(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned c, uint16_t tag) {
-  uint32_t size = pdshm__class_size(c);
-  for (unsigned k = cache_limit(seg, c) / 2; k; k--) {
+/* Whether l may keep what it caches: the lane's cap and CACHE_MAX blocks of
+ * class c. */
+static bool cache_within(const pdshm_seg *seg, const struct pdshm_lane *l, unsigned c) {
+  return l->cached <= lane_cap(seg) && l->cache[c].count <= CACHE_MAX;
+}
+
+/* After a push of class c went past the cap or CACHE_MAX (lock held): the
+ * other classes' blocks go back, the largest first, while the lane caches
+ * more than its cap (c, just freed, is the size in use); then half of c's,
+ * when that was not enough. */
+static void cache_trim(pdshm_seg *seg, struct pdshm_lane *l, unsigned c, uint16_t tag) {
+  for (unsigned k = PDSHM_NCLASSES; k-- && l->cached > lane_cap(seg);)
+    if (k != c) cache_drain(seg, l, k, ~0u, tag);
+  if (!cache_within(seg, l, c)) cache_drain(seg, l, c, (l->cache[c].count + 1) / 2, tag);
+}
+
+/* Adds class-c blocks to l's cache (lock held): REFILL_MAX of them, or
+ * half of what the lane's cap leaves room for when that is fewer. */
+static void cache_refill(pdshm_seg *seg, struct pdshm_lane *l, unsigned c, uint16_t tag) {
+  struct pdshm_cache_bin *cb = &l->cache[c];
+  const uint32_t size = pdshm__class_size(c);
+  const uint64_t cap = lane_cap(seg), room = l->cached < cap ? (cap - l->cached) / size : 0;
+  for (uint64_t k = room / 2 < REFILL_MAX ? room / 2 : REFILL_MAX; k; k--) {
     pdshm_off_t off = bin_search(seg, size);
     if (!off || carve(seg, off, size, PDSHM_BLK_CACHED, tag, PDSHM_T_NONE)) return;
     if (pdshm__blk_size(word(heap_blk(seg, off))) != size) { /* too small a remainder */
@@ -491,6 +515,15 @@ static void cache_refill(pdshm_seg *seg, struct pdshm_cache_bin *cb, unsigned c,
     *next_of(seg, off) = cb->head;
     cb->head = off;
     cb->count++;
+    l->cached += size;
+  }
+}
+
+/* Empties a swept slot's caches: their blocks were freed by the walk. */
+static void cache_forget(struct pdshm_slot *s) {
+  for (unsigned k = 0; k < PDSHM_LANES; k++) {
+    memset(s->lane[k].cache, 0, sizeof s->lane[k].cache);
+    s->lane[k].cached = 0;
   }
 }
 
@@ -631,7 +664,7 @@ static int alloc_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint64_t n, u
   if (!rc && !off) off = bin_search(seg, n);
   if (!rc) rc = off ? carve(seg, off, n, PDSHM_BLK_USED, ln->tag, type) : PDSHM_ENOMEM;
   if (!rc) *blk = off;
-  if (!rc && c < PDSHM_NCLASSES) cache_refill(seg, &ln->rec->cache[c], c, ln->tag);
+  if (!rc && c < PDSHM_NCLASSES) cache_refill(seg, ln->rec, c, ln->tag);
   pdshm__unlock(seg, PDSHM_LOCK_HEAP);
   return rc;
 }
@@ -640,7 +673,7 @@ static int alloc_locked(pdshm_seg *seg, struct pdshm_lane_ctx *ln, uint64_t n, u
 void pdshm__cache_flush(pdshm_seg *seg, struct pdshm_lane_ctx *ln) {
   if (pdshm__lock(seg, PDSHM_LOCK_HEAP)) return;
   for (unsigned c = 0; c < PDSHM_NCLASSES; c++)
-    cache_drain(seg, &ln->rec->cache[c], ~0u, pdshm__class_size(c), ln->tag);
+    cache_drain(seg, ln->rec, c, ~0u, ln->tag);
   pdshm__unlock(seg, PDSHM_LOCK_HEAP);
 }
 
@@ -657,9 +690,9 @@ int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes, unsign
   uint64_t n = (bytes + PDSHM_BLK_HDR + PDSHM_ALIGN - 1) & ~(uint64_t)(PDSHM_ALIGN - 1);
   if (n < PDSHM_BLK_MIN) n = PDSHM_BLK_MIN;
   unsigned c = class_of_fast(n);
-  struct pdshm_cache_bin *cb = c < PDSHM_NCLASSES ? &ln->rec->cache[c] : NULL;
   pdshm_off_t blk = 0;
-  if (cb && cb->head) blk = cache_pop(seg, cb, type, pdshm__class_size(c), ln->tag); /* no lock */
+  if (c < PDSHM_NCLASSES && ln->rec->cache[c].head)
+    blk = cache_pop(seg, ln->rec, c, type, ln->tag); /* no lock */
   if (!blk) {
     int rc = alloc_locked(seg, ln, n, c, type, false, &blk);
     if (rc == PDSHM_ENOMEM) { /* our own caches, what the reclaim gives back, growth */
@@ -704,11 +737,10 @@ void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload)
   }
   unsigned c = size <= PDSHM_CLASS_MAX ? class_of_fast(size) : PDSHM_NCLASSES;
   if (ln && c < PDSHM_NCLASSES && pdshm__class_size(c) == size) {
-    struct pdshm_cache_bin *cb = &ln->rec->cache[c];
-    cache_push(seg, cb, off, ln->tag);
-    if (cache_within(seg, c, cb->count)) return;
+    cache_push(seg, ln->rec, c, off, ln->tag);
+    if (cache_within(seg, ln->rec, c)) return;
     if (pdshm__lock(seg, PDSHM_LOCK_HEAP)) return;
-    cache_drain(seg, cb, cb->count / 2, size, ln->tag);
+    cache_trim(seg, ln->rec, c, ln->tag);
     pdshm__unlock(seg, PDSHM_LOCK_HEAP);
     return;
   }
@@ -852,7 +884,7 @@ int pdshm__heap_sweep_slot(pdshm_seg *seg, uint32_t slot, unsigned keep_mask,
   *kept = sw.kept;
   *nkept = sw.nkept;
   struct pdshm_slot *s = pdshm__slot(seg, slot);
-  for (unsigned k = 0; k < PDSHM_LANES; k++) memset(s->lane[k].cache, 0, sizeof s->lane[k].cache);
+  cache_forget(s);
   if (!rc) rc = heap_relink(seg);
   pdshm__unlock(seg, PDSHM_LOCK_HEAP);
   if (rc) {
@@ -872,7 +904,7 @@ int pdshm__heap_sweep_cached(pdshm_seg *seg, uint32_t slot) {
    * relink's EBADSEG reports it. */
   (void)pdshm__chain_walk(seg, &(struct pdshm_walker){NULL, sweep_block, &sw}, NULL);
   struct pdshm_slot *s = pdshm__slot(seg, slot);
-  for (unsigned k = 0; k < PDSHM_LANES; k++) memset(s->lane[k].cache, 0, sizeof s->lane[k].cache);
+  cache_forget(s);
   rc = heap_relink(seg);
   pdshm__unlock(seg, PDSHM_LOCK_HEAP);
   return rc;

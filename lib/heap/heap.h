@@ -97,6 +97,8 @@ int pdshm__alloc(pdshm_seg *seg, struct pdshm_lane_ctx *ln, size_t bytes,
 void pdshm__free(pdshm_seg *seg, struct pdshm_lane_ctx *ln, pdshm_off_t payload);
 /* Returns every block cached by the lane to the heap. */
 void pdshm__cache_flush(pdshm_seg *seg, struct pdshm_lane_ctx *ln);
+/* The bytes one lane may keep cached, all size classes together. */
+uint64_t pdshm__cache_cap(const pdshm_seg *seg);
 /* Usable payload bytes of a USED block. */
 size_t pdshm__alloc_usable(const pdshm_seg *seg, pdshm_off_t payload);
 /* Heap lock held, its previous holder dead: recount the pins from the PIN

@@ -135,6 +135,7 @@ static bool reap_slot_clean(const pdshm_seg *seg, uint32_t i) {
     if (atomic_load_explicit(&l->j.state, memory_order_acquire) != PDSHM_J_IDLE ||
         l->todo.destroy || l->todo.chain)
       return false;
+    if (l->cached) return false;
     for (unsigned c = 0; c < PDSHM_NCLASSES; c++)
       if (l->cache[c].head || l->cache[c].count) return false;
   }
