@@ -161,19 +161,14 @@ static bool vl_unexplained(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen
   if (who > procs) return atomic_load_explicit(&r->lk, memory_order_acquire) == w;
   uint64_t shares = 0;
   bool owner_recorded = false, owner_slot_used = false;
-  for (uint32_t s = 0; s < procs; s++) {
-    const struct pdshm_slot *sl = pdshm__slot(seg, s);
-    if (atomic_load_explicit(&sl->state, memory_order_acquire) == PDSHM_SLOT_FREE) continue;
-    owner_slot_used |= s + 1u == who;
-    for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++) {
-      const struct pdshm_vl_hold *e = &sl->vl[i];
-      uint32_t st = atomic_load_explicit(&((struct pdshm_vl_hold *)e)->state, memory_order_acquire);
-      if (st < PDSHM_VL_TAKING || vl_uncounted(st) || e == mine ||
-          !vl_rec_names(e, r->self, gen))
-        continue;
-      if (st == PDSHM_VL_EXCL) owner_recorded |= s + 1u == who;
-      else shares++;
-    }
+  VL_FOR_HOLDS(it, seg, VL_NO_SLOT) {
+    owner_slot_used |= it.s + 1u == who; /* the walk passes FREE slots by */
+    uint32_t st = atomic_load_explicit(&it.e->state, memory_order_acquire);
+    if (st < PDSHM_VL_TAKING || vl_uncounted(st) || it.e == mine ||
+        !vl_rec_names(it.e, r->self, gen))
+      continue;
+    if (st == PDSHM_VL_EXCL) owner_recorded |= it.s + 1u == who;
+    else shares++;
   }
   bool bad = (w & VL_FROZEN) ? !who || !owner_slot_used
                              : (who && !owner_recorded) || (w & VL_READERS) / VL_READER > shares;

@@ -2,7 +2,8 @@
  * varlock.h - the variable lock's word (varlock.c's header comment says what
  * each field means), for the lock itself, its reaper (varlock_reap.c), the
  * table of this thread's holds (varlock_held.c) and the checker
- * (varlock_check.c); and what varlock.c lends them.
+ * (varlock_check.c); the walk over every slot's hold records that they and
+ * varlock_bias.c scan with (VL_FOR_HOLDS); and what varlock.c lends them.
  */
 #ifndef PDSHM_VARLOCK_H
 #define PDSHM_VARLOCK_H
@@ -34,6 +35,65 @@ static inline bool vl_ours(uint64_t w, uint64_t tag) { return (w & VL_TAG) == ta
 /* Hold record i of slot `slot` (varlock.c, invariant 2). */
 static inline struct pdshm_vl_hold *vl_rec(const pdshm_seg *seg, uint32_t slot, uint32_t i) {
   return &pdshm__slot(seg, slot)->vl[i];
+}
+
+/* ---- the scans of every slot's hold records ---- */
+
+/* A walk over the hold records of every slot that is not FREE, but slot
+ * `except` (VL_NO_SLOT: none), for the scans of others' records (waiters,
+ * recounts, writers revoking the bias, pdshm_check): each slot's state but
+ * except's is read once (acquire, in it.sst) before its records, and a
+ * FREE slot's records are not visited.  The records' states are the
+ * callers' to read, in the order each needs:
+ *   VL_FOR_HOLDS(it, seg, VL_NO_SLOT) { ... it.s, it.i, it.e ... }
+ * A body's break ends the walk; vl_scan_pass_slot passes the rest of slot
+ * it.s by. */
+#define VL_NO_SLOT UINT32_MAX
+#define VL_FOR_HOLDS(it, seg, except)                                                             \
+  for (struct vl_scan it = vl_scan_of(seg, except); vl_scan_next(&it);)
+
+struct vl_scan {
+  const pdshm_seg *seg;
+  uint32_t procs, except;
+  uint32_t s, i;           /* the slot, and the record's index in it          */
+  struct pdshm_vl_hold *e; /* that record                                     */
+  uint32_t sst;            /* slot s's state, as read before its records      */
+  int alive;               /* slot s's vl_scan_alive; -1 until asked          */
+};
+
+static inline struct vl_scan vl_scan_of(const pdshm_seg *seg, uint32_t except) {
+  /* before slot 0, past the last record of a slot: the first step enters slot 0 */
+  return (struct vl_scan){.seg = seg, .procs = seg->hdr->max_procs, .except = except,
+                          .s = UINT32_MAX, .i = PDSHM_VL_SLOT_HOLDS - 1};
+}
+
+/* The next record (true), or the end of the walk. */
+static inline bool vl_scan_next(struct vl_scan *it) {
+  if (++it->i < PDSHM_VL_SLOT_HOLDS) {
+    it->e++;
+    return true;
+  }
+  while (++it->s < it->procs) {
+    if (it->s == it->except) continue;
+    struct pdshm_slot *sl = pdshm__slot(it->seg, it->s);
+    it->sst = atomic_load_explicit(&sl->state, memory_order_acquire);
+    if (it->sst == PDSHM_SLOT_FREE) continue;
+    it->i = 0;
+    it->e = sl->vl;
+    it->alive = -1;
+    return true;
+  }
+  return false;
+}
+
+/* The walk's next step goes to the next slot. */
+static inline void vl_scan_pass_slot(struct vl_scan *it) { it->i = PDSHM_VL_SLOT_HOLDS - 1; }
+
+/* Whether slot it->s's process lives (pdshm__slot_alive, an error counted
+ * as alive): asked once a slot, and only when a caller needs it. */
+static inline bool vl_scan_alive(struct vl_scan *it) {
+  if (it->alive < 0) it->alive = pdshm__slot_alive(it->seg, it->s) != 0;
+  return it->alive;
 }
 
 /* A record's variable and generation: stored by its own process's thread,

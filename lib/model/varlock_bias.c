@@ -120,12 +120,8 @@ void pdshm__vl_bias_revoke(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen
   uint64_t t0 = pdshm__now_ns(CLOCK_MONOTONIC);
   atomic_store_explicit(&r->lk_rbias, vl_bias_off_for(VL_BIAS_MIN_US), memory_order_seq_cst);
   PDSHM_CRASHPOINT("varlock.bias.revoking");
-  for (uint32_t s = 0; s < seg->hdr->max_procs; s++) {
-    struct pdshm_slot *sl = pdshm__slot(seg, s);
-    if (atomic_load_explicit(&sl->state, memory_order_acquire) == PDSHM_SLOT_FREE) continue;
-    for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++)
-      if (&sl->vl[i] != mine) vl_bias_wait_record(seg, s, &sl->vl[i], r, gen);
-  }
+  VL_FOR_HOLDS(it, seg, VL_NO_SLOT)
+    if (it.e != mine) vl_bias_wait_record(seg, it.s, it.e, r, gen);
   uint64_t took_us = (pdshm__now_ns(CLOCK_MONOTONIC) - t0) / 1000u;
   uint64_t off = took_us * VL_BIAS_INHIBIT;
   off = off < VL_BIAS_MIN_US ? VL_BIAS_MIN_US : off > VL_BIAS_MAX_US ? VL_BIAS_MAX_US : off;
@@ -134,18 +130,11 @@ void pdshm__vl_bias_revoke(pdshm_seg *seg, struct pdshm_var_rec *r, uint64_t gen
 
 uint64_t pdshm__vl_bias_readers(const pdshm_seg *seg, const struct pdshm_var_rec *r) {
   uint64_t n = 0;
-  for (uint32_t s = 0; s < seg->hdr->max_procs; s++) {
-    struct pdshm_slot *sl = pdshm__slot(seg, s);
-    if (atomic_load_explicit(&sl->state, memory_order_acquire) == PDSHM_SLOT_FREE) continue;
-    int alive = -1; /* asked once, and only of a slot that has such a record */
-    for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++) {
-      struct pdshm_vl_hold *e = &sl->vl[i];
-      if (atomic_load_explicit(&e->state, memory_order_acquire) != PDSHM_VL_VISIBLE ||
-          !vl_rec_names(e, r->self, r->gen))
-        continue;
-      if (alive < 0) alive = pdshm__slot_alive(seg, s) != 0;
-      n += (uint64_t)alive;
-    }
+  VL_FOR_HOLDS(it, seg, VL_NO_SLOT) {
+    if (atomic_load_explicit(&it.e->state, memory_order_acquire) != PDSHM_VL_VISIBLE ||
+        !vl_rec_names(it.e, r->self, r->gen))
+      continue;
+    n += vl_scan_alive(&it); /* asked once, and only of a slot that has such a record */
   }
   return n;
 }

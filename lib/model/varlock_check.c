@@ -27,6 +27,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/model.h"
 #include "model/varlock.h"
@@ -69,16 +70,13 @@ static bool vc_push(struct vc_census *c, const struct pdshm_vl_hold *e, uint32_t
 /* Every record of a non-free slot that names a variable, sorted by it. */
 static int vc_take(pdshm_seg *seg, struct vc_census *c) {
   c->n = 0;
-  for (uint32_t s = 0; s < seg->hdr->max_procs; s++) {
-    const struct pdshm_slot *sl = pdshm__slot(seg, s);
-    uint32_t sst = atomic_load_explicit(&sl->state, memory_order_acquire);
-    c->alive[s] = sst == PDSHM_SLOT_FREE ? -1 : sst == PDSHM_SLOT_LIVE && pdshm__slot_alive(seg, s) > 0;
-    for (uint32_t i = 0; c->alive[s] >= 0 && i < PDSHM_VL_SLOT_HOLDS; i++) {
-      const struct pdshm_vl_hold *e = &sl->vl[i];
-      uint32_t st = atomic_load_explicit(&((struct pdshm_vl_hold *)e)->state, memory_order_acquire);
-      if (st >= PDSHM_VL_TAKING && !vc_push(c, e, s, st))
-        return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
-    }
+  memset(c->alive, -1, seg->hdr->max_procs); /* a FREE slot's stays so: the walk passes it by */
+  VL_FOR_HOLDS(it, seg, VL_NO_SLOT) {
+    if (it.i == 0) /* a slot's first record: asked before its records are read */
+      c->alive[it.s] = it.sst == PDSHM_SLOT_LIVE && pdshm__slot_alive(seg, it.s) > 0;
+    uint32_t st = atomic_load_explicit(&it.e->state, memory_order_acquire);
+    if (st >= PDSHM_VL_TAKING && !vc_push(c, it.e, it.s, st))
+      return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
   }
   if (c->n) qsort(c->r, c->n, sizeof *c->r, vc_cmp);
   return 0;

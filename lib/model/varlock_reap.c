@@ -98,19 +98,16 @@ static void vl_recount(pdshm_seg *seg, struct pdshm_var_rec *r, uint32_t d) {
   if (!vl_freeze(seg, r, d)) return;
   PDSHM_CRASHPOINT("varlock.reap.frozen");
   uint64_t n = 0;
-  for (uint32_t s = 0; s < seg->hdr->max_procs; s++) {
-    const struct pdshm_slot *sl = pdshm__slot(seg, s);
-    if (s == d || atomic_load_explicit(&sl->state, memory_order_acquire) != PDSHM_SLOT_LIVE)
+  VL_FOR_HOLDS(it, seg, d) {
+    if (it.sst != PDSHM_SLOT_LIVE) { /* REAPING: never counted (invariant 2) */
+      vl_scan_pass_slot(&it);
       continue;
-    int alive = -1; /* asked once, and only of a slot that has a record of r */
-    for (uint32_t i = 0; i < PDSHM_VL_SLOT_HOLDS; i++) {
-      const struct pdshm_vl_hold *e = &sl->vl[i];
-      uint32_t st = atomic_load_explicit(&((struct pdshm_vl_hold *)e)->state, memory_order_acquire);
-      if (st < PDSHM_VL_TAKING || st > PDSHM_VL_RELEASING || vl_rec_var(e) != r->self) continue;
-      if (alive < 0) alive = pdshm__slot_alive(seg, s) != 0;
-      if (!alive) break;
-      n += vl_counts(seg, s, e, r);
     }
+    uint32_t st = atomic_load_explicit(&it.e->state, memory_order_acquire);
+    if (st < PDSHM_VL_TAKING || st > PDSHM_VL_RELEASING || vl_rec_var(it.e) != r->self) continue;
+    /* asked once, and only of a slot that has a record of r */
+    if (vl_scan_alive(&it)) n += vl_counts(seg, it.s, it.e, r);
+    else vl_scan_pass_slot(&it);
   }
   const uint64_t tag = pdshm__varlock_tag(r->gen);
   uint64_t w = atomic_load_explicit(&r->lk, memory_order_relaxed), next;
