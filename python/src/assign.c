@@ -89,21 +89,6 @@ static int src_from_buffer(pdshmpy_state *st, PyObject *o, src_desc *s) {
   return 1;
 }
 
-static int dl_to_pdshm(pdshmpy_dl_dtype t) {
-  if (t.lanes != 1) return -1;
-  switch (t.code) {
-  case PDSHMPY_DL_INT:
-    return t.bits == 8 ? PDSHM_I8 : t.bits == 16 ? PDSHM_I16 : t.bits == 32 ? PDSHM_I32
-         : t.bits == 64 ? PDSHM_I64 : -1;
-  case PDSHMPY_DL_UINT: return t.bits == 8 ? PDSHM_U8 : -1;
-  case PDSHMPY_DL_FLOAT:
-    return t.bits == 16 ? PDSHM_F16 : t.bits == 32 ? PDSHM_F32 : t.bits == 64 ? PDSHM_F64 : -1;
-  case PDSHMPY_DL_BFLOAT: return t.bits == 16 ? PDSHM_BF16 : -1;
-  case PDSHMPY_DL_BOOL: return t.bits == 8 ? PDSHM_BOOL : -1;
-  default: return -1;
-  }
-}
-
 /* The capsule o.__dlpack__() gives (detaching a torch tensor that requires
  * grad), or NULL without an error when o cannot give one. */
 static PyObject *dl_capsule_of(PyObject *o) {
@@ -135,7 +120,7 @@ static int src_from_dlpack(pdshmpy_state *st, PyObject *o, src_desc *s) {
   s->keep = cap;
   s->dl = m;
   const pdshmpy_dl_tensor *t = &m->dl_tensor;
-  s->dtype = dl_to_pdshm(t->dtype);
+  s->dtype = pdshmpy_dtype_from_dl(t->dtype);
   if (t->device.device_type != PDSHMPY_DL_CPU && t->device.device_type != PDSHMPY_DL_CUDA_HOST) {
     pdshmpy_raise_msg(st, PDSHM_EINVAL, "cannot assign a tensor on DLPack device %d (not the CPU)",
                       (int)t->device.device_type);

@@ -9,8 +9,8 @@
  * Newer consumers' max_version is accepted and answered with this
  * unversioned capsule, as the protocol allows; dl_device must be the CPU and
  * copy cannot be True (the export is in place).
- * dtypes: bfloat16 goes as kDLBfloat (torch.bfloat16); bool as kDLUInt 8
- * bits, because DLPack 0.6 and torch 1.13 have no bool.
+ * dtypes go as dtype.c's table says: bfloat16 as kDLBfloat (torch.bfloat16);
+ * bool as kDLUInt 8 bits, because DLPack 0.6 and torch 1.13 have no bool.
  */
 #include "pdshmpy.h"
 
@@ -19,17 +19,6 @@ typedef struct {
   int64_t shape[PDSHM_NDIM_MAX];
   int64_t strides[PDSHM_NDIM_MAX];
 } dl_export;
-
-static pdshmpy_dl_dtype dl_dtype_of(int dt) {
-  static const pdshmpy_dl_dtype map[] = {
-      [PDSHM_BOOL] = {PDSHMPY_DL_UINT, 8, 1},   [PDSHM_U8] = {PDSHMPY_DL_UINT, 8, 1},
-      [PDSHM_I8] = {PDSHMPY_DL_INT, 8, 1},      [PDSHM_I16] = {PDSHMPY_DL_INT, 16, 1},
-      [PDSHM_I32] = {PDSHMPY_DL_INT, 32, 1},    [PDSHM_I64] = {PDSHMPY_DL_INT, 64, 1},
-      [PDSHM_F16] = {PDSHMPY_DL_FLOAT, 16, 1},  [PDSHM_BF16] = {PDSHMPY_DL_BFLOAT, 16, 1},
-      [PDSHM_F32] = {PDSHMPY_DL_FLOAT, 32, 1},  [PDSHM_F64] = {PDSHMPY_DL_FLOAT, 64, 1},
-  };
-  return map[dt];
-}
 
 static void dl_deleter(pdshmpy_dl_managed *m) {
   if (!m) return;
@@ -103,7 +92,7 @@ PyObject *pdshmpy_var_dlpack(PyObject *self, PyObject *args, PyObject *kw) {
       .data = p->view.data,
       .device = {PDSHMPY_DL_CPU, 0},
       .ndim = p->view.ndim,
-      .dtype = dl_dtype_of(p->view.dtype),
+      .dtype = pdshmpy_dtype_dl(p->view.dtype),
       .shape = e->shape,
       .strides = e->strides,
       .byte_offset = 0,

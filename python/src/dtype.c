@@ -1,24 +1,39 @@
 /*
  * dtype.c - pdshm_dtype and its Python spellings: numpy-style names, buffer
- * formats, array-interface typestrs; parsing dtypes and shapes.
+ * formats, array-interface typestrs, DLPack types, the SlotReducer's fold
+ * kinds (fold.h); parsing dtypes and shapes.  One table holds them all, a
+ * row per dtype; the other files ask for them through the functions here.
  *
  * bfloat16 has no buffer format and no numpy dtype: it is exported as its raw
  * bits, 'H' (uint16) to the buffer protocol and '<u2' to numpy; DLPack
- * carries it as kDLBfloat, so torch sees torch.bfloat16.
+ * carries it as kDLBfloat, so torch sees torch.bfloat16.  bool goes to
+ * DLPack as kDLUInt 8 bits (DLPack 0.6 and torch 1.13 have no bool), so a
+ * kDLUInt 8 tensor comes back as uint8 and only kDLBool 8 as bool; the fold
+ * has no bool.
  */
+#include "fold.h"
 #include "pdshmpy.h"
 
 typedef struct {
-  const char *name, *format, *typestr;
+  const char *name;    /* numpy's (and torch's, after "torch.")          */
+  const char *format;  /* the buffer protocol's (the struct module's)    */
+  const char *typestr; /* __array_interface__'s                          */
+  pdshmpy_dl_dtype dl; /* DLPack's: code, bits, lanes                    */
+  int kind;            /* the fold's enum kind, or -1: the fold takes none */
 } dtype_row;
 
 /* Indexed by pdshm_dtype. */
 static const dtype_row dtype_rows[] = {
-    [PDSHM_BOOL] = {"bool", "?", "|b1"},      [PDSHM_U8] = {"uint8", "B", "|u1"},
-    [PDSHM_I8] = {"int8", "b", "|i1"},        [PDSHM_I16] = {"int16", "h", "<i2"},
-    [PDSHM_I32] = {"int32", "i", "<i4"},      [PDSHM_I64] = {"int64", "q", "<i8"},
-    [PDSHM_F16] = {"float16", "e", "<f2"},    [PDSHM_BF16] = {"bfloat16", "H", "<u2"},
-    [PDSHM_F32] = {"float32", "f", "<f4"},    [PDSHM_F64] = {"float64", "d", "<f8"},
+    [PDSHM_BOOL] = {"bool",     "?", "|b1", {PDSHMPY_DL_UINT,   8,  1}, -1},
+    [PDSHM_U8]   = {"uint8",    "B", "|u1", {PDSHMPY_DL_UINT,   8,  1}, K_U8},
+    [PDSHM_I8]   = {"int8",     "b", "|i1", {PDSHMPY_DL_INT,    8,  1}, K_I8},
+    [PDSHM_I16]  = {"int16",    "h", "<i2", {PDSHMPY_DL_INT,    16, 1}, K_I16},
+    [PDSHM_I32]  = {"int32",    "i", "<i4", {PDSHMPY_DL_INT,    32, 1}, K_I32},
+    [PDSHM_I64]  = {"int64",    "q", "<i8", {PDSHMPY_DL_INT,    64, 1}, K_I64},
+    [PDSHM_F16]  = {"float16",  "e", "<f2", {PDSHMPY_DL_FLOAT,  16, 1}, K_F16},
+    [PDSHM_BF16] = {"bfloat16", "H", "<u2", {PDSHMPY_DL_BFLOAT, 16, 1}, K_BF16},
+    [PDSHM_F32]  = {"float32",  "f", "<f4", {PDSHMPY_DL_FLOAT,  32, 1}, K_F32},
+    [PDSHM_F64]  = {"float64",  "d", "<f8", {PDSHMPY_DL_FLOAT,  64, 1}, K_F64},
 };
 #define NDTYPES ((int)(sizeof dtype_rows / sizeof dtype_rows[0]))
 
@@ -33,6 +48,12 @@ const char *pdshmpy_dtype_format(int dt) {
 const char *pdshmpy_dtype_typestr(int dt) {
   return dt >= 0 && dt < NDTYPES ? dtype_rows[dt].typestr : NULL;
 }
+
+pdshmpy_dl_dtype pdshmpy_dtype_dl(int dt) {
+  return dt >= 0 && dt < NDTYPES ? dtype_rows[dt].dl : (pdshmpy_dl_dtype){0, 0, 0};
+}
+
+int pdshmpy_dtype_kind(int dt) { return dt >= 0 && dt < NDTYPES ? dtype_rows[dt].kind : -1; }
 
 static int dtype_by_name(const char *s) {
   if (!strncmp(s, "torch.", 6)) s += 6;
@@ -59,18 +80,12 @@ int pdshmpy_dtype_from_format(const char *fmt, Py_ssize_t itemsize) {
 }
 
 int pdshmpy_dtype_from_dl(pdshmpy_dl_dtype dt) {
-  if (dt.lanes != 1) return -1;
-  switch (dt.code) {
-  case PDSHMPY_DL_BOOL: return dt.bits == 8 ? PDSHM_BOOL : -1;
-  case PDSHMPY_DL_UINT: return dt.bits == 8 ? PDSHM_U8 : -1;
-  case PDSHMPY_DL_INT:
-    return dt.bits == 8 ? PDSHM_I8 : dt.bits == 16 ? PDSHM_I16 : dt.bits == 32 ? PDSHM_I32
-         : dt.bits == 64 ? PDSHM_I64 : -1;
-  case PDSHMPY_DL_FLOAT:
-    return dt.bits == 16 ? PDSHM_F16 : dt.bits == 32 ? PDSHM_F32 : dt.bits == 64 ? PDSHM_F64 : -1;
-  case PDSHMPY_DL_BFLOAT: return dt.bits == 16 ? PDSHM_BF16 : -1;
-  default: return -1;
-  }
+  if (dt.code == PDSHMPY_DL_BOOL) return dt.bits == 8 && dt.lanes == 1 ? PDSHM_BOOL : -1;
+  for (int i = 0; i < NDTYPES; i++) /* bool's kDLUInt 8 is uint8's */
+    if (i != PDSHM_BOOL && dt.code == dtype_rows[i].dl.code && dt.bits == dtype_rows[i].dl.bits &&
+        dt.lanes == dtype_rows[i].dl.lanes)
+      return i;
+  return -1;
 }
 
 /* The name of o as a dtype: a str as is, "torch.x" for a torch dtype, else

@@ -266,6 +266,8 @@ PyObject *pdshmpy_var_ref(PyObject *self, PyObject *unused);
 const char *pdshmpy_dtype_name(int dt);     /* "float32"; NULL for unknown   */
 const char *pdshmpy_dtype_format(int dt);   /* buffer-protocol format        */
 const char *pdshmpy_dtype_typestr(int dt);  /* __array_interface__ typestr   */
+pdshmpy_dl_dtype pdshmpy_dtype_dl(int dt);  /* DLPack's type; 0s for unknown */
+int pdshmpy_dtype_kind(int dt);             /* fold.h's enum kind; -1: none  */
 /* -1 with TypeError for what is no dtype, InvalidArgument (EINVAL) for one
  * pdshm does not hold or a bad shape. */
 int pdshmpy_dtype_parse(pdshmpy_state *st, PyObject *o, pdshm_dtype *out);

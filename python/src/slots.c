@@ -66,22 +66,15 @@ typedef struct {
   size_t count;
 } tensor_arg;
 
+/* The fold's kind of a DLPack type: its pdshm dtype's (dtype.c's table), or
+ * complex, which pdshm has no dtype of. */
 static int kind_of(const pdshmpy_dl_dtype *dt, enum kind *out) {
-  static const struct {
-    uint8_t code, bits;
-    enum kind kind;
-  } kinds[] = {{PDSHMPY_DL_INT, 8, K_I8},       {PDSHMPY_DL_INT, 16, K_I16},
-               {PDSHMPY_DL_INT, 32, K_I32},     {PDSHMPY_DL_INT, 64, K_I64},
-               {PDSHMPY_DL_UINT, 8, K_U8},      {PDSHMPY_DL_FLOAT, 16, K_F16},
-               {PDSHMPY_DL_BFLOAT, 16, K_BF16}, {PDSHMPY_DL_FLOAT, 32, K_F32},
-               {PDSHMPY_DL_FLOAT, 64, K_F64},   {PDSHMPY_DL_COMPLEX, 64, K_C64},
-               {PDSHMPY_DL_COMPLEX, 128, K_C128}};
-  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-    if (kinds[i].code == dt->code && kinds[i].bits == dt->bits) {
-      *out = kinds[i].kind;
-      return 0;
-    }
-  return -1;
+  int k = pdshmpy_dtype_kind(pdshmpy_dtype_from_dl(*dt));
+  if (k < 0 && dt->code == PDSHMPY_DL_COMPLEX)
+    k = dt->bits == 64 ? K_C64 : dt->bits == 128 ? K_C128 : -1;
+  if (k < 0) return -1;
+  *out = (enum kind)k;
+  return 0;
 }
 
 /* The tensor's bytes, through its DLPack capsule: a contiguous CPU tensor of
