@@ -5,10 +5,10 @@
  * drop the parent's pin but can take their own (pdshm_pin_inherit); bad calls
  * change nothing. */
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "model/model.h"
@@ -252,7 +252,9 @@ static void *pinner(void *arg) {
     /* the resizer fills each new buffer with its length's low byte, and
      * never touches it again once pinned (a resize then takes another) */
     const volatile uint8_t *b = w.data;
-    for (int look = 0; look < 4; look++, sched_yield()) /* while the resizer runs */
+    /* while the resizer runs: a sleep, not sched_yield, which on a busy
+     * machine gives the processor away for whole time slices */
+    for (int look = 0; look < 4; look++, nanosleep(&(struct timespec){.tv_nsec = 20000}, NULL))
       for (size_t j = 0; j < w.nbytes; j++)
         if (b[j] != (uint8_t)w.nbytes) pin_bad = 2;
     if (pdshm_tensor_unpin(p)) pin_bad = 3;
