@@ -434,7 +434,12 @@ PDSHM_API int pdshm_group_barrier(pdshm_group *g, int64_t timeout_ns);
  * with the same op (else PDSHM_EINVAL at every member, and no tensor
  * changed); on return each member's tensor holds the op over all members'
  * tensors.  The work is split between the members and done in place in the
- * segment (the buffers are pinned meanwhile).  F16 and BF16 are reduced in
+ * segment.  The buffer is pinned meanwhile, and the membership keeps that
+ * pin after the call, for its next collective on the same buffer (a pin
+ * takes the heap's lock, which every process shares): it lets go of it at
+ * its next collective on another buffer, or at pdshm_group_leave, so a
+ * tensor resized or erased between collectives keeps its old buffer, an
+ * orphan, until then.  F16 and BF16 are reduced in
  * f32; MEAN divides the sum once, at the end: integer MEAN truncates towards
  * zero, as C's division does.  Integer sums wrap around in the tensor's
  * dtype, under MEAN too (the wrapped sum is divided), so that an integer
@@ -515,7 +520,8 @@ PDSHM_API int pdshm_group_allgather(pdshm_group *g, pdshm_var *v, int64_t timeou
  * folding every member's staging tensor into its data (bench_allreduce:
  * faster there, slower at 64 KiB, where every member reads all the bytes).
  * Dtypes, ops, MEAN, integer wrapping, the result's bits (the same at every
- * member) and errors as for pdshm_group_allreduce; members that pass
+ * member), the pin kept on the staging buffer and errors as for
+ * pdshm_group_allreduce; members that pass
  * different dtypes, counts or ops, or call another collective or a barrier
  * in the same round, all answer EINVAL, no data changed.  After
  * PDSHM_EOWNERDEAD or a timeout while the members were working, data's

@@ -9,8 +9,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "groups/half.h"
+#include "locks/locks.h"
 #include "grouputil.h"
 
 /* ---- allreduce ------------------------------------------------------------------ */
@@ -214,6 +216,74 @@ START_TEST(private_allreduce_every_dtype_and_op) {
   collective_among(K_PRIVATE, 3, "pamis", 1);
 }
 END_TEST
+/* ---- the pin a membership keeps (group_pin.c) -------------------------------------- */
+
+/* Our slot's pins, as pdshm_procs counts them. */
+static uint64_t my_pins(void) {
+  pdshm_proc_info pi[32];
+  int n = pdshm_procs(seg, pi, 32);
+  ck_assert_int_gt(n, 0);
+  for (int i = 0; i < n && i < 32; i++)
+    if (pi[i].pid == (uint32_t)getpid() && pi[i].state == PDSHM_PROC_ALIVE) return pi[i].pins;
+  ck_abort_msg("our slot is missing");
+  return 0;
+}
+
+static uint64_t orphans(void) {
+  pdshm_alloc_info a;
+  ck_assert_int_eq(pdshm_inspect_alloc(seg, &a), 0);
+  return a.orphan_blocks;
+}
+
+/* A sum over a group of one of n float32 holding 1 + i % 5: unchanged. */
+static void sum_alone(pdshm_group *g, pdshm_var *v, int64_t n) {
+  float *p = pdshm_tensor_data(v);
+  for (int64_t i = 0; i < n; i++) p[i] = (float)(1 + i % 5);
+  ck_assert_int_eq(pdshm_group_allreduce(g, v, PDSHM_SUM, 10 * SEC), 0);
+  for (int64_t i = 0; i < n; i++) ck_assert_float_eq(p[i], (float)(1 + i % 5));
+}
+
+/* Collectives on one tensor call after call keep one pin and take no heap
+ * lock for it; a resize between them gives the tensor a new buffer, which
+ * the next collective pins, letting the old one (an orphan) go; the leave
+ * lets the last go. */
+START_TEST(a_membership_keeps_its_tensors_pin) {
+  const struct pdshm_lock *heap = pdshm__lockent(seg, PDSHM_LOCK_HEAP);
+  int64_t n = 1000, m = 3000;
+  pdshm_var *v, *w;
+  pdshm_group *g;
+  ck_assert_int_eq(pdshm_var_create(root, "kept", &v), 0);
+  ck_assert_int_eq(pdshm_var_create(root, "other", &w), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(w, PDSHM_F32, 1, &n), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &n), 0);
+  uint64_t used = tu_used(seg), pins = my_pins();
+  ck_assert_int_eq(pdshm_group_join(seg, "kept", 1, 0, &g), 0);
+  sum_alone(g, v, n);
+  ck_assert_uint_eq(my_pins(), pins + 1);
+  uint64_t taken = heap->acquisitions;
+  for (int i = 0; i < 10; i++) sum_alone(g, v, n);
+  ck_assert_uint_eq(heap->acquisitions, taken);
+  ck_assert_uint_eq(my_pins(), pins + 1);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &m), 0); /* a new buffer */
+  ck_assert_uint_eq(orphans(), 1);
+  sum_alone(g, v, m);
+  ck_assert_uint_eq(orphans(), 0);
+  ck_assert_uint_eq(my_pins(), pins + 1);
+  sum_alone(g, w, n); /* another tensor: its pin instead */
+  ck_assert_uint_eq(my_pins(), pins + 1);
+  ck_assert_int_eq(pdshm_var_erase(root, "other"), 0);
+  ck_assert_uint_eq(orphans(), 1);
+  ck_assert_int_eq(pdshm_group_leave(g), 0);
+  ck_assert_uint_eq(orphans(), 0);
+  ck_assert_uint_eq(my_pins(), pins);
+  ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &n), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_int_eq(pdshm_var_create(root, "other", &w), 0);
+  ck_assert_int_eq(pdshm_tensor_resize(w, PDSHM_F32, 1, &n), 0);
+  ck_assert_uint_eq(tu_used(seg), used);
+}
+END_TEST
+
 START_TEST(reduce_scatter_and_allgather_mismatch_is_einval_everywhere) {
   collective_among(K_REDUCE_SCATTER, 3, "rsmis", 0);
   collective_among(K_ALLGATHER, 3, "agmis", 1);
@@ -488,6 +558,7 @@ int main(void) {
   tcase_add_test(tc, reduce_scatter_every_dtype_and_op);
   tcase_add_test(tc, allgather_every_dtype);
   tcase_add_test(tc, private_allreduce_every_dtype_and_op);
+  tcase_add_test(tc, a_membership_keeps_its_tensors_pin);
   tcase_add_test(tc, private_allreduce_errors);
   tcase_add_test(tc, reduce_scatter_and_allgather_mismatch_is_einval_everywhere);
   tcase_add_test(tc, mixed_kinds_are_einval_everywhere_and_write_nothing);

@@ -177,9 +177,8 @@ static int collective(pdshm_group *gr, pdshm_var *v, pdshm_reduce_op op, unsigne
   if (!gr) return pdshm__fail(PDSHM_EINVAL, "NULL group");
   int rc = pdshm__seg_writable(gr->seg);
   if (rc) return rc;
-  pdshm_pin *pin;
   pdshm_tensor_view view;
-  if ((rc = ar_args(gr, v, op, kind)) || (rc = pdshm_tensor_pin(v, &pin, &view)))
+  if ((rc = ar_args(gr, v, op, kind)) || (rc = pdshm__group_pin(gr, v, &view)))
     return pdshm__ar_without_tensor(gr, rc, timeout_ns);
   pdshm_seg *seg = gr->seg;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
@@ -194,10 +193,9 @@ static int collective(pdshm_group *gr, pdshm_var *v, pdshm_reduce_op op, unsigne
   uint64_t deadline = pdshm__round_deadline(timeout_ns);
   rc = pdshm__round_pass(gr, deadline, true);
   if (!rc) rc = ar_reduce(gr, deadline);
-  else if (rc == PDSHM_ETIMEDOUT && gr->round == round) /* withdrawn: unpinned below */
+  else if (rc == PDSHM_ETIMEDOUT && gr->round == round) /* withdrawn */
     pdshm__round_no_tensor(gr);
-  int urc = pdshm__tensor_unpin(pin);
-  return rc ? rc : urc;
+  return rc;
 }
 
 PDSHM_API int pdshm_group_allreduce(pdshm_group *gr, pdshm_var *v, pdshm_reduce_op op,

@@ -136,13 +136,11 @@ PDSHM_API int pdshm_group_allreduce_private(pdshm_group *gr, void *data, pdshm_d
   int rc = pdshm__seg_writable(gr->seg);
   if (rc) return rc;
   size_t es = 0; /* set by ap_args */
-  pdshm_pin *pin;
   pdshm_tensor_view view;
   if ((rc = ap_args(gr, data, dtype, count, staging, op, &es)) ||
-      (rc = pdshm_tensor_pin(staging, &pin, &view)))
+      (rc = pdshm__group_pin(gr, staging, &view)))
     return pdshm__ar_without_tensor(gr, rc, timeout_ns);
   if (view.nbytes / es < count) {
-    pdshm__tensor_unpin(pin);
     rc = pdshm__fail(PDSHM_EINVAL, "the staging tensor holds %zu bytes, not the %llu of the data",
                      (size_t)view.nbytes, (unsigned long long)(count * es));
     return pdshm__ar_without_tensor(gr, rc, timeout_ns);
@@ -165,8 +163,7 @@ PDSHM_API int pdshm_group_allreduce_private(pdshm_group *gr, void *data, pdshm_d
   uint64_t deadline = pdshm__round_deadline(timeout_ns);
   rc = pdshm__round_pass(gr, deadline, true);
   if (!rc) rc = ap_rounds(gr, data, es, deadline);
-  else if (rc == PDSHM_ETIMEDOUT && gr->round == round) /* withdrawn: unpinned below */
+  else if (rc == PDSHM_ETIMEDOUT && gr->round == round) /* withdrawn */
     pdshm__round_no_tensor(gr);
-  int urc = pdshm__tensor_unpin(pin);
-  return rc ? rc : urc;
+  return rc;
 }

@@ -293,6 +293,7 @@ PDSHM_API int pdshm_group_leave(pdshm_group *gr) {
   int rc = pdshm__seg_writable(seg);
   group_unlist(seg, gr);
   if (!rc) rc = group_leave_one(seg, gr);
+  if (!rc) pdshm__group_unpin(gr); /* else detach drops it, with the process's other pins */
   pdshm__xfree(gr);
   return rc;
 }
@@ -301,7 +302,7 @@ void pdshm__group_leave_all(pdshm_seg *seg) {
   while (seg->groups) {
     struct pdshm_group *gr = seg->groups;
     seg->groups = gr->next;
-    if (!pdshm__seg_writable(seg)) group_leave_one(seg, gr);
+    if (!pdshm__seg_writable(seg) && !group_leave_one(seg, gr)) pdshm__group_unpin(gr);
     pdshm__xfree(gr);
   }
 }

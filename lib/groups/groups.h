@@ -160,6 +160,12 @@ struct pdshm_group {
   uint32_t spin_ns;        /* how long the next wait spins before it sleeps
                               (group_round.c, invariant 5); 0: the least      */
   struct pdshm_group *next;/* the attachment's memberships (seg->groups)       */
+  /* The pin of our last collective's tensor, kept for the next one on the
+   * same buffer (group_pin.c); NULL when none. */
+  pdshm_pin *pin;
+  const struct pdshm_var_rec *pin_rec; /* the variable record pinned through */
+  uint64_t pin_gen;        /* that variable's generation then                  */
+  pdshm_tensor_view pin_view;
 };
 
 static inline struct pdshm_group_rec *pdshm__group_rec(const pdshm_seg *seg, pdshm_off_t off) {
@@ -292,6 +298,14 @@ uint64_t pdshm__round_deadline(int64_t timeout_ns);
 
 /* ---- allreduce_private.c ---- */
 #define PDSHM_PRIVATE_SMALL (16u << 10) /* bytes: up to this, two rounds       */
+
+/* ---- group_pin.c ---- */
+/* v's tensor pinned for a collective of gr, its view in *view: the pin
+ * kept from gr's last collective when v still holds that buffer, else a
+ * new one, kept in its place (the old one let go). */
+int pdshm__group_pin(struct pdshm_group *gr, pdshm_var *v, pdshm_tensor_view *view);
+/* Lets go of gr's kept pin (a leave). */
+void pdshm__group_unpin(struct pdshm_group *gr);
 
 /* ---- allreduce.c ---- */
 /* Step 2 of a collective (allreduce.c) whose descriptions were published at
