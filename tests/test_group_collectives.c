@@ -9,7 +9,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "groups/half.h"
 #include "locks/locks.h"
@@ -218,17 +217,6 @@ START_TEST(private_allreduce_every_dtype_and_op) {
 END_TEST
 /* ---- the pin a membership keeps (group_pin.c) -------------------------------------- */
 
-/* Our slot's pins, as pdshm_procs counts them. */
-static uint64_t my_pins(void) {
-  pdshm_proc_info pi[32];
-  int n = pdshm_procs(seg, pi, 32);
-  ck_assert_int_gt(n, 0);
-  for (int i = 0; i < n && i < 32; i++)
-    if (pi[i].pid == (uint32_t)getpid() && pi[i].state == PDSHM_PROC_ALIVE) return pi[i].pins;
-  ck_abort_msg("our slot is missing");
-  return 0;
-}
-
 static uint64_t orphans(void) {
   pdshm_alloc_info a;
   ck_assert_int_eq(pdshm_inspect_alloc(seg, &a), 0);
@@ -256,26 +244,26 @@ START_TEST(a_membership_keeps_its_tensors_pin) {
   ck_assert_int_eq(pdshm_var_create(root, "other", &w), 0);
   ck_assert_int_eq(pdshm_tensor_resize(w, PDSHM_F32, 1, &n), 0);
   ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &n), 0);
-  uint64_t used = tu_used(seg), pins = my_pins();
+  uint64_t used = tu_used(seg), pins = tu_my_pins(seg);
   ck_assert_int_eq(pdshm_group_join(seg, "kept", 1, 0, &g), 0);
   sum_alone(g, v, n);
-  ck_assert_uint_eq(my_pins(), pins + 1);
+  ck_assert_uint_eq(tu_my_pins(seg), pins + 1);
   uint64_t taken = heap->acquisitions;
   for (int i = 0; i < 10; i++) sum_alone(g, v, n);
   ck_assert_uint_eq(heap->acquisitions, taken);
-  ck_assert_uint_eq(my_pins(), pins + 1);
+  ck_assert_uint_eq(tu_my_pins(seg), pins + 1);
   ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &m), 0); /* a new buffer */
   ck_assert_uint_eq(orphans(), 1);
   sum_alone(g, v, m);
   ck_assert_uint_eq(orphans(), 0);
-  ck_assert_uint_eq(my_pins(), pins + 1);
+  ck_assert_uint_eq(tu_my_pins(seg), pins + 1);
   sum_alone(g, w, n); /* another tensor: its pin instead */
-  ck_assert_uint_eq(my_pins(), pins + 1);
+  ck_assert_uint_eq(tu_my_pins(seg), pins + 1);
   ck_assert_int_eq(pdshm_var_erase(root, "other"), 0);
   ck_assert_uint_eq(orphans(), 1);
   ck_assert_int_eq(pdshm_group_leave(g), 0);
   ck_assert_uint_eq(orphans(), 0);
-  ck_assert_uint_eq(my_pins(), pins);
+  ck_assert_uint_eq(tu_my_pins(seg), pins);
   ck_assert_int_eq(pdshm_tensor_resize(v, PDSHM_F32, 1, &n), 0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
   ck_assert_int_eq(pdshm_var_create(root, "other", &w), 0);

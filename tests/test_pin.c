@@ -57,16 +57,7 @@ static uint64_t orphans(void) { return alloc_info().orphan_blocks; }
 
 static void clean(void) { ck_assert_int_eq(pdshm_check(seg, stderr), 0); }
 
-/* Our slot's pins, as pdshm_procs counts them. */
-static uint64_t my_pins(void) {
-  pdshm_proc_info pi[8];
-  int n = pdshm_procs(seg, pi, 8);
-  ck_assert_int_gt(n, 0);
-  for (int i = 0; i < n && i < 8; i++)
-    if (pi[i].pid == (uint32_t)getpid() && pi[i].state == PDSHM_PROC_ALIVE) return pi[i].pins;
-  ck_abort_msg("our slot is missing");
-  return 0;
-}
+static uint64_t my_pins(void) { return tu_my_pins(seg); }
 
 static void intact(const pdshm_tensor_view *w, int64_t n, float seed) {
   ck_assert_uint_eq(w->nbytes, (size_t)n * 4);

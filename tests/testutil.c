@@ -188,6 +188,16 @@ uint64_t tu_used(pdshm_seg *seg) {
   return st.used;
 }
 
+uint64_t tu_my_pins(pdshm_seg *seg) {
+  pdshm_proc_info pi[64];
+  int n = pdshm_procs(seg, pi, 64);
+  ck_assert_int_gt(n, 0);
+  for (int i = 0; i < n && i < 64; i++)
+    if (pi[i].pid == (uint32_t)getpid() && pi[i].state == PDSHM_PROC_ALIVE) return pi[i].pins;
+  ck_abort_msg("our slot is missing");
+  return 0;
+}
+
 pdshm_var *tu_filled(pdshm_scope *s, const char *name, int64_t n, float seed) {
   pdshm_var *v;
   ck_assert_int_eq(pdshm_var_get(s, name, &v), 0);

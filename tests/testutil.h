@@ -59,6 +59,9 @@ uint64_t tu_now_ns(void);
 void *tu_shared(size_t size);
 /* The used bytes of seg (pdshm_seg_stats).  Fails the test on error. */
 uint64_t tu_used(pdshm_seg *seg);
+/* The tensor buffers this process's slot of seg pins, as pdshm_procs counts
+ * them.  Fails the test on error. */
+uint64_t tu_my_pins(pdshm_seg *seg);
 /* A float tensor named `name` in s (made when absent) of n elements,
  * data[i] = i + seed.  Fails the test on error. */
 pdshm_var *tu_filled(pdshm_scope *s, const char *name, int64_t n, float seed);
