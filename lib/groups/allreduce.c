@@ -136,21 +136,24 @@ int pdshm__ar_verdict(struct pdshm_group *gr, uint64_t deadline) {
   return rc;
 }
 
-/* Steps 2 to 4, once round P completed; the caller is in round P+1. */
-static int ar_reduce(struct pdshm_group *gr, uint64_t deadline) {
+int pdshm__ar_shares(struct pdshm_group *gr, uint64_t deadline) {
   pdshm_seg *seg = gr->seg;
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
   uint32_t round = gr->round;
-  int rc = pdshm__ar_verdict(gr, deadline);
-  if (rc) return rc;
   atomic_store(&g->rank[gr->rank].writing, round);
   if (PDSHM_GS_ROUND(atomic_load(&g->state)) == round) ar_share(seg, g, gr->rank, round);
   atomic_store(&g->rank[gr->rank].writing, 0);
   /* When P+1 ended while we wrote, it was broken: passing it arrives nowhere
    * and answers its outcome at once. */
-  rc = pdshm__round_pass(gr, deadline, false);
+  int rc = pdshm__round_pass(gr, deadline, false);
   if (rc) pdshm__round_wait_writers(seg, g, round, (int)gr->rank);
   return rc;
+}
+
+/* Steps 2 to 4, once round P completed; the caller is in round P+1. */
+static int ar_reduce(struct pdshm_group *gr, uint64_t deadline) {
+  int rc = pdshm__ar_verdict(gr, deadline);
+  return rc ? rc : pdshm__ar_shares(gr, deadline);
 }
 
 /* What is wrong with v and op, if anything (0 when v may be pinned). */

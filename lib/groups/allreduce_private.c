@@ -19,21 +19,26 @@
  *      r's share r from r's staging tensor straight into its data, and
  *      arrives at P+2.
  * Data of at most PDSHM_PRIVATE_SMALL bytes goes in two rounds instead
- * (kind PDSHM_GK_ALLREDUCE_SMALL), one round fewer costing less there
- * than the bytes more (at 64 KiB it costs more: bench_allreduce): each member copies all its data into its staging tensor and
- * arrives at P; once P completed and the descriptions agree, it folds every
- * member's staging tensor, in rank order, into its data, and arrives at
- * P+1, which keeps the staging tensors put until every member has read
- * them.  The kind follows from the data's bytes, the same at every member.
- * A member writes only its own data and staging tensor; the others read the
- * staging tensor.  Step 1 of a member's next call rewrites its staging only
- * after P+2 completed, so after every member read it.  Each member marks
- * itself writing (group_round.c, invariant 4) in steps 3 and 4 and looks at
- * the round between chunks; a member that gets an error after step 2
- * returns only once no live member is in them: nobody reads a staging
- * tensor after its owner returned.  Per member, for S bytes of data among
- * n members: S - S/n copied in, S read and 2S/n written by the fold, S - S/n
- * copied out.
+ * (kind PDSHM_GK_ALLREDUCE_SMALL), where the rounds cost more than the
+ * bytes (bench_allreduce): each member copies all its data into its
+ * staging tensor and arrives at P; once P completed and the descriptions
+ * agree, the staging tensors are allreduced in place, as
+ * pdshm_group_allreduce does (allreduce.c, steps 3 and 4: each member
+ * reduces its share of every staging tensor and spreads it, and arrives at
+ * P+1); once P+1 completed, every share is in every staging tensor, and
+ * each member copies its own into its data.  The kind follows from the
+ * data's bytes, the same at every member.
+ * In the three rounds a member writes only its own data and staging
+ * tensor, and the others read the staging tensor; in the small kind's two
+ * they write their shares into it too.  Step 1 of a member's next call
+ * rewrites its staging only once the call's last round completed, so after
+ * every member is done with it.  Each member marks itself writing
+ * (group_round.c, invariant 4) in the rounds after P and looks at the round
+ * between chunks; a member that gets an error after step 2 returns only
+ * once no live member is in them: nobody reads or writes a staging tensor
+ * after its owner returned.  Per member, for S bytes of data among n
+ * members: S - S/n copied in, S read and 2S/n written by the fold, S - S/n
+ * copied out (the small kind: S in, S out, and the allreduce's 2S).
  */
 #define PDSHM_LAYER 6 /* groups/ (lib/LAYERS) */
 #include "config.h"
@@ -45,8 +50,8 @@
 #define CHUNK_BYTES (1u << 18) /* between two looks at the round */
 
 /* What the member `me` does in round `round` (the descriptions published at
- * P): FOLD, step 3; COPY, step 4; FOLD_ALL, a small one's fold. */
-enum ap_work { FOLD, COPY, FOLD_ALL };
+ * P): FOLD, step 3; COPY, step 4. */
+enum ap_work { FOLD, COPY };
 
 /* That work, chunk by chunk: 0 when done, 1 when the round ended first. */
 static int ap_step(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t me, uint32_t round,
@@ -58,19 +63,15 @@ static int ap_step(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t me, uint3
   void *src[PDSHM_GROUP_MAX];
   for (uint32_t k = copy ? 0 : me; k < (copy ? size : me + 1); k++) {
     if (copy && k == me) continue;
-    size_t lo = work == FOLD_ALL ? 0 : pdshm__share_first(d0->count, k, size),
-           hi = work == FOLD_ALL ? d0->count : pdshm__share_first(d0->count, k + 1, size);
+    size_t lo = pdshm__share_first(d0->count, k, size),
+           hi = pdshm__share_first(d0->count, k + 1, size);
     for (size_t i = lo; i < hi; i += chunk) {
       if (PDSHM_GS_ROUND(atomic_load_explicit(&g->state, memory_order_acquire)) != round)
         return 1;
       size_t n = hi - i < chunk ? hi - i : chunk;
       for (uint32_t r = 0; r < size; r++)
-        src[r] = r == me && work != FOLD_ALL ? data + i * es
-                                             : seg->base + g->rank[r].ar[published].data + i * es;
-      if (work == FOLD_ALL) {
-        pdshm__reduce((int)d0->dtype, (int)d0->op, data + i * es, src, size, n);
-        PDSHM_CRASHPOINT("group.allreduce_private.fold_all");
-      } else if (copy) {
+        src[r] = r == me ? data + i * es : seg->base + g->rank[r].ar[published].data + i * es;
+      if (copy) {
         memcpy(data + i * es, src[k], n * es);
         PDSHM_CRASHPOINT("group.allreduce_private.out");
       } else {
@@ -99,16 +100,22 @@ static int ap_round(struct pdshm_group *gr, enum ap_work work, uint8_t *data,
   return rc;
 }
 
-/* Steps 2 to 4 (a small one's: 2 and its fold), once round P completed;
- * the caller is in round P+1. */
-static int ap_rounds(struct pdshm_group *gr, uint8_t *data, size_t es, uint64_t deadline) {
+/* Steps 2 to 4 (a small one's: 2, the allreduce of the staging tensors and
+ * the copy out of `staging`, ours), once round P completed; the caller is
+ * in round P+1. */
+static int ap_rounds(struct pdshm_group *gr, uint8_t *data, const void *staging, size_t es,
+                     uint64_t deadline) {
   struct pdshm_group_rec *g = pdshm__group_rec(gr->seg, gr->rec);
   uint32_t round = gr->round;
   int rc = pdshm__ar_verdict(gr, deadline);
   if (rc) return rc;
   /* a copy: the descriptions of P are rewritten from round P+2 on */
   const struct pdshm_group_desc d0 = g->rank[0].ar[(round - 1) & 1];
-  if (d0.kind == PDSHM_GK_ALLREDUCE_SMALL) return ap_round(gr, FOLD_ALL, data, &d0, es, deadline);
+  if (d0.kind == PDSHM_GK_ALLREDUCE_SMALL) {
+    if ((rc = pdshm__ar_shares(gr, deadline))) return rc;
+    if (d0.count) memcpy(data, staging, d0.count * es); /* data may be NULL for none */
+    return 0;
+  }
   if ((rc = ap_round(gr, FOLD, data, &d0, es, deadline))) return rc;
   return ap_round(gr, COPY, data, &d0, es, deadline);
 }
@@ -162,7 +169,7 @@ PDSHM_API int pdshm_group_allreduce_private(pdshm_group *gr, void *data, pdshm_d
       .kind = small ? PDSHM_GK_ALLREDUCE_SMALL : PDSHM_GK_ALLREDUCE_PRIVATE};
   uint64_t deadline = pdshm__round_deadline(timeout_ns);
   rc = pdshm__round_pass(gr, deadline, true);
-  if (!rc) rc = ap_rounds(gr, data, es, deadline);
+  if (!rc) rc = ap_rounds(gr, data, view.data, es, deadline);
   else if (rc == PDSHM_ETIMEDOUT && gr->round == round) /* withdrawn */
     pdshm__round_no_tensor(gr);
   return rc;

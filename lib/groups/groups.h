@@ -318,6 +318,10 @@ int pdshm__ar_check(const pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t ro
  * by the others), that round's outcome, once no live member still writes
  * it. */
 int pdshm__ar_verdict(struct pdshm_group *gr, uint64_t deadline);
+/* Steps 3 and 4 for a member in round P+1 whose verdict passed: its share
+ * of every member's tensor (described at P) reduced and spread, then P+1
+ * passed; after an error, once no live member writes P+1. */
+int pdshm__ar_shares(struct pdshm_group *gr, uint64_t deadline);
 /* A caller with bad arguments still takes part in the round, describing no
  * tensor, so that the others answer EINVAL instead of waiting for it; its
  * own answer is `why` (or how the round ended, if not completed). */
