@@ -516,9 +516,11 @@ PDSHM_API int pdshm_group_allgather(pdshm_group *g, pdshm_var *v, int64_t timeou
  * shares straight from their staging into its data (per member, for S bytes
  * among n members: S - S/n copied each way, against 2S around
  * pdshm_group_allreduce of a staging tensor).  Three rounds of the group;
- * data of at most 16 KiB takes two, each member copying all of it in and
- * folding every member's staging tensor into its data (bench_allreduce:
- * faster there, slower at 64 KiB, where every member reads all the bytes).
+ * data of at most 64 KiB takes two, where the rounds cost more than the
+ * bytes: each member copies all of it into its staging tensor, the staging
+ * tensors are allreduced in place as pdshm_group_allreduce does, and each
+ * member copies its own out (bench_allreduce: faster up to 64 KiB, slower
+ * at 1 MiB).
  * Dtypes, ops, MEAN, integer wrapping, the result's bits (the same at every
  * member), the pin kept on the staging buffer and errors as for
  * pdshm_group_allreduce; members that pass

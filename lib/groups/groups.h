@@ -297,7 +297,7 @@ void pdshm__round_wait_writers(pdshm_seg *seg, struct pdshm_group_rec *g, uint32
 uint64_t pdshm__round_deadline(int64_t timeout_ns);
 
 /* ---- allreduce_private.c ---- */
-#define PDSHM_PRIVATE_SMALL (16u << 10) /* bytes: up to this, two rounds       */
+#define PDSHM_PRIVATE_SMALL (64u << 10) /* bytes: up to this, two rounds       */
 
 /* ---- group_pin.c ---- */
 /* v's tensor pinned for a collective of gr, its view in *view: the pin
