@@ -13,10 +13,10 @@
  *     of any variable reuses it (tensor.c, invariant 3): a resize of the
  *     pinned variable gives it another buffer, so its data moves.  So the
  *     variable whose record has the kept generation and whose data is
- *     still where the pin's view has it holds B, with the dtype and size
- *     of that view.  The record is read without a lock (each word whole):
- *     a variable erased meanwhile is the caller's race, as for any call,
- *     and the collective then works on B, which stays allocated.
+ *     still where the pin's view (pdshm_pin_view) has it holds B, with the
+ *     dtype and size of that view.  The record is read without a lock (each
+ *     word whole): a variable erased meanwhile is the caller's race, as for
+ *     any call, and the collective then works on B, which stays allocated.
  *  2. The pin is let go when a collective comes with another buffer, and
  *     at the leave; at a detach, the leave comes before the process's
  *     remaining pins are dropped (segment.c), a forked child never drops
@@ -32,8 +32,8 @@ int pdshm__group_pin(struct pdshm_group *gr, pdshm_var *v, pdshm_tensor_view *vi
   /* data as the journal stores it, one whole word (journal.c) */
   pdshm_off_t data = atomic_load_explicit((_Atomic pdshm_off_t *)&r->data, memory_order_relaxed);
   if (gr->pin && r == gr->pin_rec && r->gen == gr->pin_gen &&
-      gr->seg->base + data == gr->pin_view.data) {
-    *view = gr->pin_view;
+      gr->seg->base + data == pdshm_pin_view(gr->pin)->data) {
+    *view = *pdshm_pin_view(gr->pin);
     return 0;
   }
   pdshm__group_unpin(gr);
@@ -44,7 +44,6 @@ int pdshm__group_pin(struct pdshm_group *gr, pdshm_var *v, pdshm_tensor_view *vi
   }
   gr->pin_rec = r;
   gr->pin_gen = r->gen;
-  gr->pin_view = *view;
   return 0;
 }
 

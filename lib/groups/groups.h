@@ -165,7 +165,6 @@ struct pdshm_group {
   pdshm_pin *pin;
   const struct pdshm_var_rec *pin_rec; /* the variable record pinned through */
   uint64_t pin_gen;        /* that variable's generation then                  */
-  pdshm_tensor_view pin_view;
 };
 
 static inline struct pdshm_group_rec *pdshm__group_rec(const pdshm_seg *seg, pdshm_off_t off) {
