@@ -333,28 +333,30 @@ static int kid_late(void *argp) {
   return 0;
 }
 
-struct late_look {
+/* Group `name` of 3 as the inspector sees it. */
+struct trio_look {
+  const char *name;
   uint32_t round, arrived[3];
 };
-static int late_of(const pdshm_group_info *gi, void *arg) {
-  struct late_look *l = arg;
-  if (strcmp(gi->name, "late")) return 0;
+static int trio_of(const pdshm_group_info *gi, void *arg) {
+  struct trio_look *l = arg;
+  if (strcmp(gi->name, l->name)) return 0;
   l->round = gi->round;
   for (int r = 0; r < 3; r++) l->arrived[r] = gi->members[r].arrived;
   return 0;
 }
-/* Waits until the ranks in mask have arrived at the current round, which
- * is at least `round`; that round. */
-static uint32_t late_await(unsigned mask, uint32_t round) {
+/* Waits until the ranks in mask of group `name` (of 3) have arrived at its
+ * current round, which is at least `round`; that round. */
+static uint32_t trio_await(const char *name, unsigned mask, uint32_t round) {
   for (uint64_t end = tu_now_ns() + 30 * SEC; tu_now_ns() < end; usleep(1000)) {
-    struct late_look l = {0};
-    ck_assert_int_eq(pdshm_inspect_groups(seg, late_of, &l), 0);
+    struct trio_look l = {.name = name};
+    ck_assert_int_eq(pdshm_inspect_groups(seg, trio_of, &l), 0);
     bool all = l.round >= round;
     for (int r = 0; r < 3; r++)
       if (mask >> r & 1) all &= l.arrived[r] == l.round;
     if (all) return l.round;
   }
-  ck_abort_msg("the members never arrived");
+  ck_abort_msg("the members of \"%s\" never arrived", name);
   return 0;
 }
 
@@ -365,17 +367,17 @@ START_TEST(member_late_to_the_descriptions_answers_the_break) {
   pid_t pid[3];
   for (int r = 0; r < 3; r++) arg[r] = (struct late_arg){.l = l, .rank = r};
   for (int r = 0; r < 2; r++) pid[r] = tu_spawn(kid_late, &arg[r]);
-  uint32_t p = late_await(3u, 1);
+  uint32_t p = trio_await("late", 3u, 1);
   pid[2] = tu_spawn(kid_late, &arg[2]);
   int st;
   ck_assert_int_eq(waitpid(pid[2], &st, WUNTRACED), pid[2]);
   ck_assert(WIFSTOPPED(st)); /* its arrival completed round p */
-  late_await(3u, p + 1);     /* ranks 0 and 1 wrote their shares, wait in p+1 */
+  trio_await("late", 3u, p + 1);     /* ranks 0 and 1 wrote their shares, wait in p+1 */
   kill(pid[1], SIGKILL);
   ck_assert_int_eq(tu_wait(pid[1]), 128 + SIGKILL);
   tu_await_dead(seg, 1);
   ck_assert_int_eq(pdshm_reap(seg, NULL), 0); /* it had arrived: the reaper tells its death */
-  late_await(1u, p + 2);     /* rank 0: EOWNERDEAD, and its next call */
+  trio_await("late", 1u, p + 2);     /* rank 0: EOWNERDEAD, and its next call */
   ck_assert_int_eq(atomic_load(&l->rc[0]), PDSHM_EOWNERDEAD);
   ck_assert(atomic_load(&l->second));
   kill(pid[2], SIGCONT);
@@ -383,6 +385,97 @@ START_TEST(member_late_to_the_descriptions_answers_the_break) {
   ck_assert_msg(atomic_load(&l->rc[2]) == PDSHM_EOWNERDEAD, "the late member answered %s",
                 pdshm_err_name(atomic_load(&l->rc[2])));
   ck_assert_int_eq(tu_wait(pid[0]), 0);
+  ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_uint_eq(tu_used(seg), base_used);
+}
+END_TEST
+
+/* ---- a death announced as its round completes ---------------------------------- */
+
+/* A member killed after it arrived at round R, whose death is announced by
+ * the reaper of a process attaching, stopped between reading the round (R)
+ * and breaking it.  Meanwhile the other two arrive and R completes; they
+ * wait in R+1 (noticing the death needs the groups lock, which the reaper
+ * holds).  Let go, the reaper must break R+1, the round the dead member
+ * cannot complete: had it marked the death reported without a break, the
+ * two would wait in R+1 until their deadlines. */
+struct told {
+  _Atomic int joined, go, attach_rc;
+  _Atomic int rc[2][2]; /* ranks 0 and 1: their first and second barrier */
+};
+struct told_arg {
+  struct told *t;
+  int rank;
+};
+
+#define TOLD_WAIT (8 * (int64_t)SEC) /* the survivors' barriers */
+
+/* Ranks 0 and 1: join, wait for the go, two barriers; rank 2: joins and
+ * waits in a barrier until it is killed. */
+static int kid_told(void *argp) {
+  const struct told_arg *a = argp;
+  pdshm_seg *s;
+  pdshm_group *g;
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_group_join(s, "told", 3, a->rank, &g)) return 10;
+  if (a->rank == 2) return pdshm_group_barrier(g, 600 * (int64_t)SEC) + 20;
+  atomic_fetch_add(&a->t->joined, 1);
+  while (!atomic_load(&a->t->go)) usleep(1000);
+  for (int i = 0; i < 2; i++) atomic_store(&a->t->rc[a->rank][i], pdshm_group_barrier(g, TOLD_WAIT));
+  return pdshm_group_leave(g) || pdshm_detach(s) ? 11 : 0;
+}
+
+/* Attaches, its reaper stopping (SIGSTOP) as it announces the death, then
+ * stays attached until it is killed. */
+static int kid_told_reaper(void *argp) {
+  const struct told_arg *a = argp;
+  pdshm_seg *s;
+  pdshm__crash_arm_signal(1, "group.death.announcing", SIGSTOP);
+  int rc = pdshm_attach(seg_name, NULL, &s);
+  atomic_store(&a->t->attach_rc, rc);
+  while (!rc) pause();
+  return 10;
+}
+
+START_TEST(death_announced_as_its_round_completes_breaks_the_next) {
+  struct told *t = tu_shared(sizeof *t);
+  memset(t, 0, sizeof *t);
+  struct told_arg arg[3];
+  pid_t pid[3];
+  for (int r = 0; r < 3; r++) arg[r] = (struct told_arg){.t = t, .rank = r};
+  for (int r = 0; r < 2; r++) pid[r] = tu_spawn(kid_told, &arg[r]);
+  while (atomic_load(&t->joined) < 2) usleep(1000);
+  pid[2] = tu_spawn(kid_told, &arg[2]);
+  uint32_t round = trio_await("told", 4u, 1);
+  kill(pid[2], SIGKILL); /* it had arrived at `round` */
+  ck_assert_int_eq(tu_wait(pid[2]), 128 + SIGKILL);
+  tu_await_dead(seg, 1);
+  atomic_store(&t->attach_rc, 1); /* none yet */
+  pid_t reaper = tu_spawn(kid_told_reaper, &arg[2]);
+  int st;
+  ck_assert_int_eq(waitpid(reaper, &st, WUNTRACED), reaper);
+  ck_assert_msg(WIFSTOPPED(st), "the attach's reaper never announced the death");
+  atomic_store(&t->go, 1);
+  trio_await("told", 3u, round + 1); /* `round` completed: both wait in the next */
+  kill(reaper, SIGCONT);
+  uint64_t t0 = tu_now_ns();
+  for (int r = 0; r < 2; r++) ck_assert_int_eq(tu_wait(pid[r]), 0);
+  for (int r = 0; r < 2; r++) {
+    ck_assert_int_eq(atomic_load(&t->rc[r][0]), 0);
+    ck_assert_msg(atomic_load(&t->rc[r][1]) == PDSHM_EOWNERDEAD,
+                  "rank %d's barrier after the death answered %s", r,
+                  pdshm_err_name(atomic_load(&t->rc[r][1])));
+  }
+  fprintf(stderr, "test_group_stall: the death's break reached the next round's waiters in "
+                  "%.1f ms\n", (tu_now_ns() - t0) / 1e6);
+  for (uint64_t end = tu_now_ns() + 10 * SEC; atomic_load(&t->attach_rc) == 1;) {
+    ck_assert_msg(tu_now_ns() < end, "the attach never returned");
+    usleep(1000);
+  }
+  ck_assert_int_eq(atomic_load(&t->attach_rc), 0);
+  kill(reaper, SIGKILL);
+  ck_assert_int_eq(tu_wait(reaper), 128 + SIGKILL);
+  tu_await_dead(seg, 1);
   ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
   ck_assert_int_eq(pdshm_check(seg, stderr), 0);
   ck_assert_uint_eq(tu_used(seg), base_used);
@@ -459,6 +552,7 @@ int main(void) {
   TCase *tc = tu_tcase(s, "stall", 120, setup, teardown);
   tcase_add_test(tc, stopped_writer_beside_a_dead_member_stalls_nobody);
   tcase_add_test(tc, member_late_to_the_descriptions_answers_the_break);
+  tcase_add_test(tc, death_announced_as_its_round_completes_breaks_the_next);
   tcase_add_test(tc, process_stopped_holding_the_groups_lock_stalls_no_wait);
   tc = tu_tcase(s, "reapers", 600, setup, teardown);
   tcase_add_test(tc, reaper_that_must_leave_the_slot_killed_at_every_window);

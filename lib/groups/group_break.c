@@ -17,7 +17,16 @@
  *     A waiter that finds the lock busy looks again at its next slice
  *     (its holder may be stopped: a wait must still end at its deadline).
  *  2. A break is the one CAS of `state` that ends the round (group_round.c,
- *     invariant 1); it fails, changing nothing, once the round has ended.
+ *     invariant 1); a timeout's fails, changing nothing, once its round has
+ *     ended.
+ *  3. A death's break ends whichever round is current when its CAS lands:
+ *     it tries again on the next round when the one it read completed
+ *     first.  The dead member may have arrived at that round before it died
+ *     (the survivor that noticed read its arrival word before it did), so
+ *     the round could complete; the next one cannot without it, and a death
+ *     marked reported must have broken a round the dead member never
+ *     arrived at or one it could not complete, or its survivors would wait
+ *     for it until their deadlines.
  */
 #define PDSHM_LAYER 6 /* groups/ (lib/LAYERS) */
 #include "config.h"
@@ -35,20 +44,30 @@ bool pdshm__group_member_live(pdshm_seg *seg, uint64_t m) {
   return pdshm__slot_alive(seg, slot) != 0; /* -1, cannot tell: not dead */
 }
 
+/* Ends the round of state word s broken by one CAS of `state`; false when
+ * the word had changed (*s then holds the new one). */
+static bool round_break_cas(struct pdshm_group_rec *g, uint64_t *s, bool timeout) {
+  if (!atomic_compare_exchange_weak(&g->state, s, pdshm__gs_next(*s, true, timeout)))
+    return false;
+  PDSHM_CRASHPOINT("group.round.broken");
+  pdshm__gs_wake(g);
+  return true;
+}
+
 void pdshm__round_break(struct pdshm_group_rec *g, uint32_t round, bool timeout) {
   uint64_t s = atomic_load(&g->state);
   while (PDSHM_GS_ROUND(s) == round)
-    if (atomic_compare_exchange_weak(&g->state, &s, pdshm__gs_next(s, true, timeout))) {
-      PDSHM_CRASHPOINT("group.round.broken");
-      pdshm__gs_wake(g);
-      return;
-    }
+    if (round_break_cas(g, &s, timeout)) return;
 }
 
+/* Invariant 3. */
 void pdshm__group_announce(struct pdshm_group_rec *g, uint32_t r, uint64_t m) {
   uint64_t base = m & ~PDSHM_GM_DEAD;
   if (!base || atomic_load(&g->rank[r].reported) == base) return;
-  pdshm__round_break(g, PDSHM_GS_ROUND(atomic_load(&g->state)), false);
+  uint64_t s = atomic_load(&g->state);
+  PDSHM_CRASHPOINT("group.death.announcing");
+  while (!round_break_cas(g, &s, false))
+    continue; /* that round ended meanwhile: the one current now */
   PDSHM_CRASHPOINT("group.death.broken");
   atomic_store(&g->rank[r].reported, base);
 }

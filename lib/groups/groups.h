@@ -216,7 +216,8 @@ bool pdshm__group_member_live(pdshm_seg *seg, uint64_t m);
 /* Ends round `round` broken (timeout: by a timeout) unless it already ended. */
 void pdshm__round_break(struct pdshm_group_rec *g, uint32_t round, bool timeout);
 /* Groups lock held: rank r's death (member word m) announced, unless it
- * was: the current round broken, then reported[r] set. */
+ * was: the round current at the break broken (group_break.c, invariant 3),
+ * then reported[r] set. */
 void pdshm__group_announce(struct pdshm_group_rec *g, uint32_t r, uint64_t m);
 /* A dead member's death, announced once: under the groups lock, if rank r
  * still holds m and its death was not reported, records it and breaks the
