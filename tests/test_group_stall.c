@@ -376,8 +376,8 @@ START_TEST(member_late_to_the_descriptions_answers_the_break) {
   kill(pid[1], SIGKILL);
   ck_assert_int_eq(tu_wait(pid[1]), 128 + SIGKILL);
   tu_await_dead(seg, 1);
-  ck_assert_int_eq(pdshm_reap(seg, NULL), 0); /* it had arrived: the reaper tells its death */
-  trio_await("late", 1u, p + 2);     /* rank 0: EOWNERDEAD, and its next call */
+  trio_await("late", 1u, p + 2); /* rank 0 told the death of rank 1 (arrived at p+1):
+                                    EOWNERDEAD, and its next call */
   ck_assert_int_eq(atomic_load(&l->rc[0]), PDSHM_EOWNERDEAD);
   ck_assert(atomic_load(&l->second));
   kill(pid[2], SIGCONT);

@@ -13,9 +13,12 @@
  *     withdrawn the same way (a timeout in a barrier, or before an allreduce
  *     wrote anything): a round cannot complete on a withdrawn arrival.
  *  3. A waiter sleeps on the futex of the round number in slices of
- *     SLICE_NS; between slices (and when the reaper wakes it) it checks the
- *     members that have not arrived, and a dead one whose death was not yet
- *     announced breaks the round (group_break.c, pdshm__group_report_death).
+ *     SLICE_NS; between slices (and when the reaper wakes it) it checks
+ *     every other member, and a dead one whose death was not yet announced
+ *     breaks the round (group_break.c, pdshm__group_report_death).  Those
+ *     that arrived too: a member stores its arrival word before it counts
+ *     itself in `state`, and one killed between the two has arrived by its
+ *     word but the round cannot complete without it.
  *  4. A writer stores writing := round, then reads `state`; a breaker ends
  *     the round, then reads writing (both sequentially consistent): either
  *     the writer sees the break before it writes, or the breaker sees it
@@ -58,6 +61,7 @@ int pdshm__round_outcome(uint64_t s, uint32_t round) {
 void pdshm__round_arrive(struct pdshm_group_rec *g, uint32_t rank, uint32_t round) {
   bool regroup = g->rank[rank].ar[round & 1].kind == PDSHM_GK_REGROUP;
   atomic_store(&g->rank[rank].arrived, round);
+  PDSHM_CRASHPOINT("group.round.arriving");
   uint64_t s = atomic_load(&g->state);
   while (PDSHM_GS_ROUND(s) == round) {
     bool last = !regroup && PDSHM_GS_ARRIVED(s) + 1 >= atomic_load(&g->size);
@@ -82,10 +86,9 @@ bool pdshm__round_withdraw(struct pdshm_group_rec *g, uint32_t rank, uint32_t ro
 }
 
 /* Invariant 3. */
-static void gs_check_deaths(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t me,
-                            uint32_t round) {
+static void gs_check_deaths(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t me) {
   for (uint32_t r = 0; r < g->size; r++) {
-    if (r == me || atomic_load(&g->rank[r].arrived) == round) continue;
+    if (r == me) continue;
     uint64_t m = atomic_load(&g->rank[r].member);
     if (!m || atomic_load(&g->rank[r].reported) == (m & ~PDSHM_GM_DEAD)) continue;
     if (!pdshm__group_member_live(seg, m)) pdshm__group_report_death(seg, g, r, m);
@@ -121,7 +124,7 @@ static uint64_t gs_wait_ended(struct pdshm_group *gr, struct pdshm_group_rec *g,
   for (bool first = true;; first = false) {
     s = atomic_load(&g->state);
     if (PDSHM_GS_ROUND(s) != round) return s;
-    if (!first) gs_check_deaths(gr->seg, g, gr->rank, round);
+    if (!first) gs_check_deaths(gr->seg, g, gr->rank);
     uint64_t now = pdshm__now_ns(CLOCK_MONOTONIC);
     if (now >= deadline) {
       if (withdraw && pdshm__round_withdraw(g, gr->rank, round)) {

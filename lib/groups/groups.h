@@ -103,8 +103,8 @@ struct pdshm_group_rank {
   _Atomic uint64_t member;   /* see above; groups lock, journal                 */
   _Atomic uint64_t reported; /* the member word whose death a broken round
                                 announced, 0 when none; groups lock           */
-  _Atomic uint32_t arrived;  /* the last round this rank arrived at; its
-                                member (a hint for the death check)           */
+  _Atomic uint32_t arrived;  /* the last round this rank arrived at (stored
+                                before it is counted in state); its member    */
   _Atomic uint32_t writing;  /* the round whose share of a collective the
                                 member is reading and writing, 0 when none;
                                 its member                                    */
