@@ -5,7 +5,7 @@
  * the same run.
  *
  *   growth   a segment of 64 MiB (max_size 1 GiB + 64 MiB) gets 16 tensors
- *            of 64 MiB, each allocation growing it (lib/heap/heap.c, heap_grow);
+ *            of 64 MiB, each allocation growing it (lib/heap/heap_grow.c);
  *            the peer fallocates the same 16 steps of 64 MiB at the end of a
  *            plain file in /dev/shm.  Target: a growth costs what its
  *            fallocate costs, give or take the time's noise.

@@ -126,7 +126,7 @@ static int run_resize_large(struct cx *c) {
 static int run_resize_enomem(struct cx *c) {
   return pdshm_tensor_resize(c->v, PDSHM_U8, 1, (int64_t[]){CRASH_SEG_MAX}) != PDSHM_ENOMEM;
 }
-/* More than the segment holds now: it grows (heap.c, heap_grow). */
+/* More than the segment holds now: it grows (heap_grow.c). */
 static int run_resize_beyond(struct cx *c) {
   return pdshm_tensor_resize(c->v, PDSHM_U8, 1, (int64_t[]){3 * CRASH_SEG_SIZE / 2});
 }

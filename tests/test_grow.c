@@ -1,6 +1,6 @@
 /*
  * test_grow.c - segments that grow while processes are attached (DESIGN §2,
- * "Growth"; lib/heap/heap.c, heap_grow): a peer attached before a growth reads
+ * "Growth"; lib/heap/heap_grow.c): a peer attached before a growth reads
  * what was allocated after it, at the same offsets; several processes
  * allocating and freeing grow a small segment geometrically; a full
  * /dev/shm or max_size during a growth is an error that leaves the segment

@@ -25,7 +25,7 @@
  * killed and the driver reaps, then requires: pdshm_check clean, every slot
  * and lock free, the parameters unchanged, and, once the named scopes the
  * workers made are dropped, `used` back to its baseline.  The segment
- * starts small and grows while they work and die (lib/heap/heap.c, heap_grow).
+ * starts small and grows while they work and die (lib/heap/heap_grow.c).
  *
  * make check runs it for TORTURE_SECONDS (default 20); make torture runs
  * TORTURE_KILLS kills (default 10000).  Every random choice (the driver's

@@ -11,7 +11,7 @@
  *   slots_off   struct pdshm_slot[max_procs]
  *   locks_off   struct pdshm_lock[max_locks]
  *   arena_off   blocks, back to back, up to arena_end: the segment's current
- *               size, which grows (heap.c, heap_grow) up to max_size
+ *               size, which grows (heap_grow.c) up to max_size
  *   arena_end   bytes of the file nobody counts yet (a grower that died before
  *               its publication), up to max_size; the mapping covers
  *               max_size, and nothing touches a byte at or past arena_end

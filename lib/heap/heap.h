@@ -1,8 +1,10 @@
 /*
  * heap/heap.h - layer 3, the heap: the walk of the block chain (chain.c),
- * pin counts and orphans (heap_pins.c), the allocator (heap.c) and its
- * checker (heap_check.c).  An allocation that finds nothing calls the
- * reclaim a higher layer registered (pdshm__heap_set_reclaim).
+ * pin counts and orphans (heap_pins.c), the allocator (heap.c, and beside
+ * it heap_bins.c, heap_pages.c, heap_grow.c, heap_sweep.c, which share
+ * heap_blocks.h) and its checker (heap_check.c).  An allocation that finds
+ * nothing calls the reclaim a higher layer registered
+ * (pdshm__heap_set_reclaim).
  */
 #ifndef PDSHM_HEAP_HEAP_H
 #define PDSHM_HEAP_HEAP_H
@@ -77,7 +79,7 @@ struct pdshm_walker {
  * that changes under it (pdshm__walk_blocks retries). */
 int pdshm__chain_walk(const pdshm_seg *seg, const struct pdshm_walker *w, pdshm_off_t *broke);
 
-/* ---- heap.c ---------------------------------------------------------------- */
+/* ---- heap.c; the rebuild and the sweeps: heap_sweep.c ---------------------- */
 /* Lays out the arena as FREE blocks (create only). */
 void pdshm__heap_init(pdshm_seg *seg);
 /* What an allocation that finds no block calls before its last try, to have
@@ -169,7 +171,7 @@ int pdshm__pin_recount_locked(pdshm_seg *seg);
 
 /* Frees the CACHED blocks of slot `slot` (whose OFD lock the caller holds). */
 int pdshm__heap_sweep_cached(pdshm_seg *seg, uint32_t slot);
-/* The free-list bin of a FREE block of that size (heap.c; the checker). */
+/* The free-list bin of a FREE block of that size (heap_bins.c; the checker). */
 unsigned pdshm__bin_of(uint64_t size);
 /* Size class helpers (exposed for the tests). */
 unsigned pdshm__class_of(size_t block_bytes); /* PDSHM_NCLASSES when large */

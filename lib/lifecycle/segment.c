@@ -16,7 +16,7 @@
  *     size <= arena_end <= file size <= max_size.
  *  5. Every attachment maps max_size bytes (MAP_NORESERVE), of which only
  *     those below the published arena_end are ever touched (pdshm__seg_end):
- *     a growth (heap.c) extends the file, and every process sees the new
+ *     a growth (heap_grow.c) extends the file, and every process sees the new
  *     bytes at the same offsets with no remap.
  *  3. A creator holds a write lock on byte PDSHM_OFD_INIT while it builds the
  *     segment; attach waits for it, so a racing attach sees a finished header.

@@ -12,7 +12,7 @@
  *  2. A lock whose holder died is made consistent only after what it guards
  *     was repaired, by the repairs the layers that own the lock kinds
  *     registered (pdshm__lock_on_repair), step by step: the heap's bins
- *     rebuilt (heap lock; heap.c), then the dead holder's journal finished or
+ *     rebuilt (heap lock; heap_sweep.c), then the dead holder's journal finished or
  *     rolled back (any lock; journal.c).  This file calls no layer above it:
  *     it knows them only by those function pointers, in process memory.  A
  *     repair that fails poisons the segment and leaves the mutex
