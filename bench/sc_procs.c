@@ -15,7 +15,8 @@
  *  6. reading a 256 MiB parameter tensor from another process (under a
  *     shared lock) against the same read of a private buffer in that process.
  * The multi-process figures are medians of rounds that take every process
- * count in turn (per_procs), so that scalings compare figures of one moment.
+ * count and every subject in turn (per_procs), so that scalings, and pdshm
+ * against its peers, compare figures of one moment.
  */
 #include "config.h"
 
@@ -39,28 +40,44 @@ static const int proc_counts[] = {1, 2, 4, 8};
 #define SCALE_ROUNDS 3
 static volatile uintptr_t sink;
 
-/* Every process count once per round (1, 2, 4, 8, then the other way), so
- * that an N-process figure and the 1-process figure it is compared with come
- * from the same second: the table gets each count's median rate, the scaling
- * (ratio_add) the median of the rounds' ratios N / 1.  A window is half
- * the configured time box, so that the three rounds take 1.5 times one. */
-static void per_procs(const char *scenario, const char *subject, const struct mp_job *job) {
-  double rate[NCOUNTS][SCALE_ROUNDS], ratio[NCOUNTS][SCALE_ROUNDS];
-  struct mp_job j = *job;
-  if (!j.secs) j.secs = bconf.secs / 2 > 0.05 ? bconf.secs / 2 : 0.05;
-  for (int r = 0; r < SCALE_ROUNDS; r++) {
-    for (size_t k = 0; k < NCOUNTS; k++) {
-      size_t i = r % 2 ? NCOUNTS - 1 - k : k;
-      rate[i][r] = bench_mp_rate(&j, proc_counts[i]);
+#define MAX_SUBJECTS 8 /* of one scenario */
+
+/* One subject of a scenario: its name in the table and its measuring job. */
+struct subject {
+  const char *name;
+  struct mp_job job;
+};
+
+/* Every subject at every process count once per round: the subjects in
+ * turn (then the other way in the next round), each at counts 1, 2, 4, 8
+ * (or the other way) back to back, so that an N-process figure and the
+ * 1-process figure it is compared with come from the same second, and
+ * pdshm's figures and a peer's from the same round: the table gets each
+ * median rate, the scaling (ratio_add) the median of the rounds' ratios
+ * N / 1.  A window is half the configured time box. */
+static void per_procs(const char *scenario, const struct subject *subj, size_t nsubj) {
+  double rate[MAX_SUBJECTS][NCOUNTS][SCALE_ROUNDS];
+  if (nsubj > MAX_SUBJECTS) bench_die("%s: %zu subjects, at most %d", scenario, nsubj, MAX_SUBJECTS);
+  for (int r = 0; r < SCALE_ROUNDS; r++)
+    for (size_t m = 0; m < nsubj; m++)
+      for (size_t k = 0; k < NCOUNTS; k++) {
+        size_t s = r % 2 ? nsubj - 1 - m : m, i = (r + m) % 2 ? NCOUNTS - 1 - k : k;
+        struct mp_job j = subj[s].job;
+        if (!j.secs) j.secs = bconf.secs / 2 > 0.05 ? bconf.secs / 2 : 0.05;
+        bench_progress("%s: %s, %d processes, round %d", scenario, subj[s].name, proc_counts[i],
+                       r + 1);
+        rate[s][i][r] = bench_mp_rate(&j, proc_counts[i]);
+      }
+  for (size_t s = 0; s < nsubj; s++)
+    for (size_t i = 0; i < NCOUNTS; i++) {
+      char param[8];
+      double ratio[SCALE_ROUNDS];
+      for (int r = 0; r < SCALE_ROUNDS; r++) ratio[r] = rate[s][i][r] / rate[s][0][r];
+      snprintf(param, sizeof param, "%d", proc_counts[i]);
+      result_add(scenario, param, subj[s].name, bench_median(rate[s][i], SCALE_ROUNDS) / 1e6,
+                 U_MOPS);
+      if (i) ratio_add(scenario, param, subj[s].name, bench_median(ratio, SCALE_ROUNDS));
     }
-    for (size_t i = 0; i < NCOUNTS; i++) ratio[i][r] = rate[i][r] / rate[0][r];
-  }
-  for (size_t i = 0; i < NCOUNTS; i++) {
-    char param[8];
-    snprintf(param, sizeof param, "%d", proc_counts[i]);
-    result_add(scenario, param, subject, bench_median(rate[i], SCALE_ROUNDS) / 1e6, U_MOPS);
-    if (i) ratio_add(scenario, param, subject, bench_median(ratio[i], SCALE_ROUNDS));
-  }
 }
 
 /* ---- a, b, c: stores --------------------------------------------------------- */
@@ -130,27 +147,34 @@ static void store_teardown(void *c) {
 
 static void store_case(const char *scenario, enum store_case which, bool shared_only) {
   char **names = bench_names(SHARED_NAMES, "fc", ".w_0");
-  for (int k = 0; bench_stores[k]; k++) {
+  struct store_job j[MAX_SUBJECTS];
+  struct subject subj[MAX_SUBJECTS] = {{0}};
+  struct bstore *st[MAX_SUBJECTS];
+  void *params[MAX_SUBJECTS];
+  size_t n = 0;
+  for (int k = 0; bench_stores[k] && n < MAX_SUBJECTS; k++) {
     const struct store_ops *ops = bench_stores[k];
     if (shared_only && !ops->shared) continue;
-    bench_progress("%s: %s", scenario, ops->name);
-    struct store_job j = {.ops = ops, .which = which, .names = names};
-    bench_tag(j.tag, sizeof j.tag, ops->name);
-    struct bstore *st = NULL;
-    void *params = NULL;
+    bench_progress("%s: %s, the store", scenario, ops->name);
+    j[n] = (struct store_job){.ops = ops, .which = which, .names = names};
+    bench_tag(j[n].tag, sizeof j[n].tag, ops->name);
+    st[n] = NULL;
+    params[n] = NULL;
     if (ops->shared) { /* made once; the processes open it by name */
-      if (!(st = ops->create(j.tag))) bench_die("%s: cannot create the store", ops->name);
-      params = ops->scope_new(st, NULL, "params");
-      if (which == SHARED_LOOKUP) bench_fill(ops, params, names, SHARED_NAMES);
+      if (!(st[n] = ops->create(j[n].tag))) bench_die("%s: cannot create the store", ops->name);
+      params[n] = ops->scope_new(st[n], NULL, "params");
+      if (which == SHARED_LOOKUP) bench_fill(ops, params[n], names, SHARED_NAMES);
     }
-    struct mp_job job = {.setup = store_setup, .work = store_work, .teardown = store_teardown,
-                         .arg = &j};
-    per_procs(scenario, ops->name, &job);
-    if (st) {
-      ops->scope_free(st, params);
-      ops->close(st, true);
-    }
+    subj[n] = (struct subject){ops->name, {.setup = store_setup, .work = store_work,
+                                           .teardown = store_teardown, .arg = &j[n]}};
+    n++;
   }
+  per_procs(scenario, subj, n);
+  for (size_t k = 0; k < n; k++)
+    if (st[k]) {
+      j[k].ops->scope_free(st[k], params[k]);
+      j[k].ops->close(st[k], true);
+    }
   bench_names_free(names, SHARED_NAMES);
 }
 
@@ -196,16 +220,19 @@ static void lock_teardown(void *c) {
  * shared takes, a reader-writer lock that is not robust. */
 static void lock_case(const char *scenario, bool exclusive) {
   static const struct lock_ops *const lockers[] = {&lock_pdshm, &lock_mutex, &lock_rwlock};
-  for (size_t k = 0; k < (exclusive ? 2u : 3u); k++) {
-    bench_progress("%s: %s", scenario, lockers[k]->name);
-    struct lock_job j = {.ops = lockers[k], .exclusive = exclusive};
-    bench_tag(j.tag, sizeof j.tag, "lock");
-    if (!(j.made = j.ops->open(j.tag, NULL))) bench_die("%s: cannot make the lock", j.ops->name);
-    struct mp_job job = {.setup = lock_setup, .work = lock_work, .teardown = lock_teardown,
-                         .arg = &j};
-    per_procs(scenario, j.ops->name, &job);
-    j.ops->close(j.made, true);
+  const size_t n = exclusive ? 2u : 3u;
+  struct lock_job j[3];
+  struct subject subj[3];
+  for (size_t k = 0; k < n; k++) {
+    j[k] = (struct lock_job){.ops = lockers[k], .exclusive = exclusive};
+    bench_tag(j[k].tag, sizeof j[k].tag, "lock");
+    if (!(j[k].made = j[k].ops->open(j[k].tag, NULL)))
+      bench_die("%s: cannot make the lock", j[k].ops->name);
+    subj[k] = (struct subject){lockers[k]->name, {.setup = lock_setup, .work = lock_work,
+                                                   .teardown = lock_teardown, .arg = &j[k]}};
   }
+  per_procs(scenario, subj, n);
+  for (size_t k = 0; k < n; k++) j[k].ops->close(j[k].made, true);
 }
 
 /* ---- f: a trainer-like step ------------------------------------------------- */
@@ -298,7 +325,6 @@ static void paddle_trainer_work(void *c, uint64_t n) {
 static void trainer_case(const char *scenario) {
   struct trainer t = {.params = bench_names(STEP_PARAMS, "fc", ".w_0")};
   bench_tag(t.tag, sizeof t.tag, "trainer");
-  bench_progress("%s: pdshm", scenario);
   struct bstore *st = store_pdshm.create(t.tag);
   if (!st) bench_die("pdshm: cannot create the segment");
   pdshm_scope *params = store_pdshm.scope_new(st, NULL, "params");
@@ -309,18 +335,20 @@ static void trainer_case(const char *scenario) {
     if (rc || (rc = pdshm_tensor_resize(v, PDSHM_F32, 1, &d)))
       bench_die("trainer parameters: %s", pdshm_strerror(rc));
   }
-  struct mp_job job = {.setup = pdshm_trainer_setup, .work = pdshm_trainer_work,
-                       .teardown = pdshm_trainer_teardown, .arg = &t};
-  per_procs(scenario, "pdshm", &job);
-  store_pdshm.scope_free(st, params);
-  store_pdshm.close(st, true);
+  struct subject subj[2] = {{"pdshm", {.setup = pdshm_trainer_setup, .work = pdshm_trainer_work,
+                                       .teardown = pdshm_trainer_teardown, .arg = &t}}};
+  size_t n = 1;
 #if HAVE_CXX
-  bench_progress("%s: paddle + mutex", scenario);
   t.mutex_made = lock_mutex.open(NULL, NULL);
-  job = (struct mp_job){.setup = paddle_trainer_setup, .work = paddle_trainer_work, .arg = &t};
-  per_procs(scenario, "paddle", &job);
+  subj[n++] = (struct subject){"paddle", {.setup = paddle_trainer_setup,
+                                          .work = paddle_trainer_work, .arg = &t}};
+#endif
+  per_procs(scenario, subj, n);
+#if HAVE_CXX
   lock_mutex.close(t.mutex_made, true);
 #endif
+  store_pdshm.scope_free(st, params);
+  store_pdshm.close(st, true);
   bench_names_free(t.params, STEP_PARAMS);
 }
 
