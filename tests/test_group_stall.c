@@ -7,7 +7,9 @@
  * its allreduce answers EOWNERDEAD, the next reap finishes the dead slot,
  * the rank is taken over, pdshm_check is clean and every byte is back.  A
  * reaper that must leave the slot, killed at each of its crash windows,
- * leaves it to the next just the same. */
+ * leaves it to the next just the same.  A reaper stopped as it announces a
+ * death, while the round the dead member had arrived at completes, breaks
+ * the next round once it goes on. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -372,7 +374,7 @@ START_TEST(member_late_to_the_descriptions_answers_the_break) {
   int st;
   ck_assert_int_eq(waitpid(pid[2], &st, WUNTRACED), pid[2]);
   ck_assert(WIFSTOPPED(st)); /* its arrival completed round p */
-  trio_await("late", 3u, p + 1);     /* ranks 0 and 1 wrote their shares, wait in p+1 */
+  trio_await("late", 3u, p + 1); /* ranks 0 and 1 wrote their shares, wait in p+1 */
   kill(pid[1], SIGKILL);
   ck_assert_int_eq(tu_wait(pid[1]), 128 + SIGKILL);
   tu_await_dead(seg, 1);

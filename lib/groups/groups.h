@@ -221,7 +221,7 @@ void pdshm__round_break(struct pdshm_group_rec *g, uint32_t round, bool timeout)
 void pdshm__group_announce(struct pdshm_group_rec *g, uint32_t r, uint64_t m);
 /* A dead member's death, announced once: under the groups lock, if rank r
  * still holds m and its death was not reported, records it and breaks the
- * current round.  0, PDSHM_EBUSY when the lock is held (look again later:
+ * round current then (pdshm__group_announce).  0, PDSHM_EBUSY when the lock is held (look again later:
  * its holder may be stopped), or a lock error. */
 int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t r, uint64_t m);
 
