@@ -12,6 +12,9 @@
  *   getcreate  pdshm_var_get of a new name + pdshm_var_erase, beside 10k names
  *   step       the bench's step cycle: a new local scope, 10 variables of
  *              4 KiB tensors (pdshm_var_get + pdshm_tensor_resize), release
+ *   malloc64   the peer of resize64: malloc(64) + free, jemalloc's (linked
+ *              into this program, as in pdshm-bench)
+ *   malloc4k   the same with 4 KiB
  */
 #include "config.h"
 
@@ -20,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "peers.h"
 #include "pdshm.h"
 
 static const char *const step_vars[10] = {"x", "h0", "h1", "h2", "h3", "y", "dy", "dh", "dx", "loss"};
@@ -42,6 +46,17 @@ static void run_resize(pdshm_var *v, int64_t bytes, long n) {
   for (long i = 0; i < n; i++) {
     check(pdshm_tensor_resize(v, PDSHM_U8, 1, &bytes), "pdshm_tensor_resize");
     check(pdshm_tensor_resize(v, PDSHM_U8, 1, &none), "pdshm_tensor_resize(0)");
+  }
+}
+
+/* The block is written, as a tensor's would be, and the pointer kept in a
+ * volatile so that the compiler keeps the pair. */
+static void run_malloc(size_t bytes, long n) {
+  for (long i = 0; i < n; i++) {
+    void *volatile p = malloc(bytes);
+    if (!p) check(PDSHM_ENOMEM, "malloc");
+    *(char *)p = 1;
+    free(p);
   }
 }
 
@@ -74,11 +89,15 @@ static void run_step(pdshm_scope *s, long n) {
 
 int main(int argc, char **argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: bench_calls excl|shared|resize64|resize4k|getcreate|step N\n");
+    fprintf(stderr, "usage: bench_calls excl|shared|resize64|resize4k|getcreate|step|malloc64|malloc4k N\n");
     return 2;
   }
   const char *path = argv[1];
   long n = atol(argv[2]);
+  if (!strncmp(path, "malloc", 6) && !peer_malloc_is_jemalloc(stderr)) {
+    fprintf(stderr, "bench_calls: malloc is not jemalloc's: no peer to count\n");
+    return 1;
+  }
   char seg_name[64];
   snprintf(seg_name, sizeof seg_name, "bench_calls-%d", (int)getpid());
   pdshm_seg *seg;
@@ -95,6 +114,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(path, "resize4k")) run_resize(v, 4096, n);
   else if (!strcmp(path, "getcreate")) run_getcreate(hot, n);
   else if (!strcmp(path, "step")) run_step(hot, n);
+  else if (!strcmp(path, "malloc64")) run_malloc(64, n);
+  else if (!strcmp(path, "malloc4k")) run_malloc(4096, n);
   else rc = 2;
   if (rc) fprintf(stderr, "bench_calls: no path \"%s\"\n", path);
   pdshm_scope_release(hot);

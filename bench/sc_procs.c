@@ -1,5 +1,5 @@
 /*
- * sc_procs.c - the scenarios of several processes (issue items 5 and 6).
+ * sc_procs.c - the scenarios of several processes (5 and 6 of the report).
  * Each measurement forks N = 1, 2, 4, 8 processes (bench_mp_rate): each opens
  * the shared store by name itself (pdshm attaches, Boost opens the segment,
  * LMDB opens the environment) or builds its own private copy (hash, Paddle),

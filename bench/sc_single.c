@@ -1,5 +1,5 @@
 /*
- * sc_single.c - the scenarios of one process (issue items 1 to 4), each
+ * sc_single.c - the scenarios of one process (1 to 4 of the report), each
  * subject measured in turn in the same run:
  *  1. lookups: a hit in the scope, at parent depth 1 and 8, a miss;
  *  2. get-or-create + erase of a name, rename there and back;
