@@ -549,6 +549,121 @@ START_TEST(process_stopped_holding_the_groups_lock_stalls_no_wait) {
 }
 END_TEST
 
+/* ---- a regroup beside a process stopped holding the groups lock ------------------ */
+
+struct regroup_board {
+  _Atomic int go;        /* rank 1 of "grow" may regroup                   */
+  _Atomic int rank, size; /* what the candidate's enlist answered           */
+};
+
+/* Rank 1 of "grow": one barrier with rank 0, then, once told, a regroup and
+ * a barrier of the regrouped group; leaves and detaches. */
+static int kid_grow_rank1(void *arg) {
+  struct regroup_board *b = arg;
+  pdshm_seg *s;
+  pdshm_group *g;
+  int rank, size;
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_group_join(s, "grow", 2, 1, &g)) return 10;
+  if (pdshm_group_barrier(g, 60 * (int64_t)SEC)) return 11;
+  while (!atomic_load(&b->go)) usleep(1000);
+  if (pdshm_group_regroup(g, 30 * (int64_t)SEC, &rank, &size)) return 12;
+  if (rank != 1 || size != 3) return 13;
+  if (pdshm_group_barrier(g, 30 * (int64_t)SEC)) return 14;
+  return pdshm_group_leave(g) || pdshm_detach(s) ? 15 : 0;
+}
+
+/* Enlists in "grow", stopping (SIGSTOP) at the commit of its registration,
+ * the groups lock held; let go, waits to be admitted, then one barrier. */
+static int kid_stopped_enlister(void *arg) {
+  struct regroup_board *b = arg;
+  pdshm_seg *s;
+  pdshm_group *g;
+  if (pdshm_attach(seg_name, NULL, &s)) return 10;
+  pdshm__crash_arm_signal(1, "group.enlist.ready", SIGSTOP);
+  if (pdshm_group_enlist(s, "grow", 60 * (int64_t)SEC, &g)) return 11;
+  atomic_store(&b->rank, pdshm_group_rank(g));
+  atomic_store(&b->size, pdshm_group_size(g));
+  if (pdshm_group_barrier(g, 30 * (int64_t)SEC)) return 12;
+  return pdshm_group_leave(g) || pdshm_detach(s) ? 13 : 0;
+}
+
+/* While a process stays stopped with the groups lock held, a regroup
+ * answers PDSHM_ETIMEDOUT at its timeout, still in the regroup: a barrier
+ * then answers PDSHM_EBUSY, and an enlist PDSHM_ETIMEDOUT, nothing
+ * changed.  Once the process goes on, the next regroup ends the same one,
+ * admitting the stopped process's candidacy with the other member. */
+START_TEST(regroup_beside_a_process_stopped_holding_the_groups_lock) {
+  struct regroup_board *b = tu_shared(sizeof *b);
+  pdshm_group *g0, *cand = NULL;
+  int rank = -1, size = -1;
+  ck_assert_int_eq(pdshm_group_join(seg, "grow", 2, 0, &g0), 0);
+  pid_t rank1 = tu_spawn(kid_grow_rank1, b);
+  ck_assert_int_eq(pdshm_group_barrier(g0, 60 * (int64_t)SEC), 0);
+  pid_t enlister = tu_spawn(kid_stopped_enlister, b);
+  int st;
+  ck_assert_int_eq(waitpid(enlister, &st, WUNTRACED), enlister);
+  ck_assert(WIFSTOPPED(st));
+
+  uint64_t t0 = tu_now_ns();
+  ck_assert_int_eq(pdshm_group_regroup(g0, 300 * (int64_t)1000000, &rank, &size),
+                   PDSHM_ETIMEDOUT);
+  within_bound(t0, "pdshm_group_regroup");
+  ck_assert_int_eq(rank, -1);
+  ck_assert_int_eq(pdshm_group_barrier(g0, 300 * (int64_t)1000000), PDSHM_EBUSY);
+  t0 = tu_now_ns();
+  ck_assert_int_eq(pdshm_group_enlist(seg, "grow", 300 * (int64_t)1000000, &cand),
+                   PDSHM_ETIMEDOUT);
+  within_bound(t0, "pdshm_group_enlist");
+  ck_assert_ptr_null(cand);
+  ck_assert_int_eq(pdshm_group_size(g0), 2);
+
+  kill(enlister, SIGCONT);
+  atomic_store(&b->go, 1);
+  ck_assert_int_eq(pdshm_group_regroup(g0, 30 * (int64_t)SEC, &rank, &size), 0);
+  ck_assert_int_eq(rank, 0);
+  ck_assert_int_eq(size, 3);
+  ck_assert_int_eq(pdshm_group_barrier(g0, 30 * (int64_t)SEC), 0);
+  ck_assert_int_eq(tu_wait(enlister), 0);
+  ck_assert_int_eq(atomic_load(&b->rank), 2);
+  ck_assert_int_eq(atomic_load(&b->size), 3);
+  ck_assert_int_eq(tu_wait(rank1), 0);
+  ck_assert_int_eq(pdshm_group_leave(g0), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_uint_eq(tu_used(seg), base_used);
+}
+END_TEST
+
+/* A member whose regroup was left pending (the groups lock held by a
+ * stopped process past its timeout) and then ended by the others' plan,
+ * which moved it from rank 2 to rank 1, leaves: the seat it gives up is the
+ * one the plan gave it, so the next regroup drops that rank. */
+START_TEST(member_leaving_a_pending_regroup_leaves_the_seat_its_plan_gave) {
+  pdshm_group *g[3];
+  int rank = -1, size = -1;
+  for (int r = 0; r < 3; r++) ck_assert_int_eq(pdshm_group_join(seg, "shrink", 3, r, &g[r]), 0);
+  ck_assert_int_eq(pdshm_group_leave(g[0]), 0);
+  pid_t joiner = tu_spawn(kid_stopped_joiner, NULL);
+  int st;
+  ck_assert_int_eq(waitpid(joiner, &st, WUNTRACED), joiner);
+  ck_assert(WIFSTOPPED(st));
+  ck_assert_int_eq(pdshm_group_regroup(g[2], 200 * (int64_t)1000000, &rank, &size),
+                   PDSHM_ETIMEDOUT);
+  kill(joiner, SIGCONT);
+  ck_assert_int_eq(tu_wait(joiner), 0);
+  ck_assert_int_eq(pdshm_group_regroup(g[1], 10 * (int64_t)SEC, &rank, &size), 0);
+  ck_assert_int_eq(rank, 0);
+  ck_assert_int_eq(size, 2);
+  ck_assert_int_eq(pdshm_group_leave(g[2]), 0);
+  ck_assert_int_eq(pdshm_group_regroup(g[1], 10 * (int64_t)SEC, &rank, &size), 0);
+  ck_assert_int_eq(rank, 0);
+  ck_assert_int_eq(size, 1);
+  ck_assert_int_eq(pdshm_group_barrier(g[1], 10 * (int64_t)SEC), 0);
+  ck_assert_int_eq(pdshm_group_leave(g[1]), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_uint_eq(tu_used(seg), base_used);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("group_stall");
   TCase *tc = tu_tcase(s, "stall", 120, setup, teardown);
@@ -556,6 +671,8 @@ int main(void) {
   tcase_add_test(tc, member_late_to_the_descriptions_answers_the_break);
   tcase_add_test(tc, death_announced_as_its_round_completes_breaks_the_next);
   tcase_add_test(tc, process_stopped_holding_the_groups_lock_stalls_no_wait);
+  tcase_add_test(tc, regroup_beside_a_process_stopped_holding_the_groups_lock);
+  tcase_add_test(tc, member_leaving_a_pending_regroup_leaves_the_seat_its_plan_gave);
   tc = tu_tcase(s, "reapers", 600, setup, teardown);
   tcase_add_test(tc, reaper_that_must_leave_the_slot_killed_at_every_window);
   return tu_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;

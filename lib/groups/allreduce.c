@@ -176,9 +176,7 @@ int pdshm__ar_without_tensor(pdshm_group *gr, int why, int64_t timeout_ns) {
 /* The three collectives; op is 0 for an allgather. */
 static int collective(pdshm_group *gr, pdshm_var *v, pdshm_reduce_op op, unsigned kind,
                       int64_t timeout_ns) {
-  pdshm__fail_clear();
-  if (!gr) return pdshm__fail(PDSHM_EINVAL, "NULL group");
-  int rc = pdshm__seg_writable(gr->seg);
+  int rc = pdshm__round_usable(gr);
   if (rc) return rc;
   pdshm_tensor_view view;
   if ((rc = ar_args(gr, v, op, kind)) || (rc = pdshm__group_pin(gr, v, &view)))

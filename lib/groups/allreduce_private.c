@@ -138,9 +138,7 @@ static int ap_args(pdshm_group *gr, const void *data, pdshm_dtype dtype, uint64_
 PDSHM_API int pdshm_group_allreduce_private(pdshm_group *gr, void *data, pdshm_dtype dtype,
                                             uint64_t count, pdshm_var *staging,
                                             pdshm_reduce_op op, int64_t timeout_ns) {
-  pdshm__fail_clear();
-  if (!gr) return pdshm__fail(PDSHM_EINVAL, "NULL group");
-  int rc = pdshm__seg_writable(gr->seg);
+  int rc = pdshm__round_usable(gr);
   if (rc) return rc;
   size_t es = 0; /* set by ap_args */
   pdshm_tensor_view view;

@@ -260,14 +260,26 @@ int pdshm__group_vacate(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const struct 
   return 0;
 }
 
+/* Lock held, settled: a regroup gr could not end (group_regroup.c,
+ * invariant 5) withdrawn if its round is still current, or gr moved to the
+ * seat its plan gave it; false when that plan gave it none. */
+static bool group_leave_pending(struct pdshm_group_rec *g, struct pdshm_group *gr) {
+  if (!gr->regroup_pending || pdshm__round_withdraw(g, gr->rank, gr->round)) return true;
+  if (atomic_load(&g->regrouped) != gr->round) return true; /* ended otherwise: same seat */
+  int seat = pdshm__group_moved_to(g, gr->member, gr->rank);
+  gr->rank = seat < 0 ? 0 : (uint32_t)seat;
+  return seat >= 0;
+}
+
 static int group_leave_one(pdshm_seg *seg, struct pdshm_group *gr) {
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
   int rc = pdshm__j_begin(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_LEAVE);
   if (!rc) {
     struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
     pdshm__group_settle(g);
-    if (atomic_load(&g->rank[gr->rank].member) != gr->member) {
-      pdshm__j_abort(seg, ln); /* taken over after we were given up for dead */
+    if (!group_leave_pending(g, gr) || atomic_load(&g->rank[gr->rank].member) != gr->member) {
+      pdshm__j_abort(seg, ln); /* taken over after we were given up for dead, or no seat left
+                                  to us by the plan of a regroup we were pending in */
     } else {
       rc = pdshm__group_vacate(seg, ln, gr, "group.leave.ready");
     }
@@ -353,7 +365,10 @@ static int group_writers_stopped(pdshm_seg *seg, uint32_t slot, uint64_t deadlin
   uint64_t epoch = atomic_load(&pdshm__slot(seg, slot)->epoch) & PDSHM_GM_EPOCH_MASK;
   uint64_t m = (uint64_t)(slot + 1) | epoch << 16;
   for (;;) {
-    int rc = pdshm__lock(seg, PDSHM_LOCK_GROUPS);
+    int rc = pdshm__lock_until(seg, PDSHM_LOCK_GROUPS, deadline);
+    if (rc == PDSHM_ETIMEDOUT)
+      return pdshm__fail(rc, "dead slot %u is left to the next reaper: the groups lock stayed "
+                             "held until the deadline (its holder stopped?)", slot);
     if (rc) return rc;
     struct pdshm_group_rec *busy;
     rc = group_writing_beside(seg, m, &busy);

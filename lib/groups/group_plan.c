@@ -60,8 +60,8 @@ void pdshm__group_settle(struct pdshm_group_rec *g) {
   pdshm__gs_wake(g);
 }
 
-int pdshm__group_lock(pdshm_seg *seg, struct pdshm_group_rec *g) {
-  int rc = pdshm__lock(seg, PDSHM_LOCK_GROUPS);
+int pdshm__group_lock_until(pdshm_seg *seg, struct pdshm_group_rec *g, uint64_t deadline) {
+  int rc = pdshm__lock_until(seg, PDSHM_LOCK_GROUPS, deadline);
   if (!rc) pdshm__group_settle(g);
   return rc;
 }
@@ -70,4 +70,11 @@ int pdshm__group_trylock(pdshm_seg *seg, struct pdshm_group_rec *g) {
   int rc = pdshm__trylock(seg, PDSHM_LOCK_GROUPS);
   if (!rc) pdshm__group_settle(g);
   return rc;
+}
+
+int pdshm__group_moved_to(struct pdshm_group_rec *g, uint64_t m, uint32_t from) {
+  uint32_t size = atomic_load(&g->size);
+  for (uint32_t r = 0; r < size; r++)
+    if (g->rank[r].from == from && atomic_load(&g->rank[r].member) == m) return (int)r;
+  return -1;
 }

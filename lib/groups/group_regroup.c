@@ -14,7 +14,8 @@
  *      ends R; when a live rank arrived at R for something else (a barrier, a
  *      collective), it withdraws and answers EINVAL; when its deadline
  *      passed, it withdraws and answers ETIMEDOUT (a stopped member stalls
- *      the others no longer than their timeout; nothing changed);
+ *      the others no longer than their timeout; nothing changed; nor does a
+ *      process stopped holding the lock: invariant 5);
  *   3. once R ended, each caller, under the lock, reads its new seat: R
  *      ended by a plan (`regrouped` == R) is the success; R broken (a death
  *      announced meanwhile) is passed again, at R+1, until the deadline; R
@@ -34,6 +35,14 @@
  *     then waited for as any stopped member is).  A join (takeover) while
  *     members wait in a regroup is refused (group.c), so that no new rank
  *     appears in the round they wait to complete.
+ *  5. A regroup never waits for the lock past its deadline (and a grace,
+ *     within which a live holder lets go): one that cannot take it then (its
+ *     holder stopped) cannot withdraw (invariant 1), so it stays arrived at R and
+ *     answers ETIMEDOUT with its membership's `regroup_pending` set.  Its
+ *     next pdshm_group_regroup goes on at R without arriving again; its
+ *     barriers and collectives answer EBUSY meanwhile (they would arrive at
+ *     the round it is in); pdshm_group_leave, under the lock, withdraws it,
+ *     or leaves the seat a plan gave it (group.c).
  */
 #define PDSHM_LAYER 6 /* groups/ (lib/LAYERS) */
 #include "config.h"
@@ -43,6 +52,7 @@
 #include "groups/groups.h"
 
 #define SLICE_NS 5000000 /* 5 ms between two looks at the seats */
+#define LOCK_GRACE_NS 100000000ull /* invariant 5: a live holder lets go within it */
 enum { GROUP_OP_ENLIST = 0x4547, GROUP_OP_UNLIST = 0x5547 };
 
 /* What a look at the seats of round R found (step 2). */
@@ -77,13 +87,25 @@ static int rg_decide(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round) 
   return RG_PLANNED;
 }
 
-/* Step 2: 0 once round R ended, ETIMEDOUT or EINVAL withdrawn, or a lock
+/* Invariant 5: the lock taken and g settled, or PDSHM_ETIMEDOUT with the
+ * regroup left pending, or the lock's error. */
+static int rg_lock(struct pdshm_group *gr, struct pdshm_group_rec *g, uint64_t deadline) {
+  uint64_t grace = pdshm__now_ns(CLOCK_MONOTONIC) + LOCK_GRACE_NS;
+  int rc = pdshm__group_lock_until(gr->seg, g, deadline > grace ? deadline : grace);
+  if (rc != PDSHM_ETIMEDOUT) return rc;
+  gr->regroup_pending = true;
+  return pdshm__fail(rc, "the groups lock stayed held past the timeout (its holder stopped?): "
+                         "this process is still in the regroup, which its next "
+                         "pdshm_group_regroup goes on with");
+}
+
+/* Step 2: 0 once round R ended, ETIMEDOUT or EINVAL withdrawn, or rg_lock's
  * error. */
 static int rg_wait(struct pdshm_group *gr, struct pdshm_group_rec *g, uint32_t round,
                    uint64_t deadline) {
   for (;;) {
     if (PDSHM_GS_ROUND(atomic_load(&g->state)) != round) return 0;
-    int rc = pdshm__group_lock(gr->seg, g);
+    int rc = rg_lock(gr, g, deadline);
     if (rc) return rc;
     int look = RG_PLANNED;
     if (PDSHM_GS_ROUND(atomic_load(&g->state)) == round) look = rg_decide(gr->seg, g, round);
@@ -105,22 +127,15 @@ static int rg_wait(struct pdshm_group *gr, struct pdshm_group_rec *g, uint32_t r
   }
 }
 
-/* Lock held, settled: the rank that seat `from`'s member m got from the
- * last regroup, or -1. */
-static int rg_moved_to(struct pdshm_group_rec *g, uint64_t m, uint32_t from) {
-  uint32_t size = atomic_load(&g->size);
-  for (uint32_t r = 0; r < size; r++)
-    if (g->rank[r].from == from && atomic_load(&g->rank[r].member) == m) return (int)r;
-  return -1;
-}
-
-/* Step 3, round R ended: 0 with gr's new rank and size, or how R ended. */
-static int rg_after(struct pdshm_group *gr, struct pdshm_group_rec *g, uint32_t round) {
-  int rc = pdshm__group_lock(gr->seg, g);
+/* Step 3, round R ended: 0 with gr's new rank and size, or how R ended, or
+ * rg_lock's error. */
+static int rg_after(struct pdshm_group *gr, struct pdshm_group_rec *g, uint32_t round,
+                    uint64_t deadline) {
+  int rc = rg_lock(gr, g, deadline);
   if (rc) return rc;
   bool planned = atomic_load(&g->regrouped) == round;
   uint32_t size = atomic_load(&g->size);
-  int seat = planned ? rg_moved_to(g, gr->member, gr->rank)
+  int seat = planned ? pdshm__group_moved_to(g, gr->member, gr->rank)
              : atomic_load(&g->rank[gr->rank].member) == gr->member ? (int)gr->rank
                                                                      : -1;
   if (!planned && seat >= 0) /* no stale "regroup" (group_plan.c) */
@@ -147,11 +162,14 @@ PDSHM_API int pdshm_group_regroup(pdshm_group *gr, int64_t timeout_ns, int *rank
   uint64_t deadline = pdshm__round_deadline(timeout_ns);
   do {
     uint32_t round = gr->round;
-    g->rank[gr->rank].ar[round & 1] =
-        (struct pdshm_group_desc){.dtype = UINT32_MAX, .op = UINT16_MAX, .kind = PDSHM_GK_REGROUP};
-    pdshm__round_arrive(g, gr->rank, round);
+    if (!gr->regroup_pending) { /* invariant 5: else arrived already */
+      g->rank[gr->rank].ar[round & 1] = (struct pdshm_group_desc){
+          .dtype = UINT32_MAX, .op = UINT16_MAX, .kind = PDSHM_GK_REGROUP};
+      pdshm__round_arrive(g, gr->rank, round);
+    }
+    gr->regroup_pending = false;
     rc = rg_wait(gr, g, round, deadline);
-    if (!rc) rc = rg_after(gr, g, round);
+    if (!rc) rc = rg_after(gr, g, round, deadline);
     /* broken by a death announced meanwhile: every caller passes the next
      * round the same way, and the dead rank goes with it */
   } while (rc == PDSHM_EOWNERDEAD && pdshm__now_ns(CLOCK_MONOTONIC) < deadline);
@@ -203,13 +221,17 @@ static int en_withdraw(pdshm_seg *seg, struct pdshm_group *gr, bool *waiting) {
   return rc;
 }
 
-/* Under the lock: our seat, and when it is a rank, the membership ready. */
+/* Under the lock, when it is free: our seat, and when it is a rank, the
+ * membership ready; *admitted false when the lock is held (the next slice
+ * looks again). */
 static int en_look(pdshm_seg *seg, struct pdshm_group *gr, bool *admitted) {
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
-  int rc = pdshm__group_lock(seg, g);
+  int rc = pdshm__group_trylock(seg, g);
+  *admitted = false;
+  if (rc == PDSHM_EBUSY) return 0;
   if (rc) return rc;
   *admitted = atomic_load(&g->regrouped) != gr->regrouped; /* invariant 4: every live one */
-  int seat = *admitted ? rg_moved_to(g, gr->member, gr->rank) : (int)gr->rank;
+  int seat = *admitted ? pdshm__group_moved_to(g, gr->member, gr->rank) : (int)gr->rank;
   bool ours = seat >= 0 && atomic_load(&g->rank[seat].member) == gr->member;
   if (*admitted && ours) {
     gr->rank = (uint32_t)seat;
@@ -223,7 +245,10 @@ static int en_look(pdshm_seg *seg, struct pdshm_group *gr, bool *admitted) {
   return 0;
 }
 
-/* Waits to be admitted: 0, ETIMEDOUT (withdrawn), or an error. */
+/* Waits to be admitted: 0, ETIMEDOUT (withdrawn), or an error.  The
+ * withdrawal alone waits for the lock with no limit: a candidate cannot give
+ * its seat up without it (a plan may be admitting it), so a process stopped
+ * holding the lock holds a timed-out enlist until it goes on. */
 static int en_wait(pdshm_seg *seg, struct pdshm_group *gr, uint64_t deadline) {
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
   for (;;) {
@@ -251,9 +276,11 @@ PDSHM_API int pdshm_group_enlist(pdshm_seg *seg, const char *name, int64_t timeo
   if (rc) return rc;
   struct pdshm_group *gr = pdshm__zalloc(sizeof *gr);
   if (!gr) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
-  uint64_t deadline = pdshm__round_deadline(timeout_ns);
+  uint64_t deadline = pdshm__round_deadline(timeout_ns),
+           grace = pdshm__now_ns(CLOCK_MONOTONIC) + LOCK_GRACE_NS;
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  rc = pdshm__j_begin(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_ENLIST);
+  rc = pdshm__j_begin_until(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_ENLIST,
+                            deadline > grace ? deadline : grace);
   if (!rc) {
     rc = en_register(seg, ln, name, len, gr);
     if (rc) pdshm__j_abort(seg, ln);

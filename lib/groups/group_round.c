@@ -181,10 +181,17 @@ void pdshm__round_wait_writers(pdshm_seg *seg, struct pdshm_group_rec *g, uint32
   while (pdshm__round_writing(seg, g, round, skip_rank)) pdshm__round_pause();
 }
 
-PDSHM_API int pdshm_group_barrier(pdshm_group *gr, int64_t timeout_ns) {
+int pdshm__round_usable(struct pdshm_group *gr) {
   pdshm__fail_clear();
   if (!gr) return pdshm__fail(PDSHM_EINVAL, "NULL group");
   int rc = pdshm__seg_writable(gr->seg);
+  if (rc || !gr->regroup_pending) return rc;
+  return pdshm__fail(PDSHM_EBUSY, "this membership is still in a regroup (the groups lock was "
+                                  "held past its timeout): call pdshm_group_regroup again");
+}
+
+PDSHM_API int pdshm_group_barrier(pdshm_group *gr, int64_t timeout_ns) {
+  int rc = pdshm__round_usable(gr);
   if (rc) return rc;
   pdshm__round_no_tensor(gr);
   return pdshm__round_pass(gr, pdshm__round_deadline(timeout_ns), true);

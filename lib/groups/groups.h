@@ -159,6 +159,10 @@ struct pdshm_group {
   uint32_t round;          /* the round our next barrier or collective is in   */
   uint32_t spin_ns;        /* how long the next wait spins before it sleeps
                               (group_round.c, invariant 5); 0: the least      */
+  bool regroup_pending;    /* arrived at `round` for a regroup that could not
+                              end for want of the groups lock: the next
+                              pdshm_group_regroup goes on with it, other
+                              rounds wait (group_regroup.c, invariant 5)      */
   struct pdshm_group *next;/* the attachment's memberships (seg->groups)       */
   /* The pin of our last collective's tensor, kept for the next one on the
    * same buffer (group_pin.c); NULL when none. */
@@ -205,10 +209,14 @@ static inline bool pdshm__plan_sane(const struct pdshm_group_rec *g, uint64_t p)
  * cleared, the members woken.  Every holder of the lock calls it before it
  * reads or writes a record's seats. */
 void pdshm__group_settle(struct pdshm_group_rec *g);
-/* Takes the groups lock and settles g; 0 or the lock's error. */
-int pdshm__group_lock(pdshm_seg *seg, struct pdshm_group_rec *g);
+/* Takes the groups lock, waiting until a CLOCK_MONOTONIC deadline at most,
+ * and settles g; 0, PDSHM_ETIMEDOUT (nothing taken), or the lock's error. */
+int pdshm__group_lock_until(pdshm_seg *seg, struct pdshm_group_rec *g, uint64_t deadline);
 /* The same if the lock is free now; else PDSHM_EBUSY, nothing done. */
 int pdshm__group_trylock(pdshm_seg *seg, struct pdshm_group_rec *g);
+/* Lock held, settled: the rank that seat `from`'s member m got from the
+ * last regroup, or -1. */
+int pdshm__group_moved_to(struct pdshm_group_rec *g, uint64_t m, uint32_t from);
 
 /* ---- group_break.c ---- */
 /* Is member word m live (see above)?  Free and dead words are not. */
@@ -260,6 +268,11 @@ uint64_t pdshm__group_my_member(pdshm_seg *seg);
 void pdshm__group_list(pdshm_seg *seg, struct pdshm_group *gr);
 
 /* ---- group_round.c ---- */
+/* The checks before a barrier or a collective arrives (the error set, the
+ * last error cleared first): EINVAL for a NULL gr, the attachment's
+ * writability, EBUSY while gr's regroup is pending (group_regroup.c,
+ * invariant 5: it is arrived at its round already). */
+int pdshm__round_usable(struct pdshm_group *gr);
 /* Arrives at `round` (an arrival whose description is a regroup's never
  * completes it); does nothing once the round ended. */
 void pdshm__round_arrive(struct pdshm_group_rec *g, uint32_t rank, uint32_t round);
