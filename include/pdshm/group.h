@@ -64,7 +64,9 @@ PDSHM_API int pdshm_group_size(const pdshm_group *g);  /* EINVAL for NULL */
  * joins the next round.  A rank left free by pdshm_group_leave is waited for
  * too.  PDSHM_ETIMEDOUT after timeout_ns (< 0: no limit): the caller then has
  * not passed the barrier, and its next barrier call waits for the same round
- * again.  EINVAL for NULL; EFORKED.
+ * again.  PDSHM_EBUSY, nothing done, while the caller's last
+ * pdshm_group_regroup is pending (see there); so too for the collectives.
+ * EINVAL for NULL; EFORKED.
  */
 PDSHM_API int pdshm_group_barrier(pdshm_group *g, int64_t timeout_ns);
 /*
@@ -202,7 +204,13 @@ PDSHM_API int pdshm_group_leave(pdshm_group *g);
  * not come (a stopped process: slow is not dead), or deaths kept breaking
  * its rounds until then: nothing changed, the
  * caller's rank and size are as before, and its next call (a regroup again,
- * or a barrier) waits for the same round.  PDSHM_EINVAL, nothing changed,
+ * or a barrier) waits for the same round.  PDSHM_ETIMEDOUT too when the
+ * groups' lock stays held past timeout_ns (and 100 ms more): its holder, a
+ * process stopped in a join, a leave or an enlist, holds up no member past
+ * its timeout; but the caller, which cannot withdraw without that lock,
+ * stays in the regroup (pending): its next pdshm_group_regroup goes on with
+ * the same one, its barriers and collectives answer PDSHM_EBUSY until then,
+ * and pdshm_group_leave leaves it.  PDSHM_EINVAL, nothing changed,
  * when a member came to the same round with a barrier or a collective instead
  * (the regroup's callers withdraw; the others wait as for a missing member),
  * and for a NULL argument.  While members wait in a regroup,
@@ -224,7 +232,10 @@ PDSHM_API int pdshm_group_regroup(pdshm_group *g, int64_t timeout_ns, int *new_r
  * no member, and one that dies or stops while waiting delays no regroup (a
  * dead one is dropped; a stopped one is admitted, and is then waited for as
  * any stopped member).  PDSHM_ETIMEDOUT: not admitted in time, no longer a candidate,
- * nothing changed.  PDSHM_ENOENT when there is no group NAME; PDSHM_EUSERS
+ * nothing changed; or the groups' lock held past timeout_ns (and 100 ms
+ * more) before the candidacy was made, nothing changed.  Giving the
+ * candidacy up at the timeout takes that lock with no limit: a process
+ * stopped holding it then holds the call until it goes on.  PDSHM_ENOENT when there is no group NAME; PDSHM_EUSERS
  * when it has PDSHM_GROUP_MAX ranks and candidates already; EINVAL (NULL
  * seg or out, a bad name); ENOMEM; EROFS; EFORKED; ESTALE (the candidate's
  * seat was given up for dead).
