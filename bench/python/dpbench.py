@@ -90,11 +90,16 @@ def main():
         if torch is None:
             print("allreduce: no torch, no gloo figures")
         ar = allreduce_peers.allreduce(table, opt.quick, prefix, plan)
-        for nbytes, want in ((MIB, 10.0), (100 * MIB, 4.0)):
+        # against each peer a user would otherwise pick: gloo (torch's CPU
+        # backend) and MPI_Allreduce (OpenMPI's shared-memory transport; the
+        # DeepSpeed-style peer is bench/bench_allreduce's, in C)
+        for nbytes, peer, want in ((MIB, "gloo", 10.0), (100 * MIB, "gloo", 4.0),
+                                   (4 << 10, "mpi", 1.0), (MIB, "mpi", 1.0),
+                                   (100 * MIB, "mpi", 1.0)):
             r = ar.get((2, nbytes))
-            if r and r["gloo"]:
+            if r and r[peer]:
                 targets.append((f"allreduce {allreduce_peers._human(nbytes)}, 2 procs: >= "
-                                f"{want:g}x gloo", r["gloo"] / r["pdshm"], want))
+                                f"{want:g}x {peer}", r[peer] / r["pdshm"], want))
 
     if "barrier" in only:
         t = allreduce_peers.barrier_rtt(table, opt.quick, prefix)
