@@ -140,6 +140,10 @@ static inline void pdshm__fail_clear(void) { pdshm__errors_state = 0; }
 /* The time on `clock` (CLOCK_MONOTONIC, CLOCK_REALTIME), in nanoseconds. */
 uint64_t pdshm__now_ns(int clock);
 
+/* ---- cpus.c --------------------------------------------------------------- */
+/* Processors online (at least 1), asked of the system once per process. */
+long pdshm__cpus_online(void);
+
 /* ---- shmfs.c -------------------------------------------------------------- */
 /* Bytes of the shared-memory file system of fd (of /dev/shm when fd < 0):
  * 0, or -errno when it cannot be asked. */

@@ -83,7 +83,6 @@
 
 #include <sched.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "model/model.h"
 #include "model/varlock.h"
@@ -187,15 +186,7 @@ struct vl_waiter {
 
 /* The machine has fewer than VL_FEW_CPUS processors online: a spinner then
  * most likely keeps the holder it waits for off a processor. */
-static bool vl_few_cpus(void) {
-  static _Atomic long cpus; /* 0 until asked */
-  long n = atomic_load_explicit(&cpus, memory_order_relaxed);
-  if (!n) {
-    n = sysconf(_SC_NPROCESSORS_ONLN);
-    atomic_store_explicit(&cpus, n > 0 ? n : 1, memory_order_relaxed);
-  }
-  return n < VL_FEW_CPUS;
-}
+static bool vl_few_cpus(void) { return pdshm__cpus_online() < VL_FEW_CPUS; }
 
 /* Before a sleep, a taker spins for VL_SPIN_NS (a hand-off mostly comes in
  * far less; a futex sleep and its wake cost tens of microseconds), then,
