@@ -129,6 +129,16 @@ static void within_bound(uint64_t t0, const char *what) {
   fprintf(stderr, "test_group_stall: %s returned in %.1f ms\n", what, ns / 1e6);
 }
 
+/* Spawns fn(arg) and waits until it stopped itself (SIGSTOP at a crash
+ * point). */
+static pid_t spawn_stopped(int (*fn)(void *), void *arg) {
+  pid_t pid = tu_spawn(fn, arg);
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, WUNTRACED), pid);
+  ck_assert(WIFSTOPPED(st));
+  return pid;
+}
+
 /* Tensors of 1 MiB holding 7s, in an anonymous scope, in every free MiB of
  * the arena: a buffer that a reap let go while a member still wrote into it
  * would be among them. */
@@ -453,10 +463,7 @@ START_TEST(death_announced_as_its_round_completes_breaks_the_next) {
   ck_assert_int_eq(tu_wait(pid[2]), 128 + SIGKILL);
   tu_await_dead(seg, 1);
   atomic_store(&t->attach_rc, 1); /* none yet */
-  pid_t reaper = tu_spawn(kid_told_reaper, &arg[2]);
-  int st;
-  ck_assert_int_eq(waitpid(reaper, &st, WUNTRACED), reaper);
-  ck_assert_msg(WIFSTOPPED(st), "the attach's reaper never announced the death");
+  pid_t reaper = spawn_stopped(kid_told_reaper, &arg[2]); /* as it announces the death */
   atomic_store(&t->go, 1);
   trio_await("told", 3u, round + 1); /* `round` completed: both wait in the next */
   kill(reaper, SIGCONT);
@@ -521,10 +528,7 @@ START_TEST(process_stopped_holding_the_groups_lock_stalls_no_wait) {
   ck_assert_int_eq(pdshm_group_join(seg, "pair", 2, 0, &g0), 0);
   pid_t rank1 = tu_spawn(kid_pair_rank1, NULL);
   ck_assert_int_eq(pdshm_group_barrier(g0, 60 * (int64_t)SEC), 0);
-  pid_t joiner = tu_spawn(kid_stopped_joiner, NULL);
-  int st;
-  ck_assert_int_eq(waitpid(joiner, &st, WUNTRACED), joiner);
-  ck_assert(WIFSTOPPED(st));
+  pid_t joiner = spawn_stopped(kid_stopped_joiner, NULL);
   kill(rank1, SIGKILL);
   ck_assert_int_eq(tu_wait(rank1), 128 + SIGKILL);
   tu_await_dead(seg, 1);
@@ -599,10 +603,7 @@ START_TEST(regroup_beside_a_process_stopped_holding_the_groups_lock) {
   ck_assert_int_eq(pdshm_group_join(seg, "grow", 2, 0, &g0), 0);
   pid_t rank1 = tu_spawn(kid_grow_rank1, b);
   ck_assert_int_eq(pdshm_group_barrier(g0, 60 * (int64_t)SEC), 0);
-  pid_t enlister = tu_spawn(kid_stopped_enlister, b);
-  int st;
-  ck_assert_int_eq(waitpid(enlister, &st, WUNTRACED), enlister);
-  ck_assert(WIFSTOPPED(st));
+  pid_t enlister = spawn_stopped(kid_stopped_enlister, b);
 
   uint64_t t0 = tu_now_ns();
   ck_assert_int_eq(pdshm_group_regroup(g0, 300 * (int64_t)1000000, &rank, &size),
@@ -642,10 +643,7 @@ START_TEST(member_leaving_a_pending_regroup_leaves_the_seat_its_plan_gave) {
   int rank = -1, size = -1;
   for (int r = 0; r < 3; r++) ck_assert_int_eq(pdshm_group_join(seg, "shrink", 3, r, &g[r]), 0);
   ck_assert_int_eq(pdshm_group_leave(g[0]), 0);
-  pid_t joiner = tu_spawn(kid_stopped_joiner, NULL);
-  int st;
-  ck_assert_int_eq(waitpid(joiner, &st, WUNTRACED), joiner);
-  ck_assert(WIFSTOPPED(st));
+  pid_t joiner = spawn_stopped(kid_stopped_joiner, NULL);
   ck_assert_int_eq(pdshm_group_regroup(g[2], 200 * (int64_t)1000000, &rank, &size),
                    PDSHM_ETIMEDOUT);
   kill(joiner, SIGCONT);
