@@ -37,9 +37,9 @@
  *     appears in the round they wait to complete.
  *  5. A regroup never waits for the lock past its deadline (and a grace,
  *     within which a live holder lets go): one that cannot take it then (its
- *     holder stopped) cannot withdraw (invariant 1), so it stays arrived at R and
- *     answers ETIMEDOUT with its membership's `regroup_pending` set.  Its
- *     next pdshm_group_regroup goes on at R without arriving again; its
+ *     holder stopped) cannot withdraw (invariant 1), so it stays arrived at
+ *     R and answers ETIMEDOUT with its membership's `regroup_pending` set.
+ *     Its next pdshm_group_regroup goes on at R without arriving again; its
  *     barriers and collectives answer EBUSY meanwhile (they would arrive at
  *     the round it is in); pdshm_group_leave, under the lock, withdraws it,
  *     or leaves the seat a plan gave it (group.c).
