@@ -1,4 +1,4 @@
-/* pdshm/group.h - trainer groups: barriers, collectives, regroups; waiting; pdshm_dtype. */
+/* pdshm/group.h - trainer groups: barriers, collectives, regroups; waiting. */
 #ifndef PDSHM_GROUP_H
 #define PDSHM_GROUP_H
 
@@ -6,6 +6,7 @@
 #include "pdshm/limits.h"  /* PDSHM_NAME_MAX */
 #include "pdshm/segment.h" /* pdshm_seg */
 #include "pdshm/scope.h"   /* pdshm_var */
+#include "pdshm/tensor.h"  /* pdshm_dtype */
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,9 +27,6 @@ PDSHM_API int pdshm_var_wait(const pdshm_var *v, uint64_t seen, int64_t timeout_
 #define PDSHM_GROUP_NAME_MAX PDSHM_NAME_MAX
 typedef struct pdshm_group pdshm_group; /* this process's membership: private */
 typedef enum { PDSHM_SUM, PDSHM_MEAN, PDSHM_MAX, PDSHM_MIN } pdshm_reduce_op;
-/* A tensor's element type (below, Tensors). */
-typedef enum { PDSHM_BOOL, PDSHM_U8, PDSHM_I8, PDSHM_I16, PDSHM_I32, PDSHM_I64,
-               PDSHM_F16, PDSHM_BF16, PDSHM_F32, PDSHM_F64 } pdshm_dtype;
 
 /*
  * Joins the group NAME (1 to PDSHM_GROUP_NAME_MAX bytes; created by its first

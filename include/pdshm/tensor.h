@@ -4,7 +4,6 @@
 
 #include "pdshm/base.h"  /* PDSHM_API, the C types */
 #include "pdshm/scope.h" /* pdshm_var */
-#include "pdshm/group.h" /* pdshm_dtype */
 
 #ifdef __cplusplus
 extern "C" {
@@ -13,6 +12,9 @@ extern "C" {
 /* ---- Tensors ------------------------------------------------------------ */
 #define PDSHM_NDIM_MAX 8
 #define PDSHM_TENSOR_ALIGN 64 /* bytes: alignment of every tensor's data */
+/* A tensor's element type. */
+typedef enum { PDSHM_BOOL, PDSHM_U8, PDSHM_I8, PDSHM_I16, PDSHM_I32, PDSHM_I64,
+               PDSHM_F16, PDSHM_BF16, PDSHM_F32, PDSHM_F64 } pdshm_dtype;
 
 /* Makes v a tensor of that dtype and shape (ndim 0..PDSHM_NDIM_MAX, each dim
  * >= 0; a zero dim gives 0 bytes); data contents are unspecified afterwards.
