@@ -103,12 +103,13 @@ static void gs_check_deaths(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t 
   }
 }
 
-/* Invariant 6: true once the round of *s moved on within GS_YIELDS yields. */
-static bool gs_yield(struct pdshm_group_rec *g, uint32_t round, uint64_t *s) {
+/* Invariant 6: true once the round of *s moved on within GS_YIELDS yields,
+ * which end by the deadline (a yield may last a time slice). */
+static bool gs_yield(struct pdshm_group_rec *g, uint32_t round, uint64_t deadline, uint64_t *s) {
   for (int y = 0;; y++) {
     *s = atomic_load_explicit(&g->state, memory_order_acquire);
     if (PDSHM_GS_ROUND(*s) != round) return true;
-    if (y == GS_YIELDS) return false;
+    if (y == GS_YIELDS || pdshm__now_ns(CLOCK_MONOTONIC) >= deadline) return false;
     sched_yield();
   }
 }
@@ -117,7 +118,8 @@ static bool gs_yield(struct pdshm_group_rec *g, uint32_t round, uint64_t *s) {
  * which ends by the deadline. */
 static bool gs_spin(struct pdshm_group *gr, struct pdshm_group_rec *g, uint32_t round,
                     uint64_t deadline, uint64_t *s) {
-  if (atomic_load(&g->size) > (uint32_t)pdshm__cpus_online()) return gs_yield(g, round, s);
+  if (atomic_load(&g->size) > (uint32_t)pdshm__cpus_online())
+    return gs_yield(g, round, deadline, s);
   uint32_t budget = gr->spin_ns < SPIN_MIN_NS ? SPIN_MIN_NS : gr->spin_ns;
   uint64_t start = pdshm__now_ns(CLOCK_MONOTONIC);
   uint64_t end = start + budget < deadline ? start + budget : deadline;
