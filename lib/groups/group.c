@@ -50,7 +50,6 @@ enum { GROUP_OP_JOIN = 0x4a47, GROUP_OP_LEAVE = 0x4c47, GROUP_OP_REAP = 0x5247 }
 /* How long a join that takes a dead member's rank over tries to find its
  * group's writers stopped (invariant 4). */
 #define GROUP_TAKEOVER_NS 1000000000ull
-#define GROUP_LOCK_GRACE_NS 100000000ull /* a reaper's least wait for the lock */
 /* group_join_locked: the rank to take over is not free yet; try again. */
 #define GROUP_RETRY 1
 
@@ -267,8 +266,9 @@ static bool group_leave_pending(struct pdshm_group_rec *g, struct pdshm_group *g
   if (!gr->regroup_pending || pdshm__round_withdraw(g, gr->rank, gr->round)) return true;
   if (atomic_load(&g->regrouped) != gr->round) return true; /* ended otherwise: same seat */
   int seat = pdshm__group_moved_to(g, gr->member, gr->rank);
-  gr->rank = seat < 0 ? 0 : (uint32_t)seat;
-  return seat >= 0;
+  if (seat < 0) return false;
+  gr->rank = (uint32_t)seat;
+  return true;
 }
 
 static int group_leave_one(pdshm_seg *seg, struct pdshm_group *gr) {
@@ -389,10 +389,9 @@ int pdshm__group_reap_slot(pdshm_seg *seg, uint32_t slot, struct pdshm_lane_ctx 
                            uint64_t deadline) {
   /* A holder of the lock that stopped leaves the slot to the next reaper,
    * as a stopped writer does; a live one lets go within the grace. */
-  uint64_t grace = pdshm__now_ns(CLOCK_MONOTONIC) + GROUP_LOCK_GRACE_NS;
+  uint64_t until = pdshm__group_lock_deadline(deadline);
   for (;;) {
-    int rc = pdshm__j_begin_until(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_REAP,
-                                  deadline > grace ? deadline : grace);
+    int rc = pdshm__j_begin_until(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_REAP, until);
     if (rc) return rc;
     rc = group_reap_one(seg, ln, slot);
     if (rc <= 0) {

@@ -26,7 +26,11 @@
 #define PDSHM_LAYER 6 /* groups/ (lib/LAYERS) */
 #include "config.h"
 
+#include <time.h>
+
 #include "groups/groups.h"
+
+#define GROUP_LOCK_GRACE_NS 100000000ull /* pdshm__group_lock_deadline's */
 
 static void plan_end_round(struct pdshm_group_rec *g, uint32_t round) {
   uint64_t s = atomic_load(&g->state);
@@ -64,6 +68,11 @@ int pdshm__group_lock_until(pdshm_seg *seg, struct pdshm_group_rec *g, uint64_t 
   int rc = pdshm__lock_until(seg, PDSHM_LOCK_GROUPS, deadline);
   if (!rc) pdshm__group_settle(g);
   return rc;
+}
+
+uint64_t pdshm__group_lock_deadline(uint64_t deadline) {
+  uint64_t grace = pdshm__now_ns(CLOCK_MONOTONIC) + GROUP_LOCK_GRACE_NS;
+  return deadline > grace ? deadline : grace;
 }
 
 int pdshm__group_trylock(pdshm_seg *seg, struct pdshm_group_rec *g) {

@@ -52,7 +52,6 @@
 #include "groups/groups.h"
 
 #define SLICE_NS 5000000 /* 5 ms between two looks at the seats */
-#define LOCK_GRACE_NS 100000000ull /* invariant 5: a live holder lets go within it */
 enum { GROUP_OP_ENLIST = 0x4547, GROUP_OP_UNLIST = 0x5547 };
 
 /* What a look at the seats of round R found (step 2). */
@@ -90,8 +89,7 @@ static int rg_decide(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_t round) 
 /* Invariant 5: the lock taken and g settled, or PDSHM_ETIMEDOUT with the
  * regroup left pending, or the lock's error. */
 static int rg_lock(struct pdshm_group *gr, struct pdshm_group_rec *g, uint64_t deadline) {
-  uint64_t grace = pdshm__now_ns(CLOCK_MONOTONIC) + LOCK_GRACE_NS;
-  int rc = pdshm__group_lock_until(gr->seg, g, deadline > grace ? deadline : grace);
+  int rc = pdshm__group_lock_until(gr->seg, g, pdshm__group_lock_deadline(deadline));
   if (rc != PDSHM_ETIMEDOUT) return rc;
   gr->regroup_pending = true;
   return pdshm__fail(rc, "the groups lock stayed held past the timeout (its holder stopped?): "
@@ -276,11 +274,10 @@ PDSHM_API int pdshm_group_enlist(pdshm_seg *seg, const char *name, int64_t timeo
   if (rc) return rc;
   struct pdshm_group *gr = pdshm__zalloc(sizeof *gr);
   if (!gr) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
-  uint64_t deadline = pdshm__round_deadline(timeout_ns),
-           grace = pdshm__now_ns(CLOCK_MONOTONIC) + LOCK_GRACE_NS;
+  uint64_t deadline = pdshm__round_deadline(timeout_ns);
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
   rc = pdshm__j_begin_until(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_ENLIST,
-                            deadline > grace ? deadline : grace);
+                            pdshm__group_lock_deadline(deadline));
   if (!rc) {
     rc = en_register(seg, ln, name, len, gr);
     if (rc) pdshm__j_abort(seg, ln);

@@ -212,6 +212,10 @@ void pdshm__group_settle(struct pdshm_group_rec *g);
 /* Takes the groups lock, waiting until a CLOCK_MONOTONIC deadline at most,
  * and settles g; 0, PDSHM_ETIMEDOUT (nothing taken), or the lock's error. */
 int pdshm__group_lock_until(pdshm_seg *seg, struct pdshm_group_rec *g, uint64_t deadline);
+/* The deadline of a wait for the groups lock that must not outlast the
+ * caller's: that deadline, or, when it comes sooner, 100 ms from now (a live
+ * holder lets go within it; one that holds on longer is taken for stopped). */
+uint64_t pdshm__group_lock_deadline(uint64_t deadline);
 /* The same if the lock is free now; else PDSHM_EBUSY, nothing done. */
 int pdshm__group_trylock(pdshm_seg *seg, struct pdshm_group_rec *g);
 /* Lock held, settled: the rank that seat `from`'s member m got from the
