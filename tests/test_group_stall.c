@@ -662,6 +662,63 @@ START_TEST(member_leaving_a_pending_regroup_leaves_the_seat_its_plan_gave) {
 }
 END_TEST
 
+/* ---- leave and detach beside a process stopped holding the groups lock ---------- */
+
+struct leave_board {
+  _Atomic int go;                    /* the lock is held by a stopped process  */
+  _Atomic int leave_rc, detach_rc;   /* what the leaver's calls answered       */
+  _Atomic uint64_t leave_ns, detach_ns;
+};
+
+/* Rank 1 of "duo": one barrier with rank 0, then, once told, leaves and
+ * detaches, each timed. */
+static int kid_leaver(void *arg) {
+  struct leave_board *b = arg;
+  pdshm_seg *s;
+  pdshm_group *g;
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_group_join(s, "duo", 2, 1, &g)) return 10;
+  if (pdshm_group_barrier(g, 60 * (int64_t)SEC)) return 11;
+  while (!atomic_load(&b->go)) usleep(1000);
+  uint64_t t0 = tu_now_ns();
+  atomic_store(&b->leave_rc, pdshm_group_leave(g));
+  atomic_store(&b->leave_ns, tu_now_ns() - t0);
+  t0 = tu_now_ns();
+  atomic_store(&b->detach_rc, pdshm_detach(s));
+  atomic_store(&b->detach_ns, tu_now_ns() - t0);
+  return 0;
+}
+
+/* While a process stays stopped with the groups lock held, a member's leave
+ * answers PDSHM_ETIMEDOUT within seconds, its rank kept, and its detach
+ * too, leaving the slot to the reaper: once the process goes on, the other
+ * member's barrier answers the departure as a death, and the reap gives the
+ * rank up, leaving the segment as it was. */
+START_TEST(leave_and_detach_beside_a_process_stopped_holding_the_groups_lock) {
+  struct leave_board *b = tu_shared(sizeof *b);
+  pdshm_group *g0;
+  ck_assert_int_eq(pdshm_group_join(seg, "duo", 2, 0, &g0), 0);
+  pid_t leaver = tu_spawn(kid_leaver, b);
+  ck_assert_int_eq(pdshm_group_barrier(g0, 60 * (int64_t)SEC), 0);
+  pid_t joiner = spawn_stopped(kid_stopped_joiner, NULL);
+  atomic_store(&b->go, 1);
+  ck_assert_int_eq(tu_wait(leaver), 0);
+  ck_assert_int_eq(atomic_load(&b->leave_rc), PDSHM_ETIMEDOUT);
+  ck_assert_int_eq(atomic_load(&b->detach_rc), PDSHM_ETIMEDOUT);
+  ck_assert_uint_lt(atomic_load(&b->leave_ns), BOUND);
+  ck_assert_uint_lt(atomic_load(&b->detach_ns), BOUND);
+  fprintf(stderr, "test_group_stall: a leave returned in %.1f ms, a detach in %.1f ms\n",
+          atomic_load(&b->leave_ns) / 1e6, atomic_load(&b->detach_ns) / 1e6);
+
+  kill(joiner, SIGCONT);
+  ck_assert_int_eq(tu_wait(joiner), 0);
+  ck_assert_int_eq(pdshm_group_barrier(g0, 10 * (int64_t)SEC), PDSHM_EOWNERDEAD);
+  ck_assert_int_eq(pdshm_group_leave(g0), 0);
+  ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_uint_eq(tu_used(seg), base_used);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("group_stall");
   TCase *tc = tu_tcase(s, "stall", 120, setup, teardown);
@@ -671,6 +728,7 @@ int main(void) {
   tcase_add_test(tc, process_stopped_holding_the_groups_lock_stalls_no_wait);
   tcase_add_test(tc, regroup_beside_a_process_stopped_holding_the_groups_lock);
   tcase_add_test(tc, member_leaving_a_pending_regroup_leaves_the_seat_its_plan_gave);
+  tcase_add_test(tc, leave_and_detach_beside_a_process_stopped_holding_the_groups_lock);
   tc = tu_tcase(s, "reapers", 600, setup, teardown);
   tcase_add_test(tc, reaper_that_must_leave_the_slot_killed_at_every_window);
   return tu_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;

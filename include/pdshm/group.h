@@ -179,7 +179,11 @@ PDSHM_API int pdshm_group_allreduce_private(pdshm_group *g, void *data, pdshm_dt
  * back when this was its last member.  pdshm_detach leaves every group of
  * the attachment.  EINVAL for a NULL g; EROFS, EFORKED, ENOTRECOVERABLE as
  * every call that writes (the rank is not given up then); ENOTRECOVERABLE
- * or EBADSEG when the group's records cannot be changed. */
+ * or EBADSEG when the group's records cannot be changed.  PDSHM_ETIMEDOUT
+ * when the groups' lock stays held for 1 s (its holder, a process stopped in
+ * a join, a leave or an enlist, stalls no leave): the rank stays this
+ * process's until pdshm_detach gives it up, or, when the lock is still held
+ * then, the reaper after it (pdshm_detach). */
 PDSHM_API int pdshm_group_leave(pdshm_group *g);
 /*
  * Groups that shrink and grow.  A collective of the live members, at a round

@@ -58,8 +58,12 @@ typedef struct pdshm_options {
  *   fork() it only unmaps the inherited range and frees the handle, and
  *   answers EFORKED.  EINVAL for a NULL seg (nothing done); otherwise the
  *   first error met while letting go (EBADSEG on damaged bytes,
- *   ENOTRECOVERABLE when a lock's repair fails).  Not thread-safe against
- *   other calls on the same handle: it frees the handle.
+ *   ENOTRECOVERABLE when a lock's repair fails).  When a group's rank cannot
+ *   be given up because the groups' lock stays held for 1 s (a process
+ *   stopped in a join, a leave or an enlist), PDSHM_ETIMEDOUT: everything
+ *   else is let go as usual, and the slot is left to the reaper, as a dead
+ *   process's (the group's other members see a death).  Not thread-safe
+ *   against other calls on the same handle: it frees the handle.
  * pdshm_unlink: removes the name; attached processes keep working.  The
  *   name's errors as for pdshm_create (EINVAL, ENAMETOOLONG); ENOENT when no
  *   segment has the name; other failures of shm_unlink as their errno.

@@ -36,6 +36,14 @@
  *     PDSHM_ETIMEDOUT): a writer that starts after that look sees its round
  *     broken and writes nothing, and later rounds write the new member's
  *     tensor.
+ *  5. A leave waits for the groups lock GROUP_LEAVE_NS at most: a process
+ *     stopped holding it stalls no leave.  A membership that could not leave
+ *     keeps its seat and stays on the attachment's list (seg->groups), its
+ *     handle the caller's no more; detach tries again, and when it cannot
+ *     either, leaves its slot as a dead process's (pdshm_detach): the
+ *     reaper gives the seat up, as it does a death's, once it can take the
+ *     lock.  A seat whose slot was given up FREE instead would keep its
+ *     group on the list for ever (invariant 2: nobody reaps a FREE slot).
  */
 #define PDSHM_LAYER 6 /* groups/ (lib/LAYERS) */
 #include "config.h"
@@ -50,6 +58,8 @@ enum { GROUP_OP_JOIN = 0x4a47, GROUP_OP_LEAVE = 0x4c47, GROUP_OP_REAP = 0x5247 }
 /* How long a join that takes a dead member's rank over tries to find its
  * group's writers stopped (invariant 4). */
 #define GROUP_TAKEOVER_NS 1000000000ull
+/* How long a leave waits for the groups lock (invariant 5). */
+#define GROUP_LEAVE_NS 1000000000ull
 /* group_join_locked: the rank to take over is not free yet; try again. */
 #define GROUP_RETRY 1
 
@@ -271,9 +281,9 @@ static bool group_leave_pending(struct pdshm_group_rec *g, struct pdshm_group *g
   return true;
 }
 
-static int group_leave_one(pdshm_seg *seg, struct pdshm_group *gr) {
+static int group_leave_one(pdshm_seg *seg, struct pdshm_group *gr, uint64_t deadline) {
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  int rc = pdshm__j_begin(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_LEAVE);
+  int rc = pdshm__j_begin_until(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_LEAVE, deadline);
   if (!rc) {
     struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
     pdshm__group_settle(g);
@@ -303,20 +313,30 @@ PDSHM_API int pdshm_group_leave(pdshm_group *gr) {
   if (!gr) return pdshm__fail(PDSHM_EINVAL, "NULL group");
   pdshm_seg *seg = gr->seg;
   int rc = pdshm__seg_writable(seg);
+  if (!rc) rc = group_leave_one(seg, gr, pdshm__now_ns(CLOCK_MONOTONIC) + GROUP_LEAVE_NS);
+  if (rc == PDSHM_ETIMEDOUT) /* invariant 5: the seat stays listed, for detach */
+    return pdshm__fail(rc, "the groups lock stayed held for 1 s (its holder stopped?): the "
+                           "rank is given up by pdshm_detach, or after it by the reaper");
   group_unlist(seg, gr);
-  if (!rc) rc = group_leave_one(seg, gr);
   if (!rc) pdshm__group_unpin(gr); /* else detach drops it, with the process's other pins */
   pdshm__xfree(gr);
   return rc;
 }
 
-void pdshm__group_leave_all(pdshm_seg *seg) {
+bool pdshm__group_leave_all(pdshm_seg *seg) {
+  uint64_t deadline = pdshm__now_ns(CLOCK_MONOTONIC) + GROUP_LEAVE_NS;
+  bool left = true;
   while (seg->groups) {
     struct pdshm_group *gr = seg->groups;
     seg->groups = gr->next;
-    if (!pdshm__seg_writable(seg) && !group_leave_one(seg, gr)) pdshm__group_unpin(gr);
+    if (!pdshm__seg_writable(seg)) {
+      int rc = group_leave_one(seg, gr, deadline);
+      if (!rc) pdshm__group_unpin(gr);
+      if (rc == PDSHM_ETIMEDOUT) left = false;
+    }
     pdshm__xfree(gr);
   }
+  return left;
 }
 
 /* ---- the reaper's part ------------------------------------------------------ */

@@ -239,8 +239,9 @@ int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_
 
 /* ---- group.c ---- */
 /* Detach: leaves every group of the attachment (when it still may) and
- * frees the handles. */
-void pdshm__group_leave_all(pdshm_seg *seg);
+ * frees the handles; false when a seat could not be given up because the
+ * groups lock stayed held (group.c, invariant 5). */
+bool pdshm__group_leave_all(pdshm_seg *seg);
 /* The reaper's part, idempotent: acting as dead slot `slot` through lane
  * ln, its memberships marked dead, their rounds broken, empty groups freed.
  * 0 once no live member writes a collective the dead member took part in

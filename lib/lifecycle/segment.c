@@ -480,9 +480,16 @@ PDSHM_API int pdshm_detach(pdshm_seg *seg) {
   /* In a fork child the slot is the parent's: touch nothing, unmap the range
    * and free the copy. */
   if (!rc) pdshm__daemon_drop(seg);
-  pdshm__group_leave_all(seg);
+  bool left = pdshm__group_leave_all(seg);
   pdshm__pin_drop_all(seg);
-  if (!rc && seg->slot != PDSHM_NOSLOT) rc = pdshm__reap_release_own(seg);
+  if (!rc && seg->slot != PDSHM_NOSLOT) {
+    if (left) rc = pdshm__reap_release_own(seg);
+    else /* a seat only the reaper can give up now (group.c, invariant 5): the slot stays
+            LIVE, and is dead once seg_handle_free closes the file that holds its lock */
+      rc = pdshm__fail(PDSHM_ETIMEDOUT, "a group's rank could not be given up (the groups "
+                       "lock stayed held for 1 s: its holder stopped?); the slot is left to "
+                       "the reaper, as a dead process's");
+  }
   pdshm__scope_free_handles(seg);
   seg_handle_free(seg);
   return rc;
