@@ -719,6 +719,65 @@ START_TEST(leave_and_detach_beside_a_process_stopped_holding_the_groups_lock) {
 }
 END_TEST
 
+/* ---- an enlist that times out beside a process stopped holding the groups lock -- */
+
+static int candidates_of(const pdshm_group_info *gi, void *arg) {
+  if (strcmp(gi->name, "host")) return 0;
+  *(uint32_t *)arg = gi->candidates;
+  return 1;
+}
+
+/* Enlists in "host" with a 1.5 s timeout, then detaches, each timed. */
+static int kid_timed_enlister(void *arg) {
+  struct leave_board *b = arg;
+  pdshm_seg *s;
+  pdshm_group *g = NULL;
+  if (pdshm_attach(seg_name, NULL, &s)) return 10;
+  uint64_t t0 = tu_now_ns();
+  atomic_store(&b->leave_rc, pdshm_group_enlist(s, "host", 1500 * (int64_t)1000000, &g));
+  atomic_store(&b->leave_ns, tu_now_ns() - t0);
+  if (g) return 11;
+  t0 = tu_now_ns();
+  atomic_store(&b->detach_rc, pdshm_detach(s));
+  atomic_store(&b->detach_ns, tu_now_ns() - t0);
+  return 0;
+}
+
+/* A candidate whose enlist times out while a process stays stopped with
+ * the groups lock held cannot give its seat up: the enlist answers
+ * PDSHM_ETIMEDOUT within seconds all the same, and so does its detach,
+ * leaving the seat to the reaper, which gives it up once the process goes
+ * on. */
+START_TEST(enlist_timing_out_beside_a_process_stopped_holding_the_groups_lock) {
+  struct leave_board *b = tu_shared(sizeof *b);
+  pdshm_group *g0;
+  int rank = -1, size = -1;
+  ck_assert_int_eq(pdshm_group_join(seg, "host", 1, 0, &g0), 0);
+  pid_t enlister = tu_spawn(kid_timed_enlister, b);
+  uint32_t candidates = 0;
+  for (int ms = 0; ms < 20000 && candidates == 0; ms++, usleep(1000))
+    ck_assert_int_ge(pdshm_inspect_groups(seg, candidates_of, &candidates), 0);
+  ck_assert_uint_eq(candidates, 1);
+  pid_t joiner = spawn_stopped(kid_stopped_joiner, NULL);
+  ck_assert_int_eq(tu_wait(enlister), 0);
+  ck_assert_int_eq(atomic_load(&b->leave_rc), PDSHM_ETIMEDOUT);
+  ck_assert_int_eq(atomic_load(&b->detach_rc), PDSHM_ETIMEDOUT);
+  ck_assert_uint_lt(atomic_load(&b->leave_ns), BOUND);
+  ck_assert_uint_lt(atomic_load(&b->detach_ns), BOUND);
+  fprintf(stderr, "test_group_stall: an enlist returned in %.1f ms, a detach in %.1f ms\n",
+          atomic_load(&b->leave_ns) / 1e6, atomic_load(&b->detach_ns) / 1e6);
+
+  kill(joiner, SIGCONT);
+  ck_assert_int_eq(tu_wait(joiner), 0);
+  ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
+  ck_assert_int_eq(pdshm_group_regroup(g0, 10 * (int64_t)SEC, &rank, &size), 0);
+  ck_assert_int_eq(size, 1);
+  ck_assert_int_eq(pdshm_group_leave(g0), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_uint_eq(tu_used(seg), base_used);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("group_stall");
   TCase *tc = tu_tcase(s, "stall", 120, setup, teardown);
@@ -729,6 +788,7 @@ int main(void) {
   tcase_add_test(tc, regroup_beside_a_process_stopped_holding_the_groups_lock);
   tcase_add_test(tc, member_leaving_a_pending_regroup_leaves_the_seat_its_plan_gave);
   tcase_add_test(tc, leave_and_detach_beside_a_process_stopped_holding_the_groups_lock);
+  tcase_add_test(tc, enlist_timing_out_beside_a_process_stopped_holding_the_groups_lock);
   tc = tu_tcase(s, "reapers", 600, setup, teardown);
   tcase_add_test(tc, reaper_that_must_leave_the_slot_killed_at_every_window);
   return tu_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -36,13 +36,14 @@
  *     PDSHM_ETIMEDOUT): a writer that starts after that look sees its round
  *     broken and writes nothing, and later rounds write the new member's
  *     tensor.
- *  5. A leave waits for the groups lock GROUP_LEAVE_NS at most: a process
- *     stopped holding it stalls no leave.  A membership that could not leave
- *     keeps its seat and stays on the attachment's list (seg->groups), its
- *     handle the caller's no more; detach tries again, and when it cannot
- *     either, leaves its slot as a dead process's (pdshm_detach): the
- *     reaper gives the seat up, as it does a death's, once it can take the
- *     lock.  A seat whose slot was given up FREE instead would keep its
+ *  5. A leave waits for the groups lock GROUP_LEAVE_NS at most, and an
+ *     enlist's withdrawal at its timeout 100 ms past it: a process stopped
+ *     holding the lock stalls neither.  A membership that could not leave,
+ *     or a candidacy that could not be withdrawn, keeps its seat and stays
+ *     on the attachment's list (seg->groups), its handle the caller's no
+ *     more; detach tries again, and when it cannot either, leaves its slot
+ *     as a dead process's (pdshm_detach): the reaper gives the seat up, as
+ *     it does a death's, once it can take the lock.  A seat whose slot was given up FREE instead would keep its
  *     group on the list for ever (invariant 2: nobody reaps a FREE slot).
  */
 #define PDSHM_LAYER 6 /* groups/ (lib/LAYERS) */
@@ -271,10 +272,16 @@ int pdshm__group_vacate(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const struct 
 
 /* Lock held, settled: a regroup gr could not end (group_regroup.c,
  * invariant 5) withdrawn if its round is still current, or gr moved to the
- * seat its plan gave it; false when that plan gave it none. */
+ * seat its plan gave it; a candidacy that could not be withdrawn
+ * (invariant 5) moved to the rank a regroup admitted it to, if one did;
+ * false when a plan gave it no seat. */
 static bool group_leave_pending(struct pdshm_group_rec *g, struct pdshm_group *gr) {
-  if (!gr->regroup_pending || pdshm__round_withdraw(g, gr->rank, gr->round)) return true;
-  if (atomic_load(&g->regrouped) != gr->round) return true; /* ended otherwise: same seat */
+  if (gr->candidate) {
+    if (atomic_load(&g->regrouped) == gr->regrouped) return true; /* still a candidate */
+  } else {
+    if (!gr->regroup_pending || pdshm__round_withdraw(g, gr->rank, gr->round)) return true;
+    if (atomic_load(&g->regrouped) != gr->round) return true; /* ended otherwise: same seat */
+  }
   int seat = pdshm__group_moved_to(g, gr->member, gr->rank);
   if (seat < 0) return false;
   gr->rank = (uint32_t)seat;

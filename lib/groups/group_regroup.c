@@ -201,10 +201,14 @@ static int en_register(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const char *na
 }
 
 /* Journaled: our candidate seat emptied (the record goes if it was the last
- * seat held), unless a regroup came first (*waiting false).  0, or an error. */
-static int en_withdraw(pdshm_seg *seg, struct pdshm_group *gr, bool *waiting) {
+ * seat held), unless a regroup came first (*waiting false).  0, or an error:
+ * PDSHM_ETIMEDOUT when the groups lock stayed held 100 ms past the enlist's
+ * deadline (the seat kept). */
+static int en_withdraw(pdshm_seg *seg, struct pdshm_group *gr, uint64_t deadline,
+                       bool *waiting) {
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  int rc = pdshm__j_begin(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_UNLIST);
+  int rc = pdshm__j_begin_until(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_UNLIST,
+                                pdshm__group_lock_deadline(deadline));
   if (!rc) {
     struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
     pdshm__group_settle(g);
@@ -243,10 +247,9 @@ static int en_look(pdshm_seg *seg, struct pdshm_group *gr, bool *admitted) {
   return 0;
 }
 
-/* Waits to be admitted: 0, ETIMEDOUT (withdrawn), or an error.  The
- * withdrawal alone waits for the lock with no limit: a candidate cannot give
- * its seat up without it (a plan may be admitting it), so a process stopped
- * holding the lock holds a timed-out enlist until it goes on. */
+/* Waits to be admitted: 0, ETIMEDOUT (withdrawn, or gr->candidate when the
+ * withdrawal could not take the lock: a candidate cannot give its seat up
+ * without it, since a plan may be admitting it), or an error. */
 static int en_wait(pdshm_seg *seg, struct pdshm_group *gr, uint64_t deadline) {
   struct pdshm_group_rec *g = pdshm__group_rec(seg, gr->rec);
   for (;;) {
@@ -257,7 +260,8 @@ static int en_wait(pdshm_seg *seg, struct pdshm_group *gr, uint64_t deadline) {
     uint64_t now = pdshm__now_ns(CLOCK_MONOTONIC);
     if (now >= deadline) {
       bool waiting;
-      rc = en_withdraw(seg, gr, &waiting);
+      rc = en_withdraw(seg, gr, deadline, &waiting);
+      if (rc == PDSHM_ETIMEDOUT) gr->candidate = true;
       if (rc) return rc;
       if (!waiting) continue; /* admitted after all: the look says where */
       return pdshm__fail(PDSHM_ETIMEDOUT, "no regroup admitted the candidate in time");
@@ -288,6 +292,12 @@ PDSHM_API int pdshm_group_enlist(pdshm_seg *seg, const char *name, int64_t timeo
   }
   pdshm__lane_put(ln);
   if (!rc) rc = en_wait(seg, gr, deadline);
+  if (rc && gr->candidate) { /* group.c, invariant 5 */
+    pdshm__group_list(seg, gr);
+    return pdshm__fail(rc, "no regroup admitted the candidate in time, and the groups lock "
+                           "stayed held (its holder stopped?): its seat is given up by "
+                           "pdshm_detach, or after it by the reaper");
+  }
   if (rc) {
     pdshm__xfree(gr);
     return rc;

@@ -163,6 +163,11 @@ struct pdshm_group {
                               end for want of the groups lock: the next
                               pdshm_group_regroup goes on with it, other
                               rounds wait (group_regroup.c, invariant 5)      */
+  bool candidate;          /* a candidacy whose withdrawal at the enlist's
+                              timeout could not take the groups lock: listed
+                              for detach, which gives up its seat, or the
+                              rank a regroup admitted it to (group.c,
+                              invariant 5)                                    */
   struct pdshm_group *next;/* the attachment's memberships (seg->groups)       */
   /* The pin of our last collective's tensor, kept for the next one on the
    * same buffer (group_pin.c); NULL when none. */
