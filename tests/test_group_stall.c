@@ -516,6 +516,18 @@ static int kid_stopped_joiner(void *arg) {
   return pdshm_detach(s) ? 13 : 0;
 }
 
+/* The stopped joiner goes on: g0's next barrier answers the death of its
+ * other member, g0 leaves, the reap ends, and the segment is as it was. */
+static void joiner_goes_on_then_death_answered(pid_t joiner, pdshm_group *g0) {
+  kill(joiner, SIGCONT);
+  ck_assert_int_eq(tu_wait(joiner), 0);
+  ck_assert_int_eq(pdshm_group_barrier(g0, 10 * (int64_t)SEC), PDSHM_EOWNERDEAD);
+  ck_assert_int_eq(pdshm_group_leave(g0), 0);
+  ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_uint_eq(tu_used(seg), base_used);
+}
+
 /* While a process stays stopped with the segment's groups lock held, and
  * rank 1 of "pair" is killed: rank 0's barrier ends at its own timeout
  * (noticing the death needs the lock: it looks again at each slice instead
@@ -543,13 +555,7 @@ START_TEST(process_stopped_holding_the_groups_lock_stalls_no_wait) {
   ck_assert_int_eq(pdshm_group_join(seg, "third", 1, 0, &g3), PDSHM_ETIMEDOUT);
   within_bound(t0, "pdshm_group_join");
 
-  kill(joiner, SIGCONT);
-  ck_assert_int_eq(tu_wait(joiner), 0);
-  ck_assert_int_eq(pdshm_group_barrier(g0, 10 * (int64_t)SEC), PDSHM_EOWNERDEAD);
-  ck_assert_int_eq(pdshm_group_leave(g0), 0);
-  ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
-  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
-  ck_assert_uint_eq(tu_used(seg), base_used);
+  joiner_goes_on_then_death_answered(joiner, g0);
 }
 END_TEST
 
@@ -666,9 +672,28 @@ END_TEST
 
 struct leave_board {
   _Atomic int go;                    /* the lock is held by a stopped process  */
-  _Atomic int leave_rc, detach_rc;   /* what the leaver's calls answered       */
-  _Atomic uint64_t leave_ns, detach_ns;
+  _Atomic int call_rc, detach_rc;    /* what the child's leave or enlist, then
+                                        its detach, answered                   */
+  _Atomic uint64_t call_ns, detach_ns;
 };
+
+/* The child's detach, timed; 0. */
+static int timed_detach(struct leave_board *b, pdshm_seg *s) {
+  uint64_t t0 = tu_now_ns();
+  atomic_store(&b->detach_rc, pdshm_detach(s));
+  atomic_store(&b->detach_ns, tu_now_ns() - t0);
+  return 0;
+}
+
+/* The child's call and its detach both answered PDSHM_ETIMEDOUT, in time. */
+static void both_timed_out(struct leave_board *b, const char *call) {
+  ck_assert_int_eq(atomic_load(&b->call_rc), PDSHM_ETIMEDOUT);
+  ck_assert_int_eq(atomic_load(&b->detach_rc), PDSHM_ETIMEDOUT);
+  ck_assert_uint_lt(atomic_load(&b->call_ns), BOUND);
+  ck_assert_uint_lt(atomic_load(&b->detach_ns), BOUND);
+  fprintf(stderr, "test_group_stall: %s returned in %.1f ms, a detach in %.1f ms\n", call,
+          atomic_load(&b->call_ns) / 1e6, atomic_load(&b->detach_ns) / 1e6);
+}
 
 /* Rank 1 of "duo": one barrier with rank 0, then, once told, leaves and
  * detaches, each timed. */
@@ -680,12 +705,9 @@ static int kid_leaver(void *arg) {
   if (pdshm_group_barrier(g, 60 * (int64_t)SEC)) return 11;
   while (!atomic_load(&b->go)) usleep(1000);
   uint64_t t0 = tu_now_ns();
-  atomic_store(&b->leave_rc, pdshm_group_leave(g));
-  atomic_store(&b->leave_ns, tu_now_ns() - t0);
-  t0 = tu_now_ns();
-  atomic_store(&b->detach_rc, pdshm_detach(s));
-  atomic_store(&b->detach_ns, tu_now_ns() - t0);
-  return 0;
+  atomic_store(&b->call_rc, pdshm_group_leave(g));
+  atomic_store(&b->call_ns, tu_now_ns() - t0);
+  return timed_detach(b, s);
 }
 
 /* While a process stays stopped with the groups lock held, a member's leave
@@ -702,20 +724,9 @@ START_TEST(leave_and_detach_beside_a_process_stopped_holding_the_groups_lock) {
   pid_t joiner = spawn_stopped(kid_stopped_joiner, NULL);
   atomic_store(&b->go, 1);
   ck_assert_int_eq(tu_wait(leaver), 0);
-  ck_assert_int_eq(atomic_load(&b->leave_rc), PDSHM_ETIMEDOUT);
-  ck_assert_int_eq(atomic_load(&b->detach_rc), PDSHM_ETIMEDOUT);
-  ck_assert_uint_lt(atomic_load(&b->leave_ns), BOUND);
-  ck_assert_uint_lt(atomic_load(&b->detach_ns), BOUND);
-  fprintf(stderr, "test_group_stall: a leave returned in %.1f ms, a detach in %.1f ms\n",
-          atomic_load(&b->leave_ns) / 1e6, atomic_load(&b->detach_ns) / 1e6);
+  both_timed_out(b, "a leave");
 
-  kill(joiner, SIGCONT);
-  ck_assert_int_eq(tu_wait(joiner), 0);
-  ck_assert_int_eq(pdshm_group_barrier(g0, 10 * (int64_t)SEC), PDSHM_EOWNERDEAD);
-  ck_assert_int_eq(pdshm_group_leave(g0), 0);
-  ck_assert_int_eq(pdshm_reap(seg, NULL), 0);
-  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
-  ck_assert_uint_eq(tu_used(seg), base_used);
+  joiner_goes_on_then_death_answered(joiner, g0);
 }
 END_TEST
 
@@ -734,13 +745,9 @@ static int kid_timed_enlister(void *arg) {
   pdshm_group *g = NULL;
   if (pdshm_attach(seg_name, NULL, &s)) return 10;
   uint64_t t0 = tu_now_ns();
-  atomic_store(&b->leave_rc, pdshm_group_enlist(s, "host", 1500 * (int64_t)1000000, &g));
-  atomic_store(&b->leave_ns, tu_now_ns() - t0);
-  if (g) return 11;
-  t0 = tu_now_ns();
-  atomic_store(&b->detach_rc, pdshm_detach(s));
-  atomic_store(&b->detach_ns, tu_now_ns() - t0);
-  return 0;
+  atomic_store(&b->call_rc, pdshm_group_enlist(s, "host", 1500 * (int64_t)1000000, &g));
+  atomic_store(&b->call_ns, tu_now_ns() - t0);
+  return g ? 11 : timed_detach(b, s);
 }
 
 /* A candidate whose enlist times out while a process stays stopped with
@@ -760,12 +767,7 @@ START_TEST(enlist_timing_out_beside_a_process_stopped_holding_the_groups_lock) {
   ck_assert_uint_eq(candidates, 1);
   pid_t joiner = spawn_stopped(kid_stopped_joiner, NULL);
   ck_assert_int_eq(tu_wait(enlister), 0);
-  ck_assert_int_eq(atomic_load(&b->leave_rc), PDSHM_ETIMEDOUT);
-  ck_assert_int_eq(atomic_load(&b->detach_rc), PDSHM_ETIMEDOUT);
-  ck_assert_uint_lt(atomic_load(&b->leave_ns), BOUND);
-  ck_assert_uint_lt(atomic_load(&b->detach_ns), BOUND);
-  fprintf(stderr, "test_group_stall: an enlist returned in %.1f ms, a detach in %.1f ms\n",
-          atomic_load(&b->leave_ns) / 1e6, atomic_load(&b->detach_ns) / 1e6);
+  both_timed_out(b, "an enlist");
 
   kill(joiner, SIGCONT);
   ck_assert_int_eq(tu_wait(joiner), 0);
