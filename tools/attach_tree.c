@@ -30,9 +30,19 @@ static void row_label(struct scope_row *r) {
   r->label = xstrdup(r->si.depth == 0 ? "/" : r->si.named ? r->si.name : buf);
 }
 
-/* Parent's path + "/" + label (the root's kids have no leading "/"). */
+/* The last of rows [0, end) whose scope has id `id`, or NULL. */
+static const struct scope_row *row_by_id(const struct scope_list *l, size_t end, uint64_t id) {
+  for (size_t i = end; i-- > 0;) /* parents come before kids: look back first */
+    if (l->row[i].si.id == id) return &l->row[i];
+  return NULL;
+}
+
+/* Parent's path + "/" + label (the root's kids have no leading "/").  The
+ * parent is looked for among the rows before r's: in a damaged segment r's
+ * parent may report r's own id, and r has no path yet. */
 static void row_path(struct scope_list *l, struct scope_row *r) {
-  const struct scope_row *p = r->si.depth ? scope_by_id(l, r->si.parent_id) : NULL;
+  const struct scope_row *p =
+      r->si.depth ? row_by_id(l, (size_t)(r - l->row), r->si.parent_id) : NULL;
   if (!p || p->si.depth == 0) {
     r->path = xstrdup(r->label);
     return;
@@ -89,9 +99,7 @@ void scopes_free(struct scope_list *l) {
 }
 
 const struct scope_row *scope_by_id(const struct scope_list *l, uint64_t id) {
-  for (size_t i = l->n; i-- > 0;) /* parents come before kids: look back first */
-    if (l->row[i].si.id == id) return &l->row[i];
-  return NULL;
+  return row_by_id(l, l->n, id);
 }
 
 const struct scope_row *scope_by_path(const struct scope_list *l, const char *path) {
