@@ -730,6 +730,57 @@ START_TEST(leave_and_detach_beside_a_process_stopped_holding_the_groups_lock) {
 }
 END_TEST
 
+struct rejoin_board {
+  _Atomic int go, leave_rc, left, again, join_rc, rank;
+};
+
+/* Rank 1 of "duo": one barrier; once told, a leave; once told again, a join
+ * of "duo" at any rank, a barrier, a leave and a detach. */
+static int kid_rejoiner(void *arg) {
+  struct rejoin_board *b = arg;
+  pdshm_seg *s;
+  pdshm_group *g;
+  if (pdshm_attach(seg_name, NULL, &s) || pdshm_group_join(s, "duo", 2, 1, &g)) return 10;
+  if (pdshm_group_barrier(g, 60 * (int64_t)SEC)) return 11;
+  while (!atomic_load(&b->go)) usleep(1000);
+  atomic_store(&b->leave_rc, pdshm_group_leave(g));
+  atomic_store(&b->left, 1);
+  while (!atomic_load(&b->again)) usleep(1000);
+  g = NULL;
+  atomic_store(&b->join_rc, pdshm_group_join(s, "duo", 2, -1, &g));
+  if (!g) return 12;
+  atomic_store(&b->rank, pdshm_group_rank(g));
+  if (pdshm_group_barrier(g, 30 * (int64_t)SEC)) return 13;
+  return pdshm_group_leave(g) || pdshm_detach(s) ? 14 : 0;
+}
+
+/* A rank whose leave answered PDSHM_ETIMEDOUT (the groups lock held by a
+ * stopped process) is given up by the same attachment's next join, once
+ * the lock is free: the join gets that rank back, where it would find every
+ * rank held by a live member (PDSHM_EUSERS). */
+START_TEST(rank_kept_by_a_timed_out_leave_is_given_up_at_the_next_join) {
+  struct rejoin_board *b = tu_shared(sizeof *b);
+  pdshm_group *g0;
+  ck_assert_int_eq(pdshm_group_join(seg, "duo", 2, 0, &g0), 0);
+  pid_t kid = tu_spawn(kid_rejoiner, b);
+  ck_assert_int_eq(pdshm_group_barrier(g0, 60 * (int64_t)SEC), 0);
+  pid_t joiner = spawn_stopped(kid_stopped_joiner, NULL);
+  atomic_store(&b->go, 1);
+  for (int ms = 0; ms < 20000 && !atomic_load(&b->left); ms++) usleep(1000);
+  ck_assert_int_eq(atomic_load(&b->leave_rc), PDSHM_ETIMEDOUT);
+  kill(joiner, SIGCONT);
+  ck_assert_int_eq(tu_wait(joiner), 0);
+  atomic_store(&b->again, 1);
+  ck_assert_int_eq(pdshm_group_barrier(g0, 30 * (int64_t)SEC), 0);
+  ck_assert_int_eq(tu_wait(kid), 0);
+  ck_assert_int_eq(atomic_load(&b->join_rc), 0);
+  ck_assert_int_eq(atomic_load(&b->rank), 1);
+  ck_assert_int_eq(pdshm_group_leave(g0), 0);
+  ck_assert_int_eq(pdshm_check(seg, stderr), 0);
+  ck_assert_uint_eq(tu_used(seg), base_used);
+}
+END_TEST
+
 /* ---- an enlist that times out beside a process stopped holding the groups lock -- */
 
 static int candidates_of(const pdshm_group_info *gi, void *arg) {
@@ -791,6 +842,7 @@ int main(void) {
   tcase_add_test(tc, member_leaving_a_pending_regroup_leaves_the_seat_its_plan_gave);
   tcase_add_test(tc, leave_and_detach_beside_a_process_stopped_holding_the_groups_lock);
   tcase_add_test(tc, enlist_timing_out_beside_a_process_stopped_holding_the_groups_lock);
+  tcase_add_test(tc, rank_kept_by_a_timed_out_leave_is_given_up_at_the_next_join);
   tc = tu_tcase(s, "reapers", 600, setup, teardown);
   tcase_add_test(tc, reaper_that_must_leave_the_slot_killed_at_every_window);
   return tu_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -182,8 +182,9 @@ PDSHM_API int pdshm_group_allreduce_private(pdshm_group *g, void *data, pdshm_dt
  * or EBADSEG when the group's records cannot be changed.  PDSHM_ETIMEDOUT
  * when the groups' lock stays held for 1 s (its holder, a process stopped in
  * a join, a leave or an enlist, stalls no leave): the rank stays this
- * process's until pdshm_detach gives it up, or, when the lock is still held
- * then, the reaper after it (pdshm_detach). */
+ * attachment's until its next pdshm_group_join, pdshm_group_enlist or
+ * pdshm_detach gives it up, or, when the lock is still held at the detach,
+ * the reaper after it (pdshm_detach). */
 PDSHM_API int pdshm_group_leave(pdshm_group *g);
 /*
  * Groups that shrink and grow.  A collective of the live members, at a round
@@ -238,8 +239,9 @@ PDSHM_API int pdshm_group_regroup(pdshm_group *g, int64_t timeout_ns, int *new_r
  * more) before the candidacy was made, nothing changed; or held 100 ms past
  * timeout_ns when the candidacy was to be given up: the seat stays this
  * process's (a regroup may still admit it, and its members then wait for a
- * rank nobody uses) until pdshm_detach gives it up, or, when the lock is
- * still held then, the reaper after it (pdshm_detach).  PDSHM_ENOENT when there is no group NAME; PDSHM_EUSERS
+ * rank nobody uses) until the attachment's next pdshm_group_join,
+ * pdshm_group_enlist or pdshm_detach gives it up, or, when the lock is still
+ * held at the detach, the reaper after it (pdshm_detach).  PDSHM_ENOENT when there is no group NAME; PDSHM_EUSERS
  * when it has PDSHM_GROUP_MAX ranks and candidates already; EINVAL (NULL
  * seg or out, a bad name); ENOMEM; EROFS; EFORKED; ESTALE (the candidate's
  * seat was given up for dead).

@@ -40,10 +40,11 @@
  *     enlist's withdrawal at its timeout 100 ms past it: a process stopped
  *     holding the lock stalls neither.  A membership that could not leave,
  *     or a candidacy that could not be withdrawn, keeps its seat and stays
- *     on the attachment's list (seg->groups), its handle the caller's no
- *     more; detach tries again, and when it cannot either, leaves its slot
- *     as a dead process's (pdshm_detach): the reaper gives the seat up, as
- *     it does a death's, once it can take the lock.  A seat whose slot was given up FREE instead would keep its
+ *     on the attachment's list (seg->groups), kept, its handle the
+ *     caller's no more; the attachment's next join or enlist tries again,
+ *     and so does detach, which, when it cannot either, leaves its slot as
+ *     a dead process's (pdshm_detach): the reaper gives the seat up, as it
+ *     does a death's, once it can take the lock.  A seat whose slot was given up FREE instead would keep its
  *     group on the list for ever (invariant 2: nobody reaps a FREE slot).
  */
 #define PDSHM_LAYER 6 /* groups/ (lib/LAYERS) */
@@ -201,6 +202,7 @@ PDSHM_API int pdshm_group_join(pdshm_seg *seg, const char *name, unsigned size, 
   struct pdshm_group *gr = pdshm__zalloc(sizeof *gr);
   if (!gr) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
   uint64_t deadline = pdshm__now_ns(CLOCK_MONOTONIC) + GROUP_TAKEOVER_NS;
+  pdshm__group_give_up_kept(seg, deadline);
   do {
     struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
     rc = pdshm__j_begin_until(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_JOIN, deadline);
@@ -321,13 +323,43 @@ PDSHM_API int pdshm_group_leave(pdshm_group *gr) {
   pdshm_seg *seg = gr->seg;
   int rc = pdshm__seg_writable(seg);
   if (!rc) rc = group_leave_one(seg, gr, pdshm__now_ns(CLOCK_MONOTONIC) + GROUP_LEAVE_NS);
-  if (rc == PDSHM_ETIMEDOUT) /* invariant 5: the seat stays listed, for detach */
+  if (rc == PDSHM_ETIMEDOUT) { /* invariant 5 */
+    gr->kept = true;
     return pdshm__fail(rc, "the groups lock stayed held for 1 s (its holder stopped?): the "
-                           "rank is given up by pdshm_detach, or after it by the reaper");
+                           "rank is given up by this attachment's next join, enlist or "
+                           "detach, or after it by the reaper");
+  }
   group_unlist(seg, gr);
   if (!rc) pdshm__group_unpin(gr); /* else detach drops it, with the process's other pins */
   pdshm__xfree(gr);
   return rc;
+}
+
+void pdshm__group_give_up_kept(pdshm_seg *seg, uint64_t deadline) {
+  struct pdshm_group *kept = NULL;
+  pthread_mutex_lock(&seg->reap_mu);
+  for (struct pdshm_group **p = &seg->groups; *p;) {
+    struct pdshm_group *gr = *p;
+    if (!gr->kept) {
+      p = &gr->next;
+      continue;
+    }
+    *p = gr->next;
+    gr->next = kept;
+    kept = gr;
+  }
+  pthread_mutex_unlock(&seg->reap_mu);
+  while (kept) {
+    struct pdshm_group *gr = kept;
+    kept = gr->next;
+    int rc = group_leave_one(seg, gr, deadline);
+    if (rc == PDSHM_ETIMEDOUT) {
+      pdshm__group_list(seg, gr);
+      continue;
+    }
+    if (!rc) pdshm__group_unpin(gr); /* else detach drops it, with the process's other pins */
+    pdshm__xfree(gr);
+  }
 }
 
 bool pdshm__group_leave_all(pdshm_seg *seg) {

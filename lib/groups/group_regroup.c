@@ -261,7 +261,7 @@ static int en_wait(pdshm_seg *seg, struct pdshm_group *gr, uint64_t deadline) {
     if (now >= deadline) {
       bool waiting;
       rc = en_withdraw(seg, gr, deadline, &waiting);
-      if (rc == PDSHM_ETIMEDOUT) gr->candidate = true;
+      if (rc == PDSHM_ETIMEDOUT) gr->kept = gr->candidate = true;
       if (rc) return rc;
       if (!waiting) continue; /* admitted after all: the look says where */
       return pdshm__fail(PDSHM_ETIMEDOUT, "no regroup admitted the candidate in time");
@@ -279,6 +279,7 @@ PDSHM_API int pdshm_group_enlist(pdshm_seg *seg, const char *name, int64_t timeo
   struct pdshm_group *gr = pdshm__zalloc(sizeof *gr);
   if (!gr) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
   uint64_t deadline = pdshm__round_deadline(timeout_ns);
+  pdshm__group_give_up_kept(seg, pdshm__group_lock_deadline(deadline));
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
   rc = pdshm__j_begin_until(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_ENLIST,
                             pdshm__group_lock_deadline(deadline));
@@ -292,11 +293,12 @@ PDSHM_API int pdshm_group_enlist(pdshm_seg *seg, const char *name, int64_t timeo
   }
   pdshm__lane_put(ln);
   if (!rc) rc = en_wait(seg, gr, deadline);
-  if (rc && gr->candidate) { /* group.c, invariant 5 */
+  if (rc && gr->kept) { /* group.c, invariant 5 */
     pdshm__group_list(seg, gr);
     return pdshm__fail(rc, "no regroup admitted the candidate in time, and the groups lock "
-                           "stayed held (its holder stopped?): its seat is given up by "
-                           "pdshm_detach, or after it by the reaper");
+                           "stayed held (its holder stopped?): its seat is given up by this "
+                           "attachment's next join, enlist or detach, or after it by the "
+                           "reaper");
   }
   if (rc) {
     pdshm__xfree(gr);

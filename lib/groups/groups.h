@@ -163,11 +163,12 @@ struct pdshm_group {
                               end for want of the groups lock: the next
                               pdshm_group_regroup goes on with it, other
                               rounds wait (group_regroup.c, invariant 5)      */
-  bool candidate;          /* a candidacy whose withdrawal at the enlist's
-                              timeout could not take the groups lock: listed
-                              for detach, which gives up its seat, or the
-                              rank a regroup admitted it to (group.c,
-                              invariant 5)                                    */
+  bool kept;               /* a seat its leave, or its enlist's timeout, could
+                              not give up for want of the groups lock: listed
+                              until the attachment's next join, enlist or
+                              detach gives it up (group.c, invariant 5)       */
+  bool candidate;          /* kept, as a candidacy: what is given up is its
+                              seat, or the rank a regroup admitted it to      */
   struct pdshm_group *next;/* the attachment's memberships (seg->groups)       */
   /* The pin of our last collective's tensor, kept for the next one on the
    * same buffer (group_pin.c); NULL when none. */
@@ -247,6 +248,10 @@ int pdshm__group_report_death(pdshm_seg *seg, struct pdshm_group_rec *g, uint32_
  * frees the handles; false when a seat could not be given up because the
  * groups lock stayed held (group.c, invariant 5). */
 bool pdshm__group_leave_all(pdshm_seg *seg);
+/* Join and enlist: the seats kept by leaves and enlists that could not take
+ * the groups lock (group.c, invariant 5) given up, those whose lock can be
+ * taken by the CLOCK_MONOTONIC deadline. */
+void pdshm__group_give_up_kept(pdshm_seg *seg, uint64_t deadline);
 /* The reaper's part, idempotent: acting as dead slot `slot` through lane
  * ln, its memberships marked dead, their rounds broken, empty groups freed.
  * 0 once no live member writes a collective the dead member took part in
