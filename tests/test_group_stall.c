@@ -695,19 +695,39 @@ static void both_timed_out(struct leave_board *b, const char *call) {
           atomic_load(&b->call_ns) / 1e6, atomic_load(&b->detach_ns) / 1e6);
 }
 
-/* Rank 1 of "duo": one barrier with rank 0, then, once told, leaves and
- * detaches, each timed. */
+/* In a child: attaches (*s), joins "duo" as rank 1 (*g), meets rank 0 at a
+ * barrier, and waits for *go; 0, or the child's exit code. */
+static int duo_rank1(_Atomic int *go, pdshm_seg **s, pdshm_group **g) {
+  if (pdshm_attach(seg_name, NULL, s) || pdshm_group_join(*s, "duo", 2, 1, g)) return 10;
+  if (pdshm_group_barrier(*g, 60 * (int64_t)SEC)) return 11;
+  while (!atomic_load(go)) usleep(1000);
+  return 0;
+}
+
+/* Rank 1 of "duo": once told, leaves and detaches, each timed. */
 static int kid_leaver(void *arg) {
   struct leave_board *b = arg;
   pdshm_seg *s;
   pdshm_group *g;
-  if (pdshm_attach(seg_name, NULL, &s) || pdshm_group_join(s, "duo", 2, 1, &g)) return 10;
-  if (pdshm_group_barrier(g, 60 * (int64_t)SEC)) return 11;
-  while (!atomic_load(&b->go)) usleep(1000);
+  int rc = duo_rank1(&b->go, &s, &g);
+  if (rc) return rc;
   uint64_t t0 = tu_now_ns();
   atomic_store(&b->call_rc, pdshm_group_leave(g));
   atomic_store(&b->call_ns, tu_now_ns() - t0);
   return timed_detach(b, s);
+}
+
+/* Rank 0 of "duo" (*g0) and, spawned, fn(board) as rank 1, after a barrier
+ * together; then a process stopped holding the groups lock (*joiner), and
+ * *go set: the pid of fn's process. */
+static pid_t duo_then_stopped_holder(int (*fn)(void *), void *board, _Atomic int *go,
+                                     pdshm_group **g0, pid_t *joiner) {
+  ck_assert_int_eq(pdshm_group_join(seg, "duo", 2, 0, g0), 0);
+  pid_t kid = tu_spawn(fn, board);
+  ck_assert_int_eq(pdshm_group_barrier(*g0, 60 * (int64_t)SEC), 0);
+  *joiner = spawn_stopped(kid_stopped_joiner, NULL);
+  atomic_store(go, 1);
+  return kid;
 }
 
 /* While a process stays stopped with the groups lock held, a member's leave
@@ -718,11 +738,7 @@ static int kid_leaver(void *arg) {
 START_TEST(leave_and_detach_beside_a_process_stopped_holding_the_groups_lock) {
   struct leave_board *b = tu_shared(sizeof *b);
   pdshm_group *g0;
-  ck_assert_int_eq(pdshm_group_join(seg, "duo", 2, 0, &g0), 0);
-  pid_t leaver = tu_spawn(kid_leaver, b);
-  ck_assert_int_eq(pdshm_group_barrier(g0, 60 * (int64_t)SEC), 0);
-  pid_t joiner = spawn_stopped(kid_stopped_joiner, NULL);
-  atomic_store(&b->go, 1);
+  pid_t joiner, leaver = duo_then_stopped_holder(kid_leaver, b, &b->go, &g0, &joiner);
   ck_assert_int_eq(tu_wait(leaver), 0);
   both_timed_out(b, "a leave");
 
@@ -734,15 +750,14 @@ struct rejoin_board {
   _Atomic int go, leave_rc, left, again, join_rc, rank;
 };
 
-/* Rank 1 of "duo": one barrier; once told, a leave; once told again, a join
- * of "duo" at any rank, a barrier, a leave and a detach. */
+/* Rank 1 of "duo": once told, a leave; once told again, a join of "duo" at
+ * any rank, a barrier, a leave and a detach. */
 static int kid_rejoiner(void *arg) {
   struct rejoin_board *b = arg;
   pdshm_seg *s;
   pdshm_group *g;
-  if (pdshm_attach(seg_name, NULL, &s) || pdshm_group_join(s, "duo", 2, 1, &g)) return 10;
-  if (pdshm_group_barrier(g, 60 * (int64_t)SEC)) return 11;
-  while (!atomic_load(&b->go)) usleep(1000);
+  int rc = duo_rank1(&b->go, &s, &g);
+  if (rc) return rc;
   atomic_store(&b->leave_rc, pdshm_group_leave(g));
   atomic_store(&b->left, 1);
   while (!atomic_load(&b->again)) usleep(1000);
@@ -761,11 +776,7 @@ static int kid_rejoiner(void *arg) {
 START_TEST(rank_kept_by_a_timed_out_leave_is_given_up_at_the_next_join) {
   struct rejoin_board *b = tu_shared(sizeof *b);
   pdshm_group *g0;
-  ck_assert_int_eq(pdshm_group_join(seg, "duo", 2, 0, &g0), 0);
-  pid_t kid = tu_spawn(kid_rejoiner, b);
-  ck_assert_int_eq(pdshm_group_barrier(g0, 60 * (int64_t)SEC), 0);
-  pid_t joiner = spawn_stopped(kid_stopped_joiner, NULL);
-  atomic_store(&b->go, 1);
+  pid_t joiner, kid = duo_then_stopped_holder(kid_rejoiner, b, &b->go, &g0, &joiner);
   for (int ms = 0; ms < 20000 && !atomic_load(&b->left); ms++) usleep(1000);
   ck_assert_int_eq(atomic_load(&b->leave_rc), PDSHM_ETIMEDOUT);
   kill(joiner, SIGCONT);
