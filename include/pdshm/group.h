@@ -237,14 +237,14 @@ PDSHM_API int pdshm_group_regroup(pdshm_group *g, int64_t timeout_ns, int *new_r
  * any stopped member).  PDSHM_ETIMEDOUT: not admitted in time, no longer a candidate,
  * nothing changed; or the groups' lock held past timeout_ns (and 100 ms
  * more) before the candidacy was made, nothing changed; or held 100 ms past
- * timeout_ns when the candidacy was to be given up: the seat stays this
- * process's (a regroup may still admit it, and its members then wait for a
- * rank nobody uses) until the attachment's next pdshm_group_join,
- * pdshm_group_enlist or pdshm_detach gives it up, or, when the lock is still
- * held at the detach, the reaper after it (pdshm_detach).  PDSHM_ENOENT when there is no group NAME; PDSHM_EUSERS
- * when it has PDSHM_GROUP_MAX ranks and candidates already; EINVAL (NULL
- * seg or out, a bad name); ENOMEM; EROFS; EFORKED; ESTALE (the candidate's
- * seat was given up for dead).
+ * timeout_ns when the candidacy was to be given up: the seat stays the
+ * attachment's (a regroup may still admit it, and its members then wait for
+ * a rank nobody uses) until its next pdshm_group_join, pdshm_group_enlist or
+ * pdshm_detach gives it up, or, when the lock is still held at the detach,
+ * the reaper after it (pdshm_detach).  PDSHM_ENOENT when there is no group
+ * NAME; PDSHM_EUSERS when it has PDSHM_GROUP_MAX ranks and candidates
+ * already; EINVAL (NULL seg or out, a bad name); ENOMEM; EROFS; EFORKED;
+ * ESTALE (the candidate's seat was given up for dead).
  */
 PDSHM_API int pdshm_group_enlist(pdshm_seg *seg, const char *name, int64_t timeout_ns,
                                  pdshm_group **out);

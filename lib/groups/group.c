@@ -44,8 +44,9 @@
  *     caller's no more; the attachment's next join or enlist tries again,
  *     and so does detach, which, when it cannot either, leaves its slot as
  *     a dead process's (pdshm_detach): the reaper gives the seat up, as it
- *     does a death's, once it can take the lock.  A seat whose slot was given up FREE instead would keep its
- *     group on the list for ever (invariant 2: nobody reaps a FREE slot).
+ *     does a death's, once it can take the lock.  A seat whose slot was
+ *     given up FREE instead would keep its group on the list for ever
+ *     (invariant 2: nobody reaps a FREE slot).
  */
 #define PDSHM_LAYER 6 /* groups/ (lib/LAYERS) */
 #include "config.h"
