@@ -279,7 +279,7 @@ int pdshm__group_vacate(pdshm_seg *seg, struct pdshm_lane_ctx *ln, const struct 
  * (invariant 5) moved to the rank a regroup admitted it to, if one did;
  * false when a plan gave it no seat. */
 static bool group_leave_pending(struct pdshm_group_rec *g, struct pdshm_group *gr) {
-  if (gr->candidate) {
+  if (gr->size == 0) { /* a kept candidacy (group_regroup.c: size 0 until admitted) */
     if (atomic_load(&g->regrouped) == gr->regrouped) return true; /* still a candidate */
   } else {
     if (!gr->regroup_pending || pdshm__round_withdraw(g, gr->rank, gr->round)) return true;
@@ -318,21 +318,34 @@ static void group_unlist(pdshm_seg *seg, struct pdshm_group *gr) {
   pthread_mutex_unlock(&seg->reap_mu);
 }
 
+/* gr, off the attachment's list, left and freed: 0 or the error; or
+ * PDSHM_ETIMEDOUT, gr kept as it is (invariant 5). */
+static int group_leave_free(pdshm_seg *seg, struct pdshm_group *gr, uint64_t deadline) {
+  int rc = group_leave_one(seg, gr, deadline);
+  if (rc == PDSHM_ETIMEDOUT) return rc;
+  if (!rc) pdshm__group_unpin(gr); /* else detach drops it, with the process's other pins */
+  pdshm__xfree(gr);
+  return rc;
+}
+
 PDSHM_API int pdshm_group_leave(pdshm_group *gr) {
   pdshm__fail_clear();
   if (!gr) return pdshm__fail(PDSHM_EINVAL, "NULL group");
   pdshm_seg *seg = gr->seg;
   int rc = pdshm__seg_writable(seg);
-  if (!rc) rc = group_leave_one(seg, gr, pdshm__now_ns(CLOCK_MONOTONIC) + GROUP_LEAVE_NS);
+  group_unlist(seg, gr);
+  if (rc) { /* detach drops its pin, with the process's other pins */
+    pdshm__xfree(gr);
+    return rc;
+  }
+  rc = group_leave_free(seg, gr, pdshm__now_ns(CLOCK_MONOTONIC) + GROUP_LEAVE_NS);
   if (rc == PDSHM_ETIMEDOUT) { /* invariant 5 */
     gr->kept = true;
+    pdshm__group_list(seg, gr);
     return pdshm__fail(rc, "the groups lock stayed held for 1 s (its holder stopped?): the "
                            "rank is given up by this attachment's next join, enlist or "
                            "detach, or after it by the reaper");
   }
-  group_unlist(seg, gr);
-  if (!rc) pdshm__group_unpin(gr); /* else detach drops it, with the process's other pins */
-  pdshm__xfree(gr);
   return rc;
 }
 
@@ -353,13 +366,7 @@ void pdshm__group_give_up_kept(pdshm_seg *seg, uint64_t deadline) {
   while (kept) {
     struct pdshm_group *gr = kept;
     kept = gr->next;
-    int rc = group_leave_one(seg, gr, deadline);
-    if (rc == PDSHM_ETIMEDOUT) {
-      pdshm__group_list(seg, gr);
-      continue;
-    }
-    if (!rc) pdshm__group_unpin(gr); /* else detach drops it, with the process's other pins */
-    pdshm__xfree(gr);
+    if (group_leave_free(seg, gr, deadline) == PDSHM_ETIMEDOUT) pdshm__group_list(seg, gr);
   }
 }
 
@@ -369,12 +376,12 @@ bool pdshm__group_leave_all(pdshm_seg *seg) {
   while (seg->groups) {
     struct pdshm_group *gr = seg->groups;
     seg->groups = gr->next;
-    if (!pdshm__seg_writable(seg)) {
-      int rc = group_leave_one(seg, gr, deadline);
-      if (!rc) pdshm__group_unpin(gr);
-      if (rc == PDSHM_ETIMEDOUT) left = false;
+    if (pdshm__seg_writable(seg)) { /* nothing this attachment may change: the copy goes */
+      pdshm__xfree(gr);
+    } else if (group_leave_free(seg, gr, deadline) == PDSHM_ETIMEDOUT) {
+      left = false; /* the seat goes with the slot, to the reaper (pdshm_detach) */
+      pdshm__xfree(gr);
     }
-    pdshm__xfree(gr);
   }
   return left;
 }

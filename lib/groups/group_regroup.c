@@ -247,7 +247,7 @@ static int en_look(pdshm_seg *seg, struct pdshm_group *gr, bool *admitted) {
   return 0;
 }
 
-/* Waits to be admitted: 0, ETIMEDOUT (withdrawn, or gr->candidate when the
+/* Waits to be admitted: 0, ETIMEDOUT (withdrawn, or gr->kept when the
  * withdrawal could not take the lock: a candidate cannot give its seat up
  * without it, since a plan may be admitting it), or an error. */
 static int en_wait(pdshm_seg *seg, struct pdshm_group *gr, uint64_t deadline) {
@@ -261,7 +261,7 @@ static int en_wait(pdshm_seg *seg, struct pdshm_group *gr, uint64_t deadline) {
     if (now >= deadline) {
       bool waiting;
       rc = en_withdraw(seg, gr, deadline, &waiting);
-      if (rc == PDSHM_ETIMEDOUT) gr->kept = gr->candidate = true;
+      if (rc == PDSHM_ETIMEDOUT) gr->kept = true;
       if (rc) return rc;
       if (!waiting) continue; /* admitted after all: the look says where */
       return pdshm__fail(PDSHM_ETIMEDOUT, "no regroup admitted the candidate in time");
@@ -278,11 +278,11 @@ PDSHM_API int pdshm_group_enlist(pdshm_seg *seg, const char *name, int64_t timeo
   if (rc) return rc;
   struct pdshm_group *gr = pdshm__zalloc(sizeof *gr);
   if (!gr) return pdshm__fail(PDSHM_ENOMEM, "out of private memory");
-  uint64_t deadline = pdshm__round_deadline(timeout_ns);
-  pdshm__group_give_up_kept(seg, pdshm__group_lock_deadline(deadline));
+  uint64_t deadline = pdshm__round_deadline(timeout_ns),
+           locked_by = pdshm__group_lock_deadline(deadline);
+  pdshm__group_give_up_kept(seg, locked_by);
   struct pdshm_lane_ctx *ln = pdshm__lane_get(seg);
-  rc = pdshm__j_begin_until(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_ENLIST,
-                            pdshm__group_lock_deadline(deadline));
+  rc = pdshm__j_begin_until(seg, ln, PDSHM_LOCK_GROUPS, GROUP_OP_ENLIST, locked_by);
   if (!rc) {
     rc = en_register(seg, ln, name, len, gr);
     if (rc) pdshm__j_abort(seg, ln);

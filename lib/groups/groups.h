@@ -152,7 +152,8 @@ _Static_assert(sizeof(struct pdshm_group_rank) == 2 * PDSHM_CACHELINE, "a rank's
 struct pdshm_group {
   pdshm_seg *seg;
   pdshm_off_t rec;         /* the GROUP record                                 */
-  uint32_t rank, size;     /* a candidate's: its seat, 0 (group_regroup.c)     */
+  uint32_t rank, size;     /* a candidate's (an enlist not yet admitted): its
+                              seat, 0 (group_regroup.c)                       */
   uint64_t member;         /* our member word                                  */
   uint32_t regrouped;      /* a candidate's: the record's `regrouped` when it
                               enlisted                                        */
@@ -167,8 +168,6 @@ struct pdshm_group {
                               not give up for want of the groups lock: listed
                               until the attachment's next join, enlist or
                               detach gives it up (group.c, invariant 5)       */
-  bool candidate;          /* kept, as a candidacy: what is given up is its
-                              seat, or the rank a regroup admitted it to      */
   struct pdshm_group *next;/* the attachment's memberships (seg->groups)       */
   /* The pin of our last collective's tensor, kept for the next one on the
    * same buffer (group_pin.c); NULL when none. */
